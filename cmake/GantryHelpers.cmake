@@ -1,0 +1,23 @@
+# Warnings as errors on Gantry's own targets only; third-party and generated
+# code is included as SYSTEM so its warnings never fail our build.
+function(gantry_target_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic)
+  if(GANTRY_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()
+
+# gantry_add_executor(NAME SOURCES a.cc ... [LIBS lib ...])
+# Builds an executor as an OBJECT library, so its GANTRY_REGISTER_EXECUTOR
+# registrar is never dropped by the linker, and adds it to the list that
+# gantry-worker links (GANTRY_EXECUTOR_TARGETS).
+function(gantry_add_executor name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  set(target gantry_executor_${name})
+  add_library(${target} OBJECT ${ARG_SOURCES})
+  target_link_libraries(${target} PUBLIC gantry_core ${ARG_LIBS})
+  target_include_directories(${target} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+  gantry_target_warnings(${target})
+  set_property(GLOBAL APPEND PROPERTY GANTRY_EXECUTOR_TARGETS ${target})
+  set_property(GLOBAL APPEND PROPERTY GANTRY_EXECUTOR_NAMES ${name})
+endfunction()

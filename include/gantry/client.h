@@ -1,0 +1,68 @@
+// File: gantry/client.h
+//
+// A gRPC client for a Gantry (or Jina) gateway, the counterpart of Jina's
+// `Client(...).post(...)`: documents are cut into requests of
+// `request_size`, sent on one bidirectional `/jina.JinaRPC/Call` stream with
+// up to `prefetch` requests in flight, and returned in input order.
+//
+// Thread safety: safe for concurrent use; each Post opens its own stream.
+#ifndef GANTRY_CLIENT_H_
+#define GANTRY_CLIENT_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <gantry/document.h>
+#include <gantry/status.h>
+
+namespace gantry {
+
+struct PostOptions {
+  // Documents per request (Jina's default is 100).
+  int request_size = 100;
+  // Draw a progress bar on stderr while requests complete.
+  bool show_progress = false;
+  // Sent as the request parameters (Jina adds "__results__": {} itself too).
+  Parameters parameters;
+  // Requests in flight on the stream before waiting for replies.
+  int prefetch = 64;
+  // Deadline for the whole post; zero means none.
+  std::chrono::milliseconds timeout{0};
+  // Only executors whose name matches this regex (Jina's target_executor).
+  std::string target_executor;
+};
+
+class Client {
+ public:
+  // `address` is "host:port"; the connection is made lazily.
+  explicit Client(std::string address);
+  ~Client();
+  Client(Client&&) noexcept;
+  Client& operator=(Client&&) noexcept;
+
+  const std::string& address() const;
+
+  // Posts `docs` to `endpoint` and returns them as the executors left them,
+  // in input order. A handler error comes back as a non-OK status whose
+  // message names executor, endpoint and the exception's text; network
+  // errors as UNAVAILABLE or DEADLINE_EXCEEDED naming the address.
+  StatusOr<DocList> Post(std::string_view endpoint, const DocList& docs,
+                         const PostOptions& options = {});
+
+  // gRPC health check (grpc.health.v1.Health/Check, service ""): OK when
+  // the server answers SERVING within `timeout`.
+  Status Ping(std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
+
+  // Jina's is_flow_ready(): the gateway's dry_run reports success.
+  Status DryRun(std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gantry
+
+#endif  // GANTRY_CLIENT_H_

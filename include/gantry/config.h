@@ -1,0 +1,47 @@
+// File: gantry/config.h
+//
+// YAML configuration in Jina's shapes:
+//
+//   jtype: MyExec                 # executor YAML
+//   with: {device: cpu}
+//   metas: {name: encoder}
+//
+//   jtype: Deployment             # deployment YAML
+//   with:
+//     uses: MyExec                # a type name, an executor YAML path, or an
+//     uses_with: {device: cpu}    #   inline {jtype:, with:, metas:} mapping
+//     replicas: 2
+//     port: 12345
+//
+// `${{ ENV.NAME }}` is replaced by the environment variable NAME. Files are
+// validated whole before anything starts: unknown keys, wrong types and bad
+// devices are errors of the form "<file>:<line>:<col>: <key.path>: <what>".
+#ifndef GANTRY_CONFIG_H_
+#define GANTRY_CONFIG_H_
+
+#include <string>
+#include <string_view>
+
+#include <gantry/deployment.h>
+#include <gantry/document.h>
+#include <gantry/status.h>
+
+namespace gantry {
+
+struct ExecutorConfig {
+  std::string jtype;
+  Value::Dict with;
+  Value::Dict metas;
+};
+
+// `source` names the text in errors (a file path or "<inline>").
+StatusOr<ExecutorConfig> ParseExecutorConfig(std::string_view yaml, std::string_view source);
+StatusOr<ExecutorConfig> LoadExecutorConfig(const std::string& path);
+
+// Relative `uses:` paths are resolved against the file's directory.
+StatusOr<DeploymentOptions> ParseDeploymentConfig(std::string_view yaml, std::string_view source);
+StatusOr<DeploymentOptions> LoadDeploymentConfig(const std::string& path);
+
+}  // namespace gantry
+
+#endif  // GANTRY_CONFIG_H_

@@ -1,0 +1,105 @@
+// File: gantry/deployment.h
+//
+// A Deployment runs `replicas` copies of one executor, each in its own worker
+// process serving gRPC on 127.0.0.1, behind a gateway that speaks Jina's
+// protocol on `host:port`. It is started by the constructor and stopped by
+// the destructor (workers get SIGTERM, then SIGKILL after a grace period, and
+// are always reaped). Workers also exit on their own when this process dies,
+// even by SIGKILL.
+//
+//   gantry::Deployment dep({.uses = "MyExec", .uses_with = {{"device", "cpu"}}, .replicas = 2});
+//   if (!dep.ok()) { ... dep.status() ... }
+//   gantry::StatusOr<gantry::DocList> out = dep.Post("/encode", docs, {.request_size = 32});
+//
+// Worker processes need the executor type: a program that defines its own
+// executors calls gantry::Init(argc, argv) first thing in main() (see
+// gantry/init.h) and is re-executed in worker mode; types it does not
+// register are served by the `gantry-worker` program.
+//
+// Thread safety: Post and the accessors are safe for concurrent use.
+#ifndef GANTRY_DEPLOYMENT_H_
+#define GANTRY_DEPLOYMENT_H_
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <sys/types.h>
+#include <vector>
+
+#include <gantry/client.h>
+#include <gantry/document.h>
+#include <gantry/status.h>
+
+namespace gantry {
+
+struct DeploymentOptions {
+  // Executor type name (YAML `jtype:`), or the path of an executor YAML file
+  // (ending in .yml or .yaml).
+  std::string uses;
+  // Constructor arguments; override the YAML's `with:`.
+  Value::Dict uses_with;
+  // Override the YAML's `metas:`.
+  Value::Dict uses_metas;
+  // Deployment name: replicas log as "<name>/rep-<i>".
+  std::string name = "executor";
+  int replicas = 1;
+  // Gateway port; 0 picks a free one (read it back with port()).
+  int port = 0;
+  // Gateway address to bind. Workers always bind 127.0.0.1.
+  std::string host = "127.0.0.1";
+  // Extra environment for every worker.
+  std::map<std::string, std::string> env;
+  // How long a replica may take to construct its executor.
+  std::chrono::milliseconds timeout_ready{600000};
+  // Program run for each worker. Empty: this program when it registers the
+  // executor type, else `gantry-worker` (next to this program, then $PATH,
+  // or $GANTRY_WORKER_PROGRAM).
+  std::string worker_program;
+  // Workers' log level: "debug", "info", "warning", "error".
+  std::string log_level = "info";
+};
+
+struct ReplicaInfo {
+  std::string name;     // "executor/rep-0"
+  pid_t pid = 0;
+  std::string address;  // "127.0.0.1:PORT"
+  std::string device;   // "cpu", "cuda:0", ...
+};
+
+class Deployment {
+ public:
+  // Validates `options`, starts every replica and the gateway, and waits
+  // until all are ready. Failures are reported by status(); nothing keeps
+  // running after a failed start.
+  explicit Deployment(DeploymentOptions options);
+  ~Deployment();
+  Deployment(const Deployment&) = delete;
+  Deployment& operator=(const Deployment&) = delete;
+
+  const Status& status() const;
+  bool ok() const { return status().ok(); }
+
+  // The gateway's port and "host:port"; 0 and "" after a failed start.
+  int port() const;
+  std::string address() const;
+  std::vector<ReplicaInfo> replicas() const;
+
+  // Posts through the gateway with a Client (see gantry/client.h).
+  StatusOr<DocList> Post(std::string_view endpoint, const DocList& docs,
+                         const PostOptions& options = {});
+
+  // Blocks until SIGINT or SIGTERM arrives or Stop() is called.
+  void Block();
+  // Stops the gateway and all replicas; idempotent.
+  void Stop();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gantry
+
+#endif  // GANTRY_DEPLOYMENT_H_

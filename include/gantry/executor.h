@@ -1,0 +1,225 @@
+// File: gantry/executor.h
+//
+// Executors: user classes whose methods serve endpoints, the C++ counterpart
+// of Jina's Executor and `@requests`.
+//
+//   class MyExec final : public gantry::Executor {
+//     GANTRY_EXECUTOR(MyExec);           // YAML `jtype: MyExec`; leaves a public section
+//    public:
+//     explicit MyExec(const gantry::ExecutorContext& context);
+//
+//     GANTRY_REQUESTS(Encode, "/encode");  // Jina: @requests(on='/encode')
+//     void Encode(gantry::DocList& docs, const gantry::Parameters& parameters);
+//
+//     GANTRY_REQUESTS(Other);              // Jina: bare @requests -> /default
+//     gantry::Status Other(gantry::DocList& docs);
+//   };
+//   GANTRY_REGISTER_EXECUTOR(MyExec);      // in exactly one .cc file
+//
+// A handler returns void or gantry::Status and takes `DocList&`, optionally
+// followed by `const Parameters&`; it edits the documents in place. It may
+// throw: the exception becomes an error reply naming executor, endpoint and
+// message, and the worker keeps serving. The constructor runs in the worker
+// process and loads the model onto context.device; it may throw too, which
+// fails the replica's start with that message.
+//
+// Thread safety: the worker calls one handler of an executor at a time (as
+// Jina does for sync methods), so handlers need no locking of their own.
+#ifndef GANTRY_EXECUTOR_H_
+#define GANTRY_EXECUTOR_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include <gantry/device.h>
+#include <gantry/document.h>
+#include <gantry/status.h>
+
+namespace gantry {
+
+// Jina's names for the fallback endpoint and the dry-run probe.
+inline constexpr std::string_view kDefaultEndpoint = "/default";
+inline constexpr std::string_view kDryRunEndpoint = "_jina_dry_run_";
+
+// What an executor's constructor receives.
+struct ExecutorContext {
+  // metas.name: the executor's name in logs and errors ("executor").
+  std::string name = "executor";
+  // The device this replica must use, already validated.
+  Device device;
+  // `uses_with` / YAML `with:`, the constructor arguments.
+  Parameters with;
+  // YAML `metas:` (name, description, workspace, ...).
+  Value::Dict metas;
+  int replica_id = 0;
+  int replicas = 1;
+  // A directory this replica may write to; empty if none was configured.
+  std::string workspace;
+};
+
+// Base class of every executor.
+class Executor {
+ public:
+  Executor() = default;
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+  virtual ~Executor() = default;
+
+  // Called once when the worker shuts down, after the last request (Jina's
+  // close()). Not called if the constructor threw.
+  virtual void Close() {}
+};
+
+namespace internal {
+
+// A handler bound to its endpoints, with the executor type erased.
+struct Route {
+  std::string method_name;
+  std::vector<std::string> endpoints;
+  std::function<Status(Executor&, DocList&, const Parameters&)> invoke;
+};
+
+template <typename T>
+class RouteCollector {
+ public:
+  explicit RouteCollector(std::vector<Route>* routes) : routes_(routes) {}
+
+  template <auto kMethod>
+  void Add(std::string_view method_name, std::vector<std::string> endpoints) {
+    using M = decltype(kMethod);
+    constexpr bool kDocs = std::is_same_v<M, void (T::*)(DocList&)>;
+    constexpr bool kDocsParams = std::is_same_v<M, void (T::*)(DocList&, const Parameters&)>;
+    constexpr bool kStatusDocs = std::is_same_v<M, Status (T::*)(DocList&)>;
+    constexpr bool kStatusDocsParams =
+        std::is_same_v<M, Status (T::*)(DocList&, const Parameters&)>;
+    static_assert(kDocs || kDocsParams || kStatusDocs || kStatusDocsParams,
+                  "GANTRY_REQUESTS: a handler must be declared as "
+                  "`void Name(gantry::DocList& docs)` or "
+                  "`void Name(gantry::DocList& docs, const gantry::Parameters& parameters)`, "
+                  "optionally returning gantry::Status instead of void");
+    if (endpoints.empty()) {
+      endpoints.emplace_back(kDefaultEndpoint);
+    }
+    Route route;
+    route.method_name = std::string(method_name);
+    route.endpoints = std::move(endpoints);
+    route.invoke = [](Executor& executor, DocList& docs, const Parameters& parameters) -> Status {
+      T& self = static_cast<T&>(executor);
+      if constexpr (kDocs) {
+        (self.*kMethod)(docs);
+        return OkStatus();
+      } else if constexpr (kDocsParams) {
+        (self.*kMethod)(docs, parameters);
+        return OkStatus();
+      } else if constexpr (kStatusDocs) {
+        return (self.*kMethod)(docs);
+      } else {
+        return (self.*kMethod)(docs, parameters);
+      }
+    };
+    routes_->push_back(std::move(route));
+  }
+
+ private:
+  std::vector<Route>* routes_;
+};
+
+template <typename T>
+using RouteHookFn = void (*)(RouteCollector<T>&);
+
+// The hooks of T's GANTRY_REQUESTS lines, in declaration order.
+template <typename T>
+std::vector<RouteHookFn<T>>& RouteHooks() {
+  static std::vector<RouteHookFn<T>> hooks;
+  return hooks;
+}
+
+template <typename T>
+struct RouteHook {
+  explicit RouteHook(RouteHookFn<T> fn) { RouteHooks<T>().push_back(fn); }
+};
+
+// One registered executor type.
+struct ExecutorType {
+  std::string name;
+  // Where GANTRY_REGISTER_EXECUTOR stands, for duplicate-name errors.
+  std::string source_file;
+  std::function<std::unique_ptr<Executor>(const ExecutorContext&)> create;
+  std::function<std::vector<Route>()> routes;
+};
+
+// Aborts, naming both source files, if the name is taken (a build error,
+// not input).
+void RegisterExecutorType(ExecutorType type);
+
+template <typename T>
+struct ExecutorRegistrar {
+  explicit ExecutorRegistrar(const char* source_file) {
+    static_assert(std::is_base_of_v<Executor, T>,
+                  "GANTRY_REGISTER_EXECUTOR: the class must derive publicly from gantry::Executor");
+    static_assert(std::is_constructible_v<T, const ExecutorContext&>,
+                  "GANTRY_REGISTER_EXECUTOR: the class needs a public constructor "
+                  "`explicit T(const gantry::ExecutorContext& context)`");
+    ExecutorType type;
+    type.name = std::string(T::kName);
+    type.source_file = source_file;
+    type.create = [](const ExecutorContext& context) -> std::unique_ptr<Executor> {
+      return std::make_unique<T>(context);
+    };
+    type.routes = [] {
+      std::vector<Route> routes;
+      RouteCollector<T> collector(&routes);
+      for (RouteHookFn<T> hook : RouteHooks<T>()) {
+        hook(collector);
+      }
+      return routes;
+    };
+    RegisterExecutorType(std::move(type));
+  }
+};
+
+}  // namespace internal
+
+// Describes a registered executor type (for `gantry executors` and errors).
+struct ExecutorTypeInfo {
+  std::string name;
+  std::string source_file;
+  // endpoint -> handler method name, "/default" included when bound.
+  std::vector<std::pair<std::string, std::string>> endpoints;
+};
+
+// Registered executor types, sorted by name.
+std::vector<ExecutorTypeInfo> RegisteredExecutors();
+// True if this program registered `name`.
+bool IsExecutorRegistered(std::string_view name);
+
+}  // namespace gantry
+
+// Inside the class body: names the executor type (YAML `jtype:`). Leaves the
+// class in a public section.
+#define GANTRY_EXECUTOR(Type) \
+ public:                      \
+  using GantrySelf = Type;    \
+  static constexpr std::string_view kName = #Type
+
+// Beside a handler's declaration: binds it to the listed endpoints, or to
+// "/default" when none are listed. One line per handler.
+#define GANTRY_REQUESTS(method, ...)                                                          \
+  static void GantryRoute_##method(::gantry::internal::RouteCollector<GantrySelf>& routes) { \
+    routes.template Add<&GantrySelf::method>(#method, {__VA_ARGS__});                        \
+  }                                                                                           \
+  inline static const ::gantry::internal::RouteHook<GantrySelf> gantry_route_hook_##method {  \
+    &GantrySelf::GantryRoute_##method                                                         \
+  }
+
+// In one .cc file per executor: adds the type to the registry at start-up.
+#define GANTRY_REGISTER_EXECUTOR(Type)                                          \
+  static const ::gantry::internal::ExecutorRegistrar<Type> gantry_registrar_##Type( \
+      __FILE__);                                                                \
+  void GantryForceLink_##Type() {}
+
+#endif  // GANTRY_EXECUTOR_H_

@@ -1,0 +1,24 @@
+// File: gantry/init.h
+//
+// gantry::Init must be the first call in main() of any program that defines
+// executors and starts a Deployment of them. A Deployment re-executes the
+// program once per replica with a worker flag; in that case Init runs the
+// worker (loads the executor, serves gRPC until told to stop) and exits the
+// process. Otherwise it returns at once and does nothing.
+#ifndef GANTRY_INIT_H_
+#define GANTRY_INIT_H_
+
+namespace gantry {
+
+void Init(int argc, char** argv);
+
+// True if argv asks for worker mode (used by Init; exposed for tests).
+bool IsWorkerInvocation(int argc, char** argv);
+
+// Runs a worker from argv (the worker flags) and returns its exit code.
+// Init calls this; the `gantry-worker` program's main is just this.
+int RunWorkerMain(int argc, char** argv);
+
+}  // namespace gantry
+
+#endif  // GANTRY_INIT_H_
