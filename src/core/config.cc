@@ -1,0 +1,784 @@
+#include <gantry/config.h>
+#include <gantry/device.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace gantry {
+namespace {
+
+// `timeout_ready: -1` waits forever; a finite stand-in keeps deadline
+// arithmetic (now + timeout) from overflowing.
+constexpr std::chrono::milliseconds kForever = std::chrono::hours(24 * 365 * 100);
+
+constexpr std::string_view kExecutorKeys[] = {"jtype", "with", "metas", "requests",
+                                              "dynamic_batching"};
+constexpr std::string_view kMetasKeys[] = {"name", "description", "workspace",
+                                           "url",  "keywords",    "libs"};
+constexpr std::string_view kDeploymentKeys[] = {"jtype", "version", "with"};
+constexpr std::string_view kDeploymentWithKeys[] = {
+    "uses", "uses_with", "uses_metas", "name",          "replicas",
+    "port", "host",      "env",        "timeout_ready", "log_level"};
+constexpr std::string_view kLogLevels[] = {"debug", "info", "warning", "error"};
+
+std::string Join(std::string_view path, std::string_view key) {
+  if (path.empty()) {
+    return std::string(key);
+  }
+  return std::string(path) + "." + std::string(key);
+}
+
+std::string Quote(std::string_view text) { return "\"" + std::string(text) + "\""; }
+
+std::string JoinNames(std::span<const std::string_view> names) {
+  std::string out;
+  for (std::string_view name : names) {
+    if (!out.empty()) {
+      out += ", ";
+    }
+    out += name;
+  }
+  return out;
+}
+
+bool IsSpace(char c) { return c == ' ' || c == '\t'; }
+
+std::string_view Trim(std::string_view text) {
+  while (!text.empty() && IsSpace(text.front())) {
+    text.remove_prefix(1);
+  }
+  while (!text.empty() && IsSpace(text.back())) {
+    text.remove_suffix(1);
+  }
+  return text;
+}
+
+bool IsEnvName(std::string_view name) {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) {
+    return false;
+  }
+  for (char c : name) {
+    bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    if (!ok) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// YAML 1.2 core-schema integers: decimal, 0x hex, 0o octal.
+enum class IntParse { kNotInt, kOk, kOutOfRange };
+IntParse ParseInt(std::string_view text, std::int64_t* out) {
+  bool negative = false;
+  std::string_view digits = text;
+  if (!digits.empty() && (digits[0] == '-' || digits[0] == '+')) {
+    negative = digits[0] == '-';
+    digits.remove_prefix(1);
+  }
+  int base = 10;
+  if (digits.starts_with("0x")) {
+    base = 16;
+    digits.remove_prefix(2);
+  } else if (digits.starts_with("0o")) {
+    base = 8;
+    digits.remove_prefix(2);
+  }
+  if (digits.empty()) {
+    return IntParse::kNotInt;
+  }
+  for (char c : digits) {
+    bool ok = base == 16 ? std::isxdigit(static_cast<unsigned char>(c)) != 0
+                         : (c >= '0' && c < static_cast<char>('0' + base));
+    if (!ok) {
+      return IntParse::kNotInt;
+    }
+  }
+  std::uint64_t magnitude = 0;
+  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), magnitude, base);
+  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  if (ec != std::errc() || magnitude > kMax + (negative ? 1 : 0)) {
+    return IntParse::kOutOfRange;
+  }
+  *out = negative ? static_cast<std::int64_t>(0 - magnitude) : static_cast<std::int64_t>(magnitude);
+  return IntParse::kOk;
+}
+
+// YAML 1.2 core-schema floats, including .inf and .nan.
+bool ParseFloat(std::string_view text, double* out) {
+  std::string_view body = text;
+  bool negative = false;
+  if (!body.empty() && (body[0] == '-' || body[0] == '+')) {
+    negative = body[0] == '-';
+    body.remove_prefix(1);
+  }
+  if (body == ".inf" || body == ".Inf" || body == ".INF") {
+    *out = negative ? -std::numeric_limits<double>::infinity()
+                    : std::numeric_limits<double>::infinity();
+    return true;
+  }
+  if (text == ".nan" || text == ".NaN" || text == ".NAN") {
+    *out = std::numeric_limits<double>::quiet_NaN();
+    return true;
+  }
+  bool has_digit = false;
+  for (char c : body) {
+    if (c >= '0' && c <= '9') {
+      has_digit = true;
+    } else if (c != '.' && c != 'e' && c != 'E' && c != '-' && c != '+') {
+      return false;
+    }
+  }
+  if (!has_digit || body[0] == 'e' || body[0] == 'E' || body[0] == '-' || body[0] == '+') {
+    return false;
+  }
+  double value = 0;
+  auto [ptr, ec] = std::from_chars(body.data(), body.data() + body.size(), value);
+  if (ptr != body.data() + body.size() ||
+      (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+    return false;
+  }
+  *out = negative ? -value : value;
+  return true;
+}
+
+std::optional<bool> ParseBool(std::string_view text) {
+  if (text == "true" || text == "True" || text == "TRUE") {
+    return true;
+  }
+  if (text == "false" || text == "False" || text == "FALSE") {
+    return false;
+  }
+  return std::nullopt;
+}
+
+bool IsNullText(std::string_view text) {
+  return text == "~" || text == "null" || text == "Null" || text == "NULL";
+}
+
+// A scalar after substitution and typing; `text` is what it became.
+struct Scalar {
+  Value value;
+  std::string text;
+};
+
+// One `key: value` of a mapping.
+struct Entry {
+  std::string key;
+  YAML::Node key_node;
+  YAML::Node value;
+  // Where errors about the value point: an empty value has no position of
+  // its own (yaml-cpp marks the next token), so its key's is used.
+  YAML::Mark mark;
+};
+
+class Parser {
+ public:
+  Parser(std::string source, std::filesystem::path base_dir)
+      : source_(std::move(source)), base_dir_(std::move(base_dir)) {}
+
+  Status Error(const YAML::Mark& mark, std::string_view path, std::string_view what) const {
+    std::string message = source_;
+    if (!mark.is_null()) {
+      message += ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+    }
+    message += ": ";
+    if (!path.empty()) {
+      message += std::string(path) + ": ";
+    }
+    message += what;
+    return InvalidArgumentError(std::move(message));
+  }
+
+  // Loads the single document of `yaml` and checks that it is a mapping.
+  StatusOr<YAML::Node> LoadDocument(std::string_view yaml) const {
+    std::vector<YAML::Node> docs;
+    try {
+      docs = YAML::LoadAll(std::string(yaml));
+    } catch (const YAML::Exception& e) {
+      return Error(e.mark, "", e.msg);
+    }
+    YAML::Mark start;
+    if (docs.empty()) {
+      return Error(start, "", "empty document, expected a mapping");
+    }
+    if (docs.size() > 1) {
+      return Error(docs[1].Mark(), "",
+                   "expected one YAML document, found " + std::to_string(docs.size()));
+    }
+    if (!docs[0].IsMap()) {
+      return Error(docs[0].IsNull() ? start : docs[0].Mark(), "",
+                   "expected a mapping at the top level, got " + Describe(docs[0]));
+    }
+    return docs[0];
+  }
+
+  StatusOr<ExecutorConfig> ParseExecutor(const YAML::Node& node, const YAML::Mark& mark,
+                                         const std::string& path) const {
+    if (!node.IsMap()) {
+      return Error(mark, path, "expected a mapping with jtype, with, metas; got " + Describe(node));
+    }
+    GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(node, path, kExecutorKeys));
+    ExecutorConfig config;
+    bool has_jtype = false;
+    for (const Entry& e : entries) {
+      std::string key_path = Join(path, e.key);
+      if (e.key == "jtype") {
+        GANTRY_ASSIGN_OR_RETURN(config.jtype, ReadName(e, key_path));
+        if (config.jtype == "Deployment" || config.jtype == "Flow") {
+          return Error(e.mark, key_path, "expected an executor type, got " + Quote(config.jtype));
+        }
+        has_jtype = true;
+      } else if (e.key == "with") {
+        GANTRY_ASSIGN_OR_RETURN(config.with, ParseWith(e, key_path));
+      } else if (e.key == "metas") {
+        GANTRY_ASSIGN_OR_RETURN(config.metas, ParseMetas(e, key_path));
+      } else {
+        // requests / dynamic_batching: valid Jina, but nothing carries them
+        // to the worker yet, and silently dropping them would be worse.
+        if (!e.value.IsMap()) {
+          return Error(e.mark, key_path, "expected a mapping, got " + Describe(e.value));
+        }
+        return Error(e.key_node.Mark(), key_path, "not supported yet");
+      }
+    }
+    if (!has_jtype) {
+      return Error(mark, Join(path, "jtype"), "required key is missing");
+    }
+    return config;
+  }
+
+  StatusOr<DeploymentOptions> ParseDeployment(const YAML::Node& root) const {
+    GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(root, "", kDeploymentKeys));
+    const Entry* with = nullptr;
+    bool has_jtype = false;
+    for (const Entry& e : entries) {
+      if (e.key == "jtype") {
+        GANTRY_ASSIGN_OR_RETURN(Scalar jtype, ReadScalar(e.value, e.mark, e.key));
+        if (jtype.text != "Deployment") {
+          return Error(e.mark, e.key, "expected \"Deployment\", got " + Got(e.value, jtype));
+        }
+        has_jtype = true;
+      } else if (e.key == "version") {
+        GANTRY_ASSIGN_OR_RETURN(Scalar version, ReadScalar(e.value, e.mark, e.key));
+        (void)version;
+      } else {
+        with = &e;
+      }
+    }
+    YAML::Mark start = root.Mark();
+    if (!has_jtype) {
+      return Error(start, "jtype", "required key is missing");
+    }
+    if (with == nullptr) {
+      return Error(start, "with", "required key is missing");
+    }
+    if (!with->value.IsMap()) {
+      return Error(with->mark, "with", "expected a mapping, got " + Describe(with->value));
+    }
+    return ParseDeploymentWith(*with);
+  }
+
+ private:
+  // "a mapping", "null", "\"two\"", "1.5": what a value was, for messages.
+  static std::string Describe(const YAML::Node& node) {
+    if (node.IsMap()) {
+      return "a mapping";
+    }
+    if (node.IsSequence()) {
+      return "a sequence";
+    }
+    if (node.IsNull() || !node.IsDefined()) {
+      return "null";
+    }
+    return Quote(node.Scalar());
+  }
+
+  static std::string Got(const YAML::Node& node, const Scalar& scalar) {
+    if (!node.IsScalar()) {
+      return Describe(node);
+    }
+    return scalar.value.AsText() != nullptr ? Quote(scalar.text) : scalar.text;
+  }
+
+  // The entries of a mapping, rejecting duplicate keys, non-scalar keys and
+  // (if `allowed` is not empty) keys not in `allowed`.
+  StatusOr<std::vector<Entry>> Entries(const YAML::Node& map, std::string_view path,
+                                       std::span<const std::string_view> allowed) const {
+    std::vector<Entry> entries;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      YAML::Node key = it->first;
+      if (!key.IsScalar()) {
+        return Error(key.Mark(), path, "expected a string key, got " + Describe(key));
+      }
+      std::string name = key.Scalar();
+      std::string key_path = Join(path, name);
+      for (const Entry& seen : entries) {
+        if (seen.key == name) {
+          return Error(key.Mark(), key_path,
+                       "duplicate key (first at line " +
+                           std::to_string(seen.key_node.Mark().line + 1) + ")");
+        }
+      }
+      if (!allowed.empty()) {
+        bool known = false;
+        for (std::string_view a : allowed) {
+          known = known || a == name;
+        }
+        if (!known) {
+          return Error(key.Mark(), key_path, "unknown key; allowed keys: " + JoinNames(allowed));
+        }
+      }
+      YAML::Node value = it->second;
+      YAML::Mark mark = value.IsNull() ? key.Mark() : value.Mark();
+      entries.push_back(Entry{std::move(name), key, value, mark});
+    }
+    return entries;
+  }
+
+  // Replaces every `${{ ENV.NAME }}` in `text`.
+  StatusOr<std::string> Substitute(std::string_view text, const YAML::Mark& mark,
+                                   std::string_view path) const {
+    std::string out;
+    std::size_t pos = 0;
+    while (true) {
+      std::size_t open = text.find("${{", pos);
+      if (open == std::string_view::npos) {
+        out += text.substr(pos);
+        return out;
+      }
+      out += text.substr(pos, open - pos);
+      std::size_t close = text.find("}}", open + 3);
+      if (close == std::string_view::npos) {
+        return Error(mark, path, "unterminated \"${{\" (expected ${{ ENV.NAME }})");
+      }
+      std::string_view expr = Trim(text.substr(open + 3, close - open - 3));
+      if (!expr.starts_with("ENV.") || !IsEnvName(expr.substr(4))) {
+        return Error(mark, path,
+                     "unsupported substitution " + Quote(text.substr(open, close + 2 - open)) +
+                         " (only ${{ ENV.NAME }} is supported)");
+      }
+      std::string name(expr.substr(4));
+      const char* value = std::getenv(name.c_str());
+      if (value == nullptr) {
+        return Error(mark, path, "environment variable " + name + " is not set");
+      }
+      out += value;
+      pos = close + 2;
+    }
+  }
+
+  // A scalar (or null) node, substituted and typed by its tag: quoted and
+  // !!str scalars stay text, plain ones are resolved as YAML 1.2 does.
+  StatusOr<Scalar> ReadScalar(const YAML::Node& node, const YAML::Mark& mark,
+                              std::string_view path) const {
+    if (node.IsNull()) {
+      return Scalar{Value(), "null"};
+    }
+    if (!node.IsScalar()) {
+      return Error(mark, path, "expected a scalar, got " + Describe(node));
+    }
+    GANTRY_ASSIGN_OR_RETURN(std::string text, Substitute(node.Scalar(), mark, path));
+    const std::string& tag = node.Tag();
+    constexpr std::string_view kCore = "tag:yaml.org,2002:";
+    std::string_view type;
+    if (tag == "?") {
+      type = "";
+    } else if (tag == "!") {
+      type = "str";
+    } else if (tag.starts_with(kCore)) {
+      type = std::string_view(tag).substr(kCore.size());
+    } else {
+      return Error(mark, path, "unsupported YAML tag " + Quote(tag));
+    }
+    std::int64_t i = 0;
+    double d = 0;
+    if (type == "str") {
+      return Scalar{Value(text), text};
+    }
+    if (type.empty() || type == "int") {
+      switch (ParseInt(text, &i)) {
+        case IntParse::kOk:
+          return Scalar{Value(i), text};
+        case IntParse::kOutOfRange:
+          return Error(mark, path, "integer " + text + " does not fit in 64 bits");
+        case IntParse::kNotInt:
+          if (!type.empty()) {
+            return Error(mark, path, "expected an integer, got " + Quote(text));
+          }
+      }
+    }
+    if (type.empty() || type == "float") {
+      if (ParseFloat(text, &d)) {
+        return Scalar{Value(d), text};
+      }
+      if (!type.empty()) {
+        return Error(mark, path, "expected a float, got " + Quote(text));
+      }
+    }
+    if (type.empty() || type == "bool") {
+      if (std::optional<bool> b = ParseBool(text)) {
+        return Scalar{Value(*b), text};
+      }
+      if (!type.empty()) {
+        return Error(mark, path, "expected true or false, got " + Quote(text));
+      }
+    }
+    if (type.empty() || type == "null") {
+      if (IsNullText(text) || (!type.empty() && text.empty())) {
+        return Scalar{Value(), text};
+      }
+      if (!type.empty()) {
+        return Error(mark, path, "expected null, got " + Quote(text));
+      }
+    }
+    if (!type.empty()) {
+      return Error(mark, path, "unsupported YAML tag " + Quote(tag));
+    }
+    return Scalar{Value(text), text};
+  }
+
+  StatusOr<Value> ToValue(const YAML::Node& node, const YAML::Mark& mark,
+                          const std::string& path) const {
+    if (node.IsMap()) {
+      GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(node, path, {}));
+      Value::Dict dict;
+      for (const Entry& e : entries) {
+        GANTRY_ASSIGN_OR_RETURN(Value value, ToValue(e.value, e.mark, Join(path, e.key)));
+        dict.emplace(e.key, std::move(value));
+      }
+      return Value(std::move(dict));
+    }
+    if (node.IsSequence()) {
+      Value::List items;
+      std::size_t index = 0;
+      for (auto it = node.begin(); it != node.end(); ++it, ++index) {
+        GANTRY_ASSIGN_OR_RETURN(Value item, ToValue(*it, it->IsNull() ? mark : it->Mark(),
+                                                    path + "[" + std::to_string(index) + "]"));
+        items.push_back(std::move(item));
+      }
+      return Value(std::move(items));
+    }
+    GANTRY_ASSIGN_OR_RETURN(Scalar scalar, ReadScalar(node, mark, path));
+    return std::move(scalar.value);
+  }
+
+  // Any scalar as text (numbers as written), after substitution.
+  StatusOr<std::string> ReadText(const Entry& e, std::string_view path) const {
+    if (!e.value.IsScalar()) {
+      return Error(e.mark, path, "expected a string, got " + Describe(e.value));
+    }
+    return Substitute(e.value.Scalar(), e.mark, path);
+  }
+
+  StatusOr<std::string> ReadName(const Entry& e, std::string_view path) const {
+    GANTRY_ASSIGN_OR_RETURN(std::string text, ReadText(e, path));
+    if (text.empty()) {
+      return Error(e.mark, path, "expected a non-empty string");
+    }
+    return text;
+  }
+
+  StatusOr<std::int64_t> ReadInt(const Entry& e, std::string_view path, std::int64_t min,
+                                 std::int64_t max, std::string_view expected) const {
+    GANTRY_ASSIGN_OR_RETURN(Scalar scalar, ReadScalar(e.value, e.mark, path));
+    const std::int64_t* i = scalar.value.AsInt();
+    if (i == nullptr || *i < min || *i > max) {
+      return Error(e.mark, path,
+                   "expected " + std::string(expected) + ", got " + Got(e.value, scalar));
+    }
+    return *i;
+  }
+
+  // A mapping (or an empty value) as a Value::Dict.
+  StatusOr<Value::Dict> ReadDict(const Entry& e, const std::string& path) const {
+    if (e.value.IsNull()) {
+      return Value::Dict{};
+    }
+    if (!e.value.IsMap()) {
+      return Error(e.mark, path, "expected a mapping, got " + Describe(e.value));
+    }
+    GANTRY_ASSIGN_OR_RETURN(Value value, ToValue(e.value, e.mark, path));
+    return std::move(*value.AsMutableDict());
+  }
+
+  // `with:` / `uses_with:`: constructor arguments; `device` is checked here
+  // so that a bad one is reported where it was written.
+  StatusOr<Value::Dict> ParseWith(const Entry& e, const std::string& path) const {
+    GANTRY_ASSIGN_OR_RETURN(Value::Dict with, ReadDict(e, path));
+    auto device = with.find("device");
+    if (device == with.end()) {
+      return with;
+    }
+    YAML::Mark mark = e.mark;
+    for (auto it = e.value.begin(); it != e.value.end(); ++it) {
+      if (it->first.Scalar() == "device") {
+        mark = it->second.IsNull() ? it->first.Mark() : it->second.Mark();
+      }
+    }
+    std::string device_path = Join(path, "device");
+    const std::string* text = device->second.AsText();
+    if (text == nullptr) {
+      return Error(mark, device_path,
+                   "expected a device string (\"cpu\", \"cuda\", \"cuda:N\" or \"auto\"), got " +
+                       device->second.DebugString());
+    }
+    StatusOr<Device> parsed = Device::Parse(*text);
+    if (!parsed.ok()) {
+      return Error(mark, device_path, parsed.status().message());
+    }
+    return with;
+  }
+
+  StatusOr<Value::Dict> ParseMetas(const Entry& e, const std::string& path) const {
+    if (e.value.IsNull()) {
+      return Value::Dict{};
+    }
+    if (!e.value.IsMap()) {
+      return Error(e.mark, path, "expected a mapping, got " + Describe(e.value));
+    }
+    GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(e.value, path, kMetasKeys));
+    Value::Dict metas;
+    for (const Entry& m : entries) {
+      std::string key_path = Join(path, m.key);
+      if (m.key == "keywords" || m.key == "libs") {
+        if (!m.value.IsSequence()) {
+          return Error(m.mark, key_path, "expected a list of strings, got " + Describe(m.value));
+        }
+        Value::List items;
+        std::size_t index = 0;
+        for (auto it = m.value.begin(); it != m.value.end(); ++it, ++index) {
+          Entry item{m.key, m.key_node, *it, it->IsNull() ? m.mark : it->Mark()};
+          GANTRY_ASSIGN_OR_RETURN(std::string text,
+                                  ReadText(item, key_path + "[" + std::to_string(index) + "]"));
+          items.emplace_back(std::move(text));
+        }
+        metas.emplace(m.key, Value(std::move(items)));
+      } else {
+        GANTRY_ASSIGN_OR_RETURN(std::string text, ReadText(m, key_path));
+        metas.emplace(m.key, Value(std::move(text)));
+      }
+    }
+    return metas;
+  }
+
+  // `uses: exec.yml`: the file is loaded now, so workers never need it.
+  StatusOr<ExecutorConfig> LoadUsesFile(const Entry& e, const std::string& uses) const {
+    std::filesystem::path path(uses);
+    if (path.is_relative() && !base_dir_.empty()) {
+      path = base_dir_ / path;
+    }
+    StatusOr<ExecutorConfig> config = LoadExecutorConfig(path.string());
+    if (!config.ok()) {
+      // Reported as a fault of this file, whatever the referenced file's code.
+      return Error(e.mark, "with.uses", config.status().message());
+    }
+    return config;
+  }
+
+  StatusOr<DeploymentOptions> ParseDeploymentWith(const Entry& with) const {
+    GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries,
+                            Entries(with.value, "with", kDeploymentWithKeys));
+    DeploymentOptions options;
+    Value::Dict base_with;
+    Value::Dict base_metas;
+    bool has_uses = false;
+    for (const Entry& e : entries) {
+      std::string path = Join("with", e.key);
+      if (e.key == "uses") {
+        has_uses = true;
+        if (e.value.IsMap()) {
+          GANTRY_ASSIGN_OR_RETURN(ExecutorConfig config, ParseExecutor(e.value, e.mark, path));
+          options.uses = std::move(config.jtype);
+          base_with = std::move(config.with);
+          base_metas = std::move(config.metas);
+          continue;
+        }
+        if (!e.value.IsScalar()) {
+          return Error(
+              e.mark, path,
+              "expected an executor type, a .yml path or a mapping, got " + Describe(e.value));
+        }
+        GANTRY_ASSIGN_OR_RETURN(std::string uses, ReadName(e, path));
+        if (uses.ends_with(".yml") || uses.ends_with(".yaml")) {
+          GANTRY_ASSIGN_OR_RETURN(ExecutorConfig config, LoadUsesFile(e, uses));
+          options.uses = std::move(config.jtype);
+          base_with = std::move(config.with);
+          base_metas = std::move(config.metas);
+        } else {
+          options.uses = std::move(uses);
+        }
+      } else if (e.key == "uses_with") {
+        GANTRY_ASSIGN_OR_RETURN(options.uses_with, ParseWith(e, path));
+      } else if (e.key == "uses_metas") {
+        GANTRY_ASSIGN_OR_RETURN(options.uses_metas, ParseMetas(e, path));
+      } else if (e.key == "name") {
+        GANTRY_ASSIGN_OR_RETURN(options.name, ReadName(e, path));
+      } else if (e.key == "replicas") {
+        GANTRY_ASSIGN_OR_RETURN(
+            std::int64_t replicas,
+            ReadInt(e, path, 1, std::numeric_limits<int>::max(), "an integer >= 1"));
+        options.replicas = static_cast<int>(replicas);
+      } else if (e.key == "port") {
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t port,
+                                ReadInt(e, path, 0, 65535, "an integer from 0 to 65535"));
+        options.port = static_cast<int>(port);
+      } else if (e.key == "host") {
+        GANTRY_ASSIGN_OR_RETURN(options.host, ReadName(e, path));
+      } else if (e.key == "env") {
+        GANTRY_RETURN_IF_ERROR(ParseEnv(e, path, &options.env));
+      } else if (e.key == "timeout_ready") {
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t ms,
+                                ReadInt(e, path, -1, std::numeric_limits<std::int64_t>::max(),
+                                        "milliseconds >= 0, or -1 to wait forever"));
+        options.timeout_ready = ms < 0 ? kForever : std::chrono::milliseconds(ms);
+      } else {
+        GANTRY_ASSIGN_OR_RETURN(std::string level, ReadText(e, path));
+        bool known = false;
+        for (std::string_view l : kLogLevels) {
+          known = known || l == level;
+        }
+        if (!known) {
+          return Error(e.mark, path,
+                       "expected one of debug, info, warning, error; got " + Quote(level));
+        }
+        options.log_level = std::move(level);
+      }
+    }
+    if (!has_uses) {
+      return Error(with.mark, "with.uses", "required key is missing");
+    }
+    // uses_with / uses_metas override the executor's own with / metas.
+    for (auto& [key, value] : options.uses_with) {
+      base_with.insert_or_assign(key, std::move(value));
+    }
+    options.uses_with = std::move(base_with);
+    for (auto& [key, value] : options.uses_metas) {
+      base_metas.insert_or_assign(key, std::move(value));
+    }
+    options.uses_metas = std::move(base_metas);
+    return options;
+  }
+
+  Status ParseEnv(const Entry& e, const std::string& path,
+                  std::map<std::string, std::string>* env) const {
+    if (e.value.IsNull()) {
+      return OkStatus();
+    }
+    if (!e.value.IsMap()) {
+      return Error(e.mark, path, "expected a mapping, got " + Describe(e.value));
+    }
+    GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(e.value, path, {}));
+    for (const Entry& v : entries) {
+      std::string key_path = Join(path, v.key);
+      if (v.key.empty() || v.key.find('=') != std::string::npos ||
+          v.key.find('\0') != std::string::npos) {
+        return Error(v.key_node.Mark(), key_path,
+                     "not a valid environment variable name (empty, or has '=')");
+      }
+      if (!v.value.IsScalar()) {
+        return Error(v.mark, key_path,
+                     "expected a string, number or bool, got " + Describe(v.value));
+      }
+      GANTRY_ASSIGN_OR_RETURN(std::string text, ReadText(v, key_path));
+      (*env)[v.key] = std::move(text);
+    }
+    return OkStatus();
+  }
+
+  std::string source_;
+  std::filesystem::path base_dir_;
+};
+
+StatusOr<std::string> ReadFile(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    int err = errno;
+    std::string message = path + ": cannot open: " + std::strerror(err);
+    if (err == ENOENT || err == ENOTDIR) {
+      return NotFoundError(std::move(message));
+    }
+    return InvalidArgumentError(std::move(message));
+  }
+  std::string text;
+  char buffer[65536];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) {
+    text.append(buffer, n);
+  }
+  int err = std::ferror(file) ? errno : 0;
+  std::fclose(file);
+  if (err != 0) {
+    return InvalidArgumentError(path + ": cannot read: " + std::strerror(err));
+  }
+  return text;
+}
+
+// Relative `uses:` paths in text that did not come from a file resolve
+// against the working directory.
+std::filesystem::path BaseDir(std::string_view source) {
+  if (source.empty() || source.front() == '<') {
+    return {};
+  }
+  return std::filesystem::path(source).parent_path();
+}
+
+// yaml-cpp reports some problems by throwing; none may escape.
+template <typename F>
+auto Guard(std::string_view source, F&& parse) -> decltype(parse()) {
+  try {
+    return parse();
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(std::string(source) + ":" + std::to_string(e.mark.line + 1) + ":" +
+                                std::to_string(e.mark.column + 1) + ": " + e.msg);
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(std::string(source) + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+StatusOr<ExecutorConfig> ParseExecutorConfig(std::string_view yaml, std::string_view source) {
+  return Guard(source, [&]() -> StatusOr<ExecutorConfig> {
+    Parser parser(std::string(source), BaseDir(source));
+    GANTRY_ASSIGN_OR_RETURN(YAML::Node root, parser.LoadDocument(yaml));
+    return parser.ParseExecutor(root, root.Mark(), "");
+  });
+}
+
+StatusOr<ExecutorConfig> LoadExecutorConfig(const std::string& path) {
+  GANTRY_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseExecutorConfig(text, path);
+}
+
+StatusOr<DeploymentOptions> ParseDeploymentConfig(std::string_view yaml, std::string_view source) {
+  return Guard(source, [&]() -> StatusOr<DeploymentOptions> {
+    Parser parser(std::string(source), BaseDir(source));
+    GANTRY_ASSIGN_OR_RETURN(YAML::Node root, parser.LoadDocument(yaml));
+    return parser.ParseDeployment(root);
+  });
+}
+
+StatusOr<DeploymentOptions> LoadDeploymentConfig(const std::string& path) {
+  GANTRY_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseDeploymentConfig(text, path);
+}
+
+}  // namespace gantry

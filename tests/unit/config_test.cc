@@ -1,0 +1,504 @@
+#include <gantry/config.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace gantry {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// A fresh directory under /tmp, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    char name[] = "/tmp/gantry_config_test.XXXXXX";
+    const char* made = mkdtemp(name);
+    EXPECT_NE(made, nullptr);
+    path_ = made != nullptr ? made : "";
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+  std::string Write(const std::string& relative, const std::string& text) const {
+    std::filesystem::path file = std::filesystem::path(path_) / relative;
+    std::filesystem::create_directories(file.parent_path());
+    std::ofstream(file) << text;
+    return file.string();
+  }
+
+ private:
+  std::string path_;
+};
+
+// Sets an environment variable for one test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+template <typename T>
+std::string ErrorOf(const StatusOr<T>& result, StatusCode code = StatusCode::kInvalidArgument) {
+  EXPECT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), code) << result.status();
+  return result.status().message();
+}
+
+std::string ExecutorError(const std::string& yaml) {
+  return ErrorOf(ParseExecutorConfig(yaml, "exec.yml"));
+}
+
+std::string DeploymentError(const std::string& yaml) {
+  return ErrorOf(ParseDeploymentConfig(yaml, "dep.yml"));
+}
+
+// ---- Executor YAML --------------------------------------------------------
+
+TEST(ExecutorConfigTest, ParsesTypedWithAndMetas) {
+  StatusOr<ExecutorConfig> config = ParseExecutorConfig(R"(jtype: MyExec
+with:
+  model: bert
+  dim: 384
+  scale: 0.5
+  big: 1e3
+  inf: -.inf
+  normalize: true
+  off: False
+  none: ~
+  empty:
+  quoted: "42"
+  single: 'true'
+  tagged: !!str 7
+  hex: 0x1F
+  list: [1, two, 3.0]
+  nested: {a: {b: [x, y]}}
+  device: cuda:1
+metas:
+  name: encoder
+  description: encodes
+  workspace: /tmp/ws
+  url: http://example.com
+  keywords: [a, b]
+  libs: [libfoo.so]
+)",
+                                                        "exec.yml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->jtype, "MyExec");
+  Value::Dict want{{"model", "bert"},
+                   {"dim", 384},
+                   {"scale", 0.5},
+                   {"big", 1000.0},
+                   {"inf", -std::numeric_limits<double>::infinity()},
+                   {"normalize", true},
+                   {"off", false},
+                   {"none", Value()},
+                   {"empty", Value()},
+                   {"quoted", "42"},
+                   {"single", "true"},
+                   {"tagged", "7"},
+                   {"hex", 31},
+                   {"list", Value::List{1, "two", 3.0}},
+                   {"nested", Value::Dict{{"a", Value::Dict{{"b", Value::List{"x", "y"}}}}}},
+                   {"device", "cuda:1"}};
+  EXPECT_EQ(config->with, want);
+  ASSERT_NE(config->with["dim"].AsInt(), nullptr);
+  ASSERT_NE(config->with["list"].AsList()->at(2).AsFloat(), nullptr);
+  Value::Dict want_metas{{"name", "encoder"},
+                         {"description", "encodes"},
+                         {"workspace", "/tmp/ws"},
+                         {"url", "http://example.com"},
+                         {"keywords", Value::List{"a", "b"}},
+                         {"libs", Value::List{"libfoo.so"}}};
+  EXPECT_EQ(config->metas, want_metas);
+}
+
+TEST(ExecutorConfigTest, JtypeAloneIsEnough) {
+  StatusOr<ExecutorConfig> config = ParseExecutorConfig("jtype: MyExec\nwith:\nmetas: {}\n", "x");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->jtype, "MyExec");
+  EXPECT_TRUE(config->with.empty());
+  EXPECT_TRUE(config->metas.empty());
+}
+
+TEST(ExecutorConfigTest, RejectsUnknownKeys) {
+  EXPECT_EQ(ExecutorError("jtype: MyExec\npy_modules: [x.py]\n"),
+            "exec.yml:2:1: py_modules: unknown key; allowed keys: jtype, with, metas, requests, "
+            "dynamic_batching");
+  EXPECT_EQ(ExecutorError("jtype: MyExec\nmetas:\n  name: x\n  author: me\n"),
+            "exec.yml:4:3: metas.author: unknown key; allowed keys: name, description, "
+            "workspace, url, keywords, libs");
+}
+
+TEST(ExecutorConfigTest, RequestsAndDynamicBatchingAreNotSupportedYet) {
+  EXPECT_EQ(ExecutorError("jtype: MyExec\nrequests:\n  /encode: encode\n"),
+            "exec.yml:2:1: requests: not supported yet");
+  EXPECT_EQ(ExecutorError("jtype: MyExec\ndynamic_batching:\n  /encode: {preferred_batch_size: "
+                          "32, timeout: 200}\n"),
+            "exec.yml:2:1: dynamic_batching: not supported yet");
+  EXPECT_EQ(ExecutorError("jtype: MyExec\ndynamic_batching: 32\n"),
+            "exec.yml:2:19: dynamic_batching: expected a mapping, got \"32\"");
+}
+
+TEST(ExecutorConfigTest, RejectsWrongTypes) {
+  EXPECT_EQ(ExecutorError("with: {a: 1}\n"), "exec.yml:1:1: jtype: required key is missing");
+  EXPECT_EQ(ExecutorError("jtype: [A, B]\n"),
+            "exec.yml:1:8: jtype: expected a string, got a sequence");
+  EXPECT_EQ(ExecutorError("jtype:\n"), "exec.yml:1:1: jtype: expected a string, got null");
+  EXPECT_EQ(ExecutorError("jtype: Deployment\n"),
+            "exec.yml:1:8: jtype: expected an executor type, got \"Deployment\"");
+  EXPECT_EQ(ExecutorError("jtype: MyExec\nwith: [1, 2]\n"),
+            "exec.yml:2:7: with: expected a mapping, got a sequence");
+  EXPECT_EQ(ExecutorError("jtype: MyExec\nmetas:\n  libs: libfoo.so\n"),
+            "exec.yml:3:9: metas.libs: expected a list of strings, got \"libfoo.so\"");
+  EXPECT_EQ(ExecutorError("jtype: MyExec\nmetas:\n  keywords: [a, {b: c}]\n"),
+            "exec.yml:3:17: metas.keywords[1]: expected a string, got a mapping");
+  EXPECT_EQ(ExecutorError("jtype: MyExec\nwith:\n  n: 99999999999999999999\n"),
+            "exec.yml:3:6: with.n: integer 99999999999999999999 does not fit in 64 bits");
+  EXPECT_EQ(ExecutorError("jtype: MyExec\nwith:\n  n: !!int abc\n"),
+            "exec.yml:3:6: with.n: expected an integer, got \"abc\"");
+  EXPECT_EQ(ExecutorError("jtype: MyExec\nwith:\n  n: !custom abc\n"),
+            "exec.yml:3:6: with.n: unsupported YAML tag \"!custom\"");
+  EXPECT_EQ(ExecutorError("- jtype: MyExec\n"),
+            "exec.yml:1:1: expected a mapping at the top level, got a sequence");
+}
+
+TEST(ExecutorConfigTest, RejectsDuplicateKeys) {
+  EXPECT_EQ(ExecutorError("jtype: MyExec\nwith:\n  a: 1\n  b: 2\n  a: 3\n"),
+            "exec.yml:5:3: with.a: duplicate key (first at line 3)");
+}
+
+TEST(ExecutorConfigTest, ChecksTheDevice) {
+  StatusOr<ExecutorConfig> good =
+      ParseExecutorConfig("jtype: MyExec\nwith: {device: auto}\n", "exec.yml");
+  ASSERT_TRUE(good.ok()) << good.status();
+
+  std::string bad = ExecutorError("jtype: MyExec\nwith:\n  device: gpu\n");
+  EXPECT_THAT(bad, StartsWith("exec.yml:3:11: with.device: "));
+  EXPECT_THAT(bad, HasSubstr("\"gpu\""));
+  EXPECT_THAT(bad, HasSubstr("expected \"cpu\", \"cuda\", \"cuda:N\" or \"auto\""));
+
+  EXPECT_EQ(ExecutorError("jtype: MyExec\nwith:\n  device: 0\n"),
+            "exec.yml:3:11: with.device: expected a device string (\"cpu\", \"cuda\", "
+            "\"cuda:N\" or \"auto\"), got 0");
+}
+
+TEST(ExecutorConfigTest, SubstitutesEnvironmentVariables) {
+  ScopedEnv model("GANTRY_TEST_MODEL", "bert");
+  ScopedEnv dim("GANTRY_TEST_DIM", "128");
+  StatusOr<ExecutorConfig> config = ParseExecutorConfig(R"(jtype: ${{ ENV.GANTRY_TEST_MODEL }}Exec
+with:
+  model: ${{ENV.GANTRY_TEST_MODEL}}
+  dim: ${{ ENV.GANTRY_TEST_DIM }}
+  quoted: "${{ ENV.GANTRY_TEST_DIM }}"
+  path: /models/${{  ENV.GANTRY_TEST_MODEL  }}/${{ENV.GANTRY_TEST_DIM}}.pt
+  list:
+    - ${{ ENV.GANTRY_TEST_DIM }}
+)",
+                                                        "exec.yml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->jtype, "bertExec");
+  Value::Dict want{{"model", "bert"},
+                   {"dim", 128},
+                   {"quoted", "128"},
+                   {"path", "/models/bert/128.pt"},
+                   {"list", Value::List{128}}};
+  EXPECT_EQ(config->with, want);
+}
+
+TEST(ExecutorConfigTest, ReportsBadSubstitutions) {
+  unsetenv("GANTRY_TEST_UNSET_VAR");
+  EXPECT_EQ(ExecutorError("jtype: MyExec\nwith:\n  model: ${{ ENV.GANTRY_TEST_UNSET_VAR }}\n"),
+            "exec.yml:3:10: with.model: environment variable GANTRY_TEST_UNSET_VAR is not set");
+  EXPECT_EQ(ExecutorError("jtype: MyExec\nwith:\n  model: ${{ CONTEXT.X }}\n"),
+            "exec.yml:3:10: with.model: unsupported substitution \"${{ CONTEXT.X }}\" (only "
+            "${{ ENV.NAME }} is supported)");
+  EXPECT_EQ(ExecutorError("jtype: MyExec\nwith:\n  model: ${{ ENV.X\n"),
+            "exec.yml:3:10: with.model: unterminated \"${{\" (expected ${{ ENV.NAME }})");
+}
+
+TEST(ExecutorConfigTest, ReportsSyntaxErrors) {
+  EXPECT_EQ(ExecutorError("jtype: MyExec\nwith: [1,\nmetas: {}\n"),
+            "exec.yml:4:1: end of sequence flow not found");
+  EXPECT_EQ(ExecutorError("jtype: MyExec\n with: 1\n"), "exec.yml:2:6: illegal map value");
+  EXPECT_EQ(ExecutorError(""), "exec.yml:1:1: empty document, expected a mapping");
+  EXPECT_EQ(ExecutorError("jtype: A\n---\njtype: B\n"),
+            "exec.yml:3:1: expected one YAML document, found 2");
+}
+
+TEST(ExecutorConfigTest, LoadsFilesAndReportsMissingOnes) {
+  TempDir dir;
+  std::string path = dir.Write("exec.yml", "jtype: MyExec\nwith:\n  k: v\n");
+  StatusOr<ExecutorConfig> config = LoadExecutorConfig(path);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->jtype, "MyExec");
+
+  std::string bad = dir.Write("bad.yml", "jtype: MyExec\nwith: 3\n");
+  EXPECT_EQ(ErrorOf(LoadExecutorConfig(bad)), bad + ":2:7: with: expected a mapping, got \"3\"");
+
+  std::string missing = dir.path() + "/missing.yml";
+  EXPECT_EQ(ErrorOf(LoadExecutorConfig(missing), StatusCode::kNotFound),
+            missing + ": cannot open: No such file or directory");
+}
+
+// ---- Deployment YAML ------------------------------------------------------
+
+TEST(DeploymentConfigTest, ParsesEveryKey) {
+  StatusOr<DeploymentOptions> options = ParseDeploymentConfig(R"(jtype: Deployment
+version: '1'
+with:
+  uses: MyExec
+  uses_with: {device: cpu, dim: 8}
+  uses_metas: {name: enc}
+  name: encoder
+  replicas: 2
+  port: 12345
+  host: 0.0.0.0
+  env: {A: x, B: 1, C: true, D: 1.50}
+  timeout_ready: 5000
+  log_level: debug
+)",
+                                                              "dep.yml");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->uses, "MyExec");
+  EXPECT_EQ(options->uses_with, (Value::Dict{{"device", "cpu"}, {"dim", 8}}));
+  EXPECT_EQ(options->uses_metas, (Value::Dict{{"name", "enc"}}));
+  EXPECT_EQ(options->name, "encoder");
+  EXPECT_EQ(options->replicas, 2);
+  EXPECT_EQ(options->port, 12345);
+  EXPECT_EQ(options->host, "0.0.0.0");
+  std::map<std::string, std::string> want_env{{"A", "x"}, {"B", "1"}, {"C", "true"}, {"D", "1.50"}};
+  EXPECT_EQ(options->env, want_env);
+  EXPECT_EQ(options->timeout_ready, std::chrono::milliseconds(5000));
+  EXPECT_EQ(options->log_level, "debug");
+}
+
+TEST(DeploymentConfigTest, KeepsDefaults) {
+  StatusOr<DeploymentOptions> options =
+      ParseDeploymentConfig("jtype: Deployment\nwith:\n  uses: MyExec\n", "dep.yml");
+  ASSERT_TRUE(options.ok()) << options.status();
+  DeploymentOptions defaults;
+  EXPECT_EQ(options->uses, "MyExec");
+  EXPECT_TRUE(options->uses_with.empty());
+  EXPECT_EQ(options->name, defaults.name);
+  EXPECT_EQ(options->replicas, defaults.replicas);
+  EXPECT_EQ(options->port, defaults.port);
+  EXPECT_EQ(options->host, defaults.host);
+  EXPECT_EQ(options->timeout_ready, defaults.timeout_ready);
+  EXPECT_EQ(options->log_level, defaults.log_level);
+}
+
+TEST(DeploymentConfigTest, TimeoutReadyMinusOneWaitsForever) {
+  StatusOr<DeploymentOptions> options = ParseDeploymentConfig(
+      "jtype: Deployment\nwith:\n  uses: MyExec\n  timeout_ready: -1\n", "dep.yml");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_GT(options->timeout_ready, std::chrono::hours(24 * 365 * 10));
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  timeout_ready: -2\n"),
+            "dep.yml:4:18: with.timeout_ready: expected milliseconds >= 0, or -1 to wait "
+            "forever, got -2");
+}
+
+TEST(DeploymentConfigTest, FlattensInlineUsesAndOverridesWith) {
+  StatusOr<DeploymentOptions> options = ParseDeploymentConfig(R"(jtype: Deployment
+with:
+  uses:
+    jtype: MyExec
+    with: {device: cpu, dim: 8, model: a}
+    metas: {name: inner, description: d}
+  uses_with: {dim: 16, extra: true}
+  uses_metas: {name: outer}
+)",
+                                                              "dep.yml");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->uses, "MyExec");
+  EXPECT_EQ(options->uses_with,
+            (Value::Dict{{"device", "cpu"}, {"dim", 16}, {"model", "a"}, {"extra", true}}));
+  EXPECT_EQ(options->uses_metas, (Value::Dict{{"name", "outer"}, {"description", "d"}}));
+
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses:\n    with: {a: 1}\n"),
+            "dep.yml:4:5: with.uses.jtype: required key is missing");
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: {jtype: A, py_modules: [a.py]}\n"),
+            "dep.yml:3:20: with.uses.py_modules: unknown key; allowed keys: jtype, with, metas, "
+            "requests, dynamic_batching");
+}
+
+TEST(DeploymentConfigTest, LoadsUsesFileRelativeToTheDeploymentFile) {
+  TempDir dir;
+  dir.Write("execs/exec.yml", R"(jtype: FileExec
+with:
+  device: cpu
+  dim: 8
+  model: a
+metas:
+  name: from_file
+  description: d
+)");
+  std::string dep = dir.Write("dep.yml", R"(jtype: Deployment
+with:
+  uses: execs/exec.yml
+  uses_with:
+    dim: 16
+  uses_metas:
+    name: outer
+  replicas: 3
+)");
+  StatusOr<DeploymentOptions> options = LoadDeploymentConfig(dep);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->uses, "FileExec");
+  EXPECT_EQ(options->uses_with, (Value::Dict{{"device", "cpu"}, {"dim", 16}, {"model", "a"}}));
+  EXPECT_EQ(options->uses_metas, (Value::Dict{{"name", "outer"}, {"description", "d"}}));
+  EXPECT_EQ(options->replicas, 3);
+
+  // An absolute path works from anywhere.
+  std::string absolute = dir.path() + "/execs/exec.yml";
+  StatusOr<DeploymentOptions> from_text =
+      ParseDeploymentConfig("jtype: Deployment\nwith:\n  uses: " + absolute + "\n", "<inline>");
+  ASSERT_TRUE(from_text.ok()) << from_text.status();
+  EXPECT_EQ(from_text->uses, "FileExec");
+}
+
+TEST(DeploymentConfigTest, PrefixesErrorsOfTheUsesFile) {
+  TempDir dir;
+  dir.Write("exec.yml", "jtype: FileExec\nwith:\n  a: 1\nfoo: bar\n");
+  dir.Write("bad_device.yml", "jtype: FileExec\nwith:\n  device: cuda:x\n");
+  std::string dep = dir.Write("dep.yml", "jtype: Deployment\nwith:\n  uses: exec.yml\n");
+  EXPECT_EQ(ErrorOf(LoadDeploymentConfig(dep)),
+            dep + ":3:9: with.uses: " + dir.path() +
+                "/exec.yml:4:1: foo: unknown key; allowed keys: jtype, with, metas, requests, "
+                "dynamic_batching");
+
+  std::string dep2 = dir.Write("dep2.yml", "jtype: Deployment\nwith:\n  uses: bad_device.yml\n");
+  std::string bad_device = ErrorOf(LoadDeploymentConfig(dep2));
+  EXPECT_THAT(bad_device, StartsWith(dep2 + ":3:9: with.uses: " + dir.path() +
+                                     "/bad_device.yml:3:11: with.device: "));
+  EXPECT_THAT(bad_device, HasSubstr("\"cuda:x\""));
+
+  std::string dep3 = dir.Write("dep3.yml", "jtype: Deployment\nwith:\n  uses: nope.yaml\n");
+  EXPECT_EQ(ErrorOf(LoadDeploymentConfig(dep3)),
+            dep3 + ":3:9: with.uses: " + dir.path() +
+                "/nope.yaml: cannot open: No such file or directory");
+}
+
+TEST(DeploymentConfigTest, SubstitutesEnvironmentVariables) {
+  ScopedEnv replicas("GANTRY_TEST_REPLICAS", "3");
+  ScopedEnv device("GANTRY_TEST_DEVICE", "cuda:2");
+  StatusOr<DeploymentOptions> options = ParseDeploymentConfig(R"(jtype: Deployment
+with:
+  uses: MyExec
+  uses_with: {device: "${{ ENV.GANTRY_TEST_DEVICE }}"}
+  replicas: ${{ ENV.GANTRY_TEST_REPLICAS }}
+  env: {R: "${{ ENV.GANTRY_TEST_REPLICAS }}"}
+)",
+                                                              "dep.yml");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->replicas, 3);
+  EXPECT_EQ(options->uses_with, (Value::Dict{{"device", "cuda:2"}}));
+  EXPECT_EQ(options->env.at("R"), "3");
+
+  unsetenv("GANTRY_TEST_UNSET_VAR");
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  host: "
+                            "${{ ENV.GANTRY_TEST_UNSET_VAR }}\n"),
+            "dep.yml:4:9: with.host: environment variable GANTRY_TEST_UNSET_VAR is not set");
+}
+
+TEST(DeploymentConfigTest, RejectsBadJtype) {
+  EXPECT_EQ(DeploymentError("jtype: Flow\nwith:\n  uses: MyExec\n"),
+            "dep.yml:1:8: jtype: expected \"Deployment\", got \"Flow\"");
+  EXPECT_EQ(DeploymentError("jtype: MyExec\n"),
+            "dep.yml:1:8: jtype: expected \"Deployment\", got \"MyExec\"");
+  EXPECT_EQ(DeploymentError("with:\n  uses: MyExec\n"),
+            "dep.yml:1:1: jtype: required key is missing");
+  EXPECT_EQ(DeploymentError("jtype: Deployment\n"), "dep.yml:1:1: with: required key is missing");
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  replicas: 2\n"),
+            "dep.yml:3:3: with.uses: required key is missing");
+}
+
+TEST(DeploymentConfigTest, RejectsUnknownKeys) {
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nexecutors: []\n"),
+            "dep.yml:2:1: executors: unknown key; allowed keys: jtype, version, with");
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  replica: 2\n"),
+            "dep.yml:4:3: with.replica: unknown key; allowed keys: uses, uses_with, uses_metas, "
+            "name, replicas, port, host, env, timeout_ready, log_level");
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  uses_metas: {size: 1}\n"),
+            "dep.yml:4:16: with.uses_metas.size: unknown key; allowed keys: name, description, "
+            "workspace, url, keywords, libs");
+}
+
+TEST(DeploymentConfigTest, RejectsBadReplicasAndPort) {
+  const std::string head = "jtype: Deployment\nwith:\n  uses: MyExec\n";
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  replicas: two\n"),
+            "dep.yml:4:13: with.replicas: expected an integer >= 1, got \"two\"");
+  EXPECT_EQ(DeploymentError(head + "  replicas: 0\n"),
+            "dep.yml:4:13: with.replicas: expected an integer >= 1, got 0");
+  EXPECT_EQ(DeploymentError(head + "  replicas: 1.5\n"),
+            "dep.yml:4:13: with.replicas: expected an integer >= 1, got 1.5");
+  EXPECT_EQ(DeploymentError(head + "  replicas: \"2\"\n"),
+            "dep.yml:4:13: with.replicas: expected an integer >= 1, got \"2\"");
+  EXPECT_EQ(DeploymentError(head + "  replicas:\n"),
+            "dep.yml:4:3: with.replicas: expected an integer >= 1, got null");
+  EXPECT_EQ(DeploymentError(head + "  port: 70000\n"),
+            "dep.yml:4:9: with.port: expected an integer from 0 to 65535, got 70000");
+  EXPECT_EQ(DeploymentError(head + "  port: -1\n"),
+            "dep.yml:4:9: with.port: expected an integer from 0 to 65535, got -1");
+  EXPECT_EQ(DeploymentError(head + "  port: [1]\n"),
+            "dep.yml:4:9: with.port: expected a scalar, got a sequence");
+}
+
+TEST(DeploymentConfigTest, RejectsWrongTypes) {
+  const std::string head = "jtype: Deployment\nwith:\n  uses: MyExec\n";
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith: [uses]\n"),
+            "dep.yml:2:7: with: expected a mapping, got a sequence");
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: [A]\n"),
+            "dep.yml:3:9: with.uses: expected an executor type, a .yml path or a mapping, got a "
+            "sequence");
+  EXPECT_EQ(DeploymentError(head + "  name: [a]\n"),
+            "dep.yml:4:9: with.name: expected a string, got a sequence");
+  EXPECT_EQ(DeploymentError(head + "  name: ''\n"),
+            "dep.yml:4:9: with.name: expected a non-empty string");
+  EXPECT_EQ(DeploymentError(head + "  uses_with: 5\n"),
+            "dep.yml:4:14: with.uses_with: expected a mapping, got \"5\"");
+  EXPECT_EQ(DeploymentError(head + "  env: {A: [1]}\n"),
+            "dep.yml:4:12: with.env.A: expected a string, number or bool, got a sequence");
+  EXPECT_EQ(DeploymentError(head + "  env: [A]\n"),
+            "dep.yml:4:8: with.env: expected a mapping, got a sequence");
+  EXPECT_EQ(DeploymentError(head + "  log_level: verbose\n"),
+            "dep.yml:4:14: with.log_level: expected one of debug, info, warning, error; got "
+            "\"verbose\"");
+  EXPECT_EQ(DeploymentError(head + "  timeout_ready: soon\n"),
+            "dep.yml:4:18: with.timeout_ready: expected milliseconds >= 0, or -1 to wait "
+            "forever, got \"soon\"");
+}
+
+TEST(DeploymentConfigTest, ChecksDevices) {
+  std::string in_uses_with =
+      DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  uses_with: {device: gpu}\n");
+  EXPECT_THAT(in_uses_with, StartsWith("dep.yml:4:23: with.uses_with.device: "));
+  EXPECT_THAT(in_uses_with, HasSubstr("\"gpu\""));
+
+  std::string inline_uses = DeploymentError(
+      "jtype: Deployment\nwith:\n  uses:\n    jtype: MyExec\n    with:\n      device: cuda:-1\n");
+  EXPECT_THAT(inline_uses, StartsWith("dep.yml:6:15: with.uses.with.device: "));
+  EXPECT_THAT(inline_uses, HasSubstr("\"cuda:-1\""));
+}
+
+TEST(DeploymentConfigTest, ReportsSyntaxErrorsAndMissingFiles) {
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith: {uses: MyExec\n"),
+            "dep.yml:3:1: end of map flow not found");
+  EXPECT_EQ(ErrorOf(LoadDeploymentConfig("/nonexistent/gantry/dep.yml"), StatusCode::kNotFound),
+            "/nonexistent/gantry/dep.yml: cannot open: No such file or directory");
+}
+
+}  // namespace
+}  // namespace gantry
