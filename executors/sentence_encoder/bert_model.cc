@@ -1,0 +1,271 @@
+#include "bert_model.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/embedding.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/layer_norm.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+namespace gantry::sentence_encoder {
+namespace {
+
+std::string ShapeString(at::IntArrayRef shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+StatusOr<BertConfig> BertConfig::FromJson(const std::string& text, const std::string& path) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    return InvalidArgumentError(path + ": not a JSON object");
+  }
+  BertConfig c;
+  try {
+    auto get_int = [&](const char* key, std::int64_t* out) -> Status {
+      const auto it = j.find(key);
+      if (it == j.end()) {
+        return InvalidArgumentError(path + ": missing key '" + key + "'");
+      }
+      if (!it->is_number_integer() || it->get<std::int64_t>() <= 0) {
+        return InvalidArgumentError(path + ": '" + key + "' must be a positive integer");
+      }
+      *out = it->get<std::int64_t>();
+      return OkStatus();
+    };
+    GANTRY_RETURN_IF_ERROR(get_int("vocab_size", &c.vocab_size));
+    GANTRY_RETURN_IF_ERROR(get_int("hidden_size", &c.hidden_size));
+    GANTRY_RETURN_IF_ERROR(get_int("num_hidden_layers", &c.num_hidden_layers));
+    GANTRY_RETURN_IF_ERROR(get_int("num_attention_heads", &c.num_attention_heads));
+    GANTRY_RETURN_IF_ERROR(get_int("intermediate_size", &c.intermediate_size));
+    GANTRY_RETURN_IF_ERROR(get_int("max_position_embeddings", &c.max_position_embeddings));
+    GANTRY_RETURN_IF_ERROR(get_int("type_vocab_size", &c.type_vocab_size));
+    c.layer_norm_eps = j.value("layer_norm_eps", 1e-12);
+    const std::string act = j.value("hidden_act", "gelu");
+    if (act != "gelu") {
+      return InvalidArgumentError(path + ": hidden_act '" + act +
+                                  "' is not supported (only exact erf \"gelu\")");
+    }
+    const std::string pos = j.value("position_embedding_type", "absolute");
+    if (pos != "absolute") {
+      return InvalidArgumentError(path + ": position_embedding_type '" + pos +
+                                  "' is not supported (only \"absolute\")");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgumentError(path + ": " + e.what());
+  }
+  if (c.hidden_size % c.num_attention_heads != 0) {
+    return InvalidArgumentError(path + ": hidden_size " + std::to_string(c.hidden_size) +
+                                " is not a multiple of num_attention_heads " +
+                                std::to_string(c.num_attention_heads));
+  }
+  return c;
+}
+
+StatusOr<BertConfig> BertConfig::Load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return NotFoundError(path + ": cannot open file");
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return FromJson(ss.str(), path);
+}
+
+BertModel::BertModel(const BertConfig& config) : config_(config) {
+  layers_.resize(static_cast<std::size_t>(config_.num_hidden_layers));
+  for (Slot& slot : Slots()) {
+    *slot.tensor = at::empty(slot.shape, at::TensorOptions().dtype(at::kFloat));
+  }
+}
+
+std::vector<BertModel::Slot> BertModel::Slots() {
+  const std::int64_t h = config_.hidden_size;
+  const std::int64_t inter = config_.intermediate_size;
+  std::vector<Slot> slots = {
+      {"embeddings.word_embeddings.weight", {config_.vocab_size, h}, &word_embeddings_},
+      {"embeddings.position_embeddings.weight",
+       {config_.max_position_embeddings, h},
+       &position_embeddings_},
+      {"embeddings.token_type_embeddings.weight",
+       {config_.type_vocab_size, h},
+       &token_type_embeddings_},
+      {"embeddings.LayerNorm.weight", {h}, &embeddings_ln_w_},
+      {"embeddings.LayerNorm.bias", {h}, &embeddings_ln_b_},
+  };
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = layers_[i];
+    const std::string p = "encoder.layer." + std::to_string(i) + ".";
+    const std::vector<Slot> layer_slots = {
+        {p + "attention.self.query.weight", {h, h}, &l.query_w},
+        {p + "attention.self.query.bias", {h}, &l.query_b},
+        {p + "attention.self.key.weight", {h, h}, &l.key_w},
+        {p + "attention.self.key.bias", {h}, &l.key_b},
+        {p + "attention.self.value.weight", {h, h}, &l.value_w},
+        {p + "attention.self.value.bias", {h}, &l.value_b},
+        {p + "attention.output.dense.weight", {h, h}, &l.attn_out_w},
+        {p + "attention.output.dense.bias", {h}, &l.attn_out_b},
+        {p + "attention.output.LayerNorm.weight", {h}, &l.attn_ln_w},
+        {p + "attention.output.LayerNorm.bias", {h}, &l.attn_ln_b},
+        {p + "intermediate.dense.weight", {inter, h}, &l.inter_w},
+        {p + "intermediate.dense.bias", {inter}, &l.inter_b},
+        {p + "output.dense.weight", {h, inter}, &l.out_w},
+        {p + "output.dense.bias", {h}, &l.out_b},
+        {p + "output.LayerNorm.weight", {h}, &l.out_ln_w},
+        {p + "output.LayerNorm.bias", {h}, &l.out_ln_b},
+    };
+    slots.insert(slots.end(), layer_slots.begin(), layer_slots.end());
+  }
+  // Unused by sentence-transformers, but part of the checkpoint.
+  slots.push_back({"pooler.dense.weight", {h, h}, &pooler_w_});
+  slots.push_back({"pooler.dense.bias", {h}, &pooler_b_});
+  return slots;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> BertModel::NamedParameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const Slot& slot : const_cast<BertModel*>(this)->Slots()) {
+    out.emplace_back(slot.name, *slot.tensor);
+  }
+  return out;
+}
+
+Status BertModel::LoadWeights(const SafetensorsFile& file) {
+  static constexpr char kPositionIds[] = "embeddings.position_ids";
+  const std::vector<Slot> slots = Slots();
+  std::set<std::string> expected;
+  for (const Slot& slot : slots) {
+    expected.insert(slot.name);
+  }
+  for (const SafetensorsEntry& entry : file.entries()) {
+    if (entry.name != kPositionIds && !expected.count(entry.name)) {
+      return InvalidArgumentError(file.path() + ": unexpected tensor '" + entry.name +
+                                  "' (not a parameter of BertModel)");
+    }
+  }
+  for (const Slot& slot : slots) {
+    const SafetensorsEntry* entry = file.Find(slot.name);
+    if (entry == nullptr) {
+      return InvalidArgumentError(file.path() + ": missing tensor '" + slot.name + "'");
+    }
+    if (entry->shape != slot.shape) {
+      return InvalidArgumentError(file.path() + ": tensor '" + slot.name + "' has shape " +
+                                  ShapeString(entry->shape) + ", expected " +
+                                  ShapeString(slot.shape) + " (from config.json)");
+    }
+    at::ScalarType source_type;
+    if (entry->dtype == "F32") {
+      source_type = at::kFloat;
+    } else if (entry->dtype == "F16") {
+      source_type = at::kHalf;
+    } else if (entry->dtype == "BF16") {
+      source_type = at::kBFloat16;
+    } else {
+      return InvalidArgumentError(file.path() + ": tensor '" + slot.name + "' has dtype " +
+                                  entry->dtype + ", expected F32, F16 or BF16");
+    }
+    // memcpy, not from_blob: the format does not guarantee alignment.
+    at::Tensor source = at::empty(slot.shape, at::TensorOptions().dtype(source_type));
+    if (source.nbytes() > 0) {
+      std::memcpy(source.data_ptr(), file.Data(*entry), source.nbytes());
+    }
+    *slot.tensor = source.to(at::kFloat);
+  }
+  if (const SafetensorsEntry* ids = file.Find(kPositionIds)) {
+    const std::vector<std::int64_t> want = {1, config_.max_position_embeddings};
+    if (ids->dtype != "I64" || ids->shape != want) {
+      return InvalidArgumentError(file.path() + ": tensor '" + kPositionIds + "' must be I64 " +
+                                  ShapeString(want) + ", got " + ids->dtype + " " +
+                                  ShapeString(ids->shape));
+    }
+    // We always use positions 0..L-1; a checkpoint saying otherwise would
+    // silently change results.
+    for (std::int64_t i = 0; i < config_.max_position_embeddings; ++i) {
+      std::int64_t v = 0;
+      std::memcpy(&v, file.Data(*ids) + i * 8, 8);
+      if (v != i) {
+        return InvalidArgumentError(file.path() + ": tensor '" + kPositionIds + "' is not arange(" +
+                                    std::to_string(want[1]) + ") at index " + std::to_string(i));
+      }
+    }
+  }
+  return OkStatus();
+}
+
+void BertModel::To(at::Device device, at::ScalarType dtype) {
+  for (Slot& slot : Slots()) {
+    *slot.tensor = slot.tensor->to(device, dtype);
+  }
+}
+
+at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask) const {
+  const std::int64_t batch = input_ids.size(0);
+  const std::int64_t length = input_ids.size(1);
+  const std::int64_t hidden = config_.hidden_size;
+  const std::int64_t heads = config_.num_attention_heads;
+  const std::int64_t head_dim = hidden / heads;
+  const std::vector<std::int64_t> norm_shape = {hidden};
+  const double eps = config_.layer_norm_eps;
+
+  const at::Tensor positions = at::arange(length, input_ids.options());
+  // token_type_ids are all 0 for single sentences.
+  at::Tensor x = at::embedding(word_embeddings_, input_ids) +
+                 at::embedding(position_embeddings_, positions).unsqueeze(0) +
+                 token_type_embeddings_[0];
+  x = at::layer_norm(x, norm_shape, embeddings_ln_w_, embeddings_ln_b_, eps);
+
+  // Boolean key mask [B, 1, 1, L] (true = attend). None when nothing is
+  // padded, as transformers does, which lets SDPA pick its fastest kernel.
+  std::optional<at::Tensor> mask;
+  if (!attention_mask.all().item<bool>()) {
+    mask = attention_mask.to(at::kBool).view({batch, 1, 1, length});
+  }
+  auto split_heads = [&](const at::Tensor& t) {
+    return t.view({batch, length, heads, head_dim}).transpose(1, 2);
+  };
+  for (const Layer& l : layers_) {
+    const at::Tensor q = split_heads(at::linear(x, l.query_w, l.query_b));
+    const at::Tensor k = split_heads(at::linear(x, l.key_w, l.key_b));
+    const at::Tensor v = split_heads(at::linear(x, l.value_w, l.value_b));
+    const at::Tensor context =
+        at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, /*is_causal=*/false,
+                                         /*scale=*/1.0 / std::sqrt(static_cast<double>(head_dim)))
+            .transpose(1, 2)
+            .reshape({batch, length, hidden});
+    const at::Tensor a = at::layer_norm(at::linear(context, l.attn_out_w, l.attn_out_b) + x,
+                                        norm_shape, l.attn_ln_w, l.attn_ln_b, eps);
+    const at::Tensor i = at::gelu(at::linear(a, l.inter_w, l.inter_b));  // exact erf GELU
+    x = at::layer_norm(at::linear(i, l.out_w, l.out_b) + a, norm_shape, l.out_ln_w, l.out_ln_b,
+                       eps);
+  }
+  return x;
+}
+
+at::Tensor BertModel::MeanPoolNormalize(const at::Tensor& hidden, const at::Tensor& attention_mask,
+                                        bool normalize) {
+  const at::Tensor h = hidden.to(at::kFloat);
+  const at::Tensor m = attention_mask.unsqueeze(-1).to(at::kFloat);
+  const at::Tensor summed = (h * m).sum(1);
+  const at::Tensor counts = m.sum(1).clamp_min(1e-9);
+  at::Tensor pooled = summed / counts;
+  if (normalize) {
+    pooled = pooled / pooled.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-12);
+  }
+  return pooled;
+}
+
+}  // namespace gantry::sentence_encoder

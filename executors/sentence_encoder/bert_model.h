@@ -1,0 +1,92 @@
+// File: executors/sentence_encoder/bert_model.h
+//
+// A BERT encoder (Hugging Face BertModel, eval mode) on plain ATen ops, with
+// parameters named exactly as the checkpoint keys ("encoder.layer.0.
+// attention.self.query.weight", ...), plus sentence-transformers' mean
+// pooling and L2 normalization.
+//
+// Thread safety: Forward is safe for concurrent use once loaded; Load and To
+// are "one thread at a time".
+#ifndef GANTRY_EXECUTORS_SENTENCE_ENCODER_BERT_MODEL_H_
+#define GANTRY_EXECUTORS_SENTENCE_ENCODER_BERT_MODEL_H_
+
+#include <ATen/core/Tensor.h>
+#include <gantry/status.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "safetensors.h"
+
+namespace gantry::sentence_encoder {
+
+struct BertConfig {
+  std::int64_t vocab_size = 30522;
+  std::int64_t hidden_size = 384;
+  std::int64_t num_hidden_layers = 6;
+  std::int64_t num_attention_heads = 12;
+  std::int64_t intermediate_size = 1536;
+  std::int64_t max_position_embeddings = 512;
+  std::int64_t type_vocab_size = 2;
+  double layer_norm_eps = 1e-12;
+
+  // Parses config.json text; `path` is for messages. Rejects activations
+  // other than exact "gelu" and non-absolute position embeddings.
+  static StatusOr<BertConfig> FromJson(const std::string& text, const std::string& path);
+  static StatusOr<BertConfig> Load(const std::string& path);
+};
+
+class BertModel {
+ public:
+  // Parameters are allocated (uninitialized) on CPU in float32.
+  explicit BertModel(const BertConfig& config);
+  BertModel(BertModel&&) = default;
+  BertModel& operator=(BertModel&&) = default;
+
+  const BertConfig& config() const { return config_; }
+
+  // Checkpoint key -> parameter, in a fixed order.
+  std::vector<std::pair<std::string, at::Tensor>> NamedParameters() const;
+
+  // Copies every parameter from `file`. Missing, unexpected and mis-shaped
+  // keys are errors naming the file and key. `embeddings.position_ids` (an
+  // int64 buffer old checkpoints carry) is checked to be arange and skipped.
+  Status LoadWeights(const SafetensorsFile& file);
+
+  // Moves parameters to `device` and floating parameters to `dtype`.
+  void To(at::Device device, at::ScalarType dtype);
+
+  // ids, mask: int64 [B, L] on the model's device. Returns the last hidden
+  // state [B, L, hidden] in the model's dtype.
+  at::Tensor Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask) const;
+
+  // Mask-weighted mean over tokens (incl. [CLS]/[SEP]) then L2 normalize, in
+  // float32: [B, hidden].
+  static at::Tensor MeanPoolNormalize(const at::Tensor& hidden, const at::Tensor& attention_mask,
+                                      bool normalize = true);
+
+ private:
+  struct Layer {
+    at::Tensor query_w, query_b, key_w, key_b, value_w, value_b;
+    at::Tensor attn_out_w, attn_out_b, attn_ln_w, attn_ln_b;
+    at::Tensor inter_w, inter_b, out_w, out_b, out_ln_w, out_ln_b;
+  };
+  struct Slot {
+    std::string name;
+    std::vector<std::int64_t> shape;
+    at::Tensor* tensor;
+  };
+  std::vector<Slot> Slots();
+
+  BertConfig config_;
+  at::Tensor word_embeddings_, position_embeddings_, token_type_embeddings_;
+  at::Tensor embeddings_ln_w_, embeddings_ln_b_;
+  std::vector<Layer> layers_;
+  at::Tensor pooler_w_, pooler_b_;
+};
+
+}  // namespace gantry::sentence_encoder
+
+#endif  // GANTRY_EXECUTORS_SENTENCE_ENCODER_BERT_MODEL_H_

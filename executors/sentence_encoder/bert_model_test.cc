@@ -1,0 +1,346 @@
+// A tiny randomly initialised BERT, written to safetensors by the test
+// itself, checked against a plain-ATen reference of Hugging Face's BertModel.
+#include "bert_model.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "safetensors.h"
+#include "sentence_embedder.h"
+
+namespace gantry::sentence_encoder {
+namespace {
+
+namespace fs = std::filesystem;
+
+BertConfig TinyConfig() {
+  BertConfig c;
+  c.vocab_size = 40;
+  c.hidden_size = 8;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 16;
+  c.max_position_embeddings = 16;
+  c.type_vocab_size = 2;
+  c.layer_norm_eps = 1e-12;
+  return c;
+}
+
+const char kTinyConfigJson[] = R"({"architectures": ["BertModel"], "hidden_act": "gelu",
+  "hidden_size": 8, "intermediate_size": 16, "layer_norm_eps": 1e-12,
+  "max_position_embeddings": 16, "model_type": "bert", "num_attention_heads": 2,
+  "num_hidden_layers": 2, "pad_token_id": 0, "position_embedding_type": "absolute",
+  "type_vocab_size": 2, "vocab_size": 40})";
+
+using Weights = std::map<std::string, at::Tensor>;
+
+Weights RandomWeights(const BertConfig& config) {
+  at::manual_seed(1234);
+  Weights w;
+  for (const auto& [name, tensor] : BertModel(config).NamedParameters()) {
+    const bool is_ln_weight = name.find("LayerNorm.weight") != std::string::npos;
+    w[name] = is_ln_weight ? 1 + 0.1 * at::randn(tensor.sizes()) : 0.5 * at::randn(tensor.sizes());
+  }
+  return w;
+}
+
+std::string Bytes(const at::Tensor& t) {
+  const at::Tensor c = t.contiguous();
+  std::string bytes(c.nbytes(), '\0');
+  std::memcpy(bytes.data(), c.data_ptr(), bytes.size());
+  return bytes;
+}
+
+// Serializes `w` like a torch checkpoint: position_ids first, then F32 by name.
+std::string ToSafetensors(const Weights& w, std::int64_t max_positions,
+                          bool with_position_ids = true) {
+  std::vector<SafetensorsEntry> entries;
+  std::vector<std::string> data;
+  if (with_position_ids) {
+    entries.push_back({"embeddings.position_ids", "I64", {1, max_positions}, 0, 0});
+    data.push_back(Bytes(at::arange(max_positions, at::kLong)));
+  }
+  for (const auto& [name, tensor] : w) {
+    entries.push_back({name, "F32", tensor.sizes().vec(), 0, 0});
+    data.push_back(Bytes(tensor));
+  }
+  return WriteSafetensors(entries, data, {{"format", "pt"}});
+}
+
+StatusOr<SafetensorsFile> ParseBytes(std::string bytes) {
+  return SafetensorsFile::Parse(std::move(bytes), "tiny/model.safetensors");
+}
+
+Status LoadInto(BertModel& model, const Weights& w, bool with_position_ids = true) {
+  StatusOr<SafetensorsFile> file =
+      ParseBytes(ToSafetensors(w, model.config().max_position_embeddings, with_position_ids));
+  if (!file.ok()) {
+    return file.status();
+  }
+  return model.LoadWeights(*file);
+}
+
+// Hugging Face BertModel (eager attention) + mean pooling + Normalize.
+at::Tensor LayerNormRef(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps) {
+  const at::Tensor mean = x.mean(-1, true);
+  const at::Tensor var = (x - mean).pow(2).mean(-1, true);
+  return (x - mean) / at::sqrt(var + eps) * w + b;
+}
+
+at::Tensor ReferenceEmbedding(const Weights& w, const BertConfig& c, const at::Tensor& ids,
+                              const at::Tensor& mask) {
+  const std::int64_t batch = ids.size(0), length = ids.size(1), heads = c.num_attention_heads;
+  const std::int64_t head_dim = c.hidden_size / heads;
+  auto linear = [&](const at::Tensor& x, const std::string& p) {
+    return at::matmul(x, w.at(p + ".weight").t()) + w.at(p + ".bias");
+  };
+  at::Tensor x = w.at("embeddings.word_embeddings.weight")
+                     .index_select(0, ids.flatten())
+                     .view({batch, length, c.hidden_size}) +
+                 w.at("embeddings.position_embeddings.weight").slice(0, 0, length) +
+                 w.at("embeddings.token_type_embeddings.weight")[0];
+  x = LayerNormRef(x, w.at("embeddings.LayerNorm.weight"), w.at("embeddings.LayerNorm.bias"),
+                   c.layer_norm_eps);
+  const at::Tensor additive =
+      (1 - mask.to(at::kFloat)).view({batch, 1, 1, length}) * std::numeric_limits<float>::lowest();
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "encoder.layer." + std::to_string(l) + ".";
+    auto heads_of = [&](const at::Tensor& t) {
+      return t.view({batch, length, heads, head_dim}).permute({0, 2, 1, 3});
+    };
+    const at::Tensor q = heads_of(linear(x, p + "attention.self.query"));
+    const at::Tensor k = heads_of(linear(x, p + "attention.self.key"));
+    const at::Tensor v = heads_of(linear(x, p + "attention.self.value"));
+    const at::Tensor scores =
+        at::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(head_dim)) + additive;
+    const at::Tensor ctx = at::matmul(at::softmax(scores, -1), v)
+                               .permute({0, 2, 1, 3})
+                               .reshape({batch, length, c.hidden_size});
+    const at::Tensor a =
+        LayerNormRef(linear(ctx, p + "attention.output.dense") + x,
+                     w.at(p + "attention.output.LayerNorm.weight"),
+                     w.at(p + "attention.output.LayerNorm.bias"), c.layer_norm_eps);
+    const at::Tensor pre = linear(a, p + "intermediate.dense");
+    const at::Tensor gelu = 0.5 * pre * (1 + at::erf(pre / std::sqrt(2.0)));
+    x = LayerNormRef(linear(gelu, p + "output.dense") + a, w.at(p + "output.LayerNorm.weight"),
+                     w.at(p + "output.LayerNorm.bias"), c.layer_norm_eps);
+  }
+  const at::Tensor m = mask.to(at::kFloat).unsqueeze(-1);
+  const at::Tensor pooled = (x * m).sum(1) / m.sum(1).clamp_min(1e-9);
+  return pooled / pooled.norm(2, {1}, true).clamp_min(1e-12);
+}
+
+TEST(BertModelTest, ParameterNamesAreCheckpointKeys) {
+  const auto params = BertModel(TinyConfig()).NamedParameters();
+  ASSERT_EQ(params.size(), 5u + 16u * 2u + 2u);
+  EXPECT_EQ(params[0].first, "embeddings.word_embeddings.weight");
+  EXPECT_EQ(params[5].first, "encoder.layer.0.attention.self.query.weight");
+  EXPECT_EQ(params.back().first, "pooler.dense.bias");
+}
+
+TEST(BertModelTest, MatchesPlainAtenReference) {
+  const BertConfig config = TinyConfig();
+  const Weights w = RandomWeights(config);
+  BertModel model(config);
+  ASSERT_TRUE(LoadInto(model, w).ok());
+  // Second row padded: exercises the attention mask and masked pooling.
+  const at::Tensor ids = at::tensor({2, 7, 9, 11, 3, 2, 5, 3, 0, 0}, at::kLong).view({2, 5});
+  const at::Tensor mask = at::tensor({1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, at::kLong).view({2, 5});
+  const at::Tensor got = BertModel::MeanPoolNormalize(model.Forward(ids, mask), mask);
+  const at::Tensor want = ReferenceEmbedding(w, config, ids, mask);
+  EXPECT_LT((got - want).abs().max().item<double>(), 1e-5) << got << want;
+  // Unpadded row alone gives the same result as inside a padded batch.
+  const at::Tensor alone = BertModel::MeanPoolNormalize(
+      model.Forward(ids.slice(0, 1, 2).slice(1, 0, 3), mask.slice(0, 1, 2).slice(1, 0, 3)),
+      mask.slice(0, 1, 2).slice(1, 0, 3));
+  EXPECT_LT((alone[0] - got[1]).abs().max().item<double>(), 1e-5);
+  EXPECT_NEAR(got.norm(2, {1}).min().item<double>(), 1.0, 1e-6);
+}
+
+TEST(BertModelTest, PositionIdsAreOptional) {
+  BertModel model(TinyConfig());
+  EXPECT_TRUE(LoadInto(model, RandomWeights(TinyConfig()), /*with_position_ids=*/false).ok());
+}
+
+TEST(BertModelTest, MissingKeyIsNamed) {
+  Weights w = RandomWeights(TinyConfig());
+  w.erase("encoder.layer.1.output.dense.bias");
+  BertModel model(TinyConfig());
+  const Status s = LoadInto(model, w);
+  EXPECT_EQ(s.message(),
+            "tiny/model.safetensors: missing tensor 'encoder.layer.1.output.dense.bias'");
+}
+
+TEST(BertModelTest, UnexpectedKeyIsNamed) {
+  Weights w = RandomWeights(TinyConfig());
+  w["encoder.layer.2.output.dense.bias"] = at::zeros({8});
+  BertModel model(TinyConfig());
+  const Status s = LoadInto(model, w);
+  EXPECT_EQ(s.message(),
+            "tiny/model.safetensors: unexpected tensor 'encoder.layer.2.output.dense.bias' (not "
+            "a parameter of BertModel)");
+}
+
+TEST(BertModelTest, MisShapedKeyIsNamed) {
+  Weights w = RandomWeights(TinyConfig());
+  w["encoder.layer.0.attention.self.query.weight"] = at::zeros({8, 4});
+  BertModel model(TinyConfig());
+  const Status s = LoadInto(model, w);
+  EXPECT_EQ(s.message(),
+            "tiny/model.safetensors: tensor 'encoder.layer.0.attention.self.query.weight' has "
+            "shape [8, 4], expected [8, 8] (from config.json)");
+}
+
+TEST(BertModelTest, WrongDtypeIsNamed) {
+  Weights w = RandomWeights(TinyConfig());
+  w["pooler.dense.bias"] = at::zeros({8}, at::kDouble);
+  std::string bytes = ToSafetensors(w, 16);
+  // ToSafetensors labels everything F32: relabel the double tensor as F64.
+  const std::string from = R"("pooler.dense.bias":{"dtype":"F32","shape":[8],)";
+  const std::size_t at_pos = bytes.find(from);
+  ASSERT_NE(at_pos, std::string::npos);
+  bytes.replace(at_pos, from.size(), R"("pooler.dense.bias":{"dtype":"F64","shape":[8],)");
+  StatusOr<SafetensorsFile> file = ParseBytes(bytes);
+  ASSERT_TRUE(file.ok()) << file.status();
+  BertModel model(TinyConfig());
+  const Status s = model.LoadWeights(*file);
+  EXPECT_NE(s.message().find("'pooler.dense.bias' has dtype F64, expected F32, F16 or BF16"),
+            std::string::npos)
+      << s;
+}
+
+TEST(BertModelTest, BadPositionIdsAreRejected) {
+  BertModel model(TinyConfig());
+  const Weights w = RandomWeights(TinyConfig());
+  std::vector<SafetensorsEntry> entries = {{"embeddings.position_ids", "I64", {1, 16}, 0, 0}};
+  std::vector<std::string> data = {Bytes(at::arange(16, at::kLong).flip(0))};
+  for (const auto& [name, t] : w) {
+    entries.push_back({name, "F32", t.sizes().vec(), 0, 0});
+    data.push_back(Bytes(t));
+  }
+  StatusOr<SafetensorsFile> file = ParseBytes(WriteSafetensors(entries, data));
+  ASSERT_TRUE(file.ok());
+  EXPECT_NE(model.LoadWeights(*file).message().find("'embeddings.position_ids' is not arange"),
+            std::string::npos);
+}
+
+TEST(BertConfigTest, RejectsTanhGeluAndNamesFile) {
+  StatusOr<BertConfig> c = BertConfig::FromJson(
+      R"({"vocab_size": 4, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+          "intermediate_size": 4, "max_position_embeddings": 8, "type_vocab_size": 2,
+          "hidden_act": "gelu_new"})",
+      "m/config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("m/config.json: hidden_act 'gelu_new'"), std::string::npos);
+  StatusOr<BertConfig> heads = BertConfig::FromJson(kTinyConfigJson, "m/config.json");
+  ASSERT_TRUE(heads.ok()) << heads.status();
+  EXPECT_EQ(heads->num_attention_heads, 2);
+  EXPECT_FALSE(BertConfig::FromJson(R"({"hidden_size": 8})", "m/config.json").ok());
+}
+
+// A whole sentence-transformers folder with the tiny model.
+class TinyFolderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int counter = 0;
+    dir_ = fs::temp_directory_path() /
+           ("gantry_tiny_bert_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(dir_ / "1_Pooling");
+    Write("config.json", kTinyConfigJson);
+    Write("sentence_bert_config.json", R"({"max_seq_length": 6, "do_lower_case": false})");
+    Write(
+        "modules.json",
+        R"([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+              {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+              {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}])");
+    Write("1_Pooling/config.json",
+          R"({"word_embedding_dimension": 8, "pooling_mode_cls_token": false,
+              "pooling_mode_mean_tokens": true, "pooling_mode_max_tokens": false})");
+    std::string vocab = "[PAD]\n";
+    for (int i = 1; i < 40; ++i) {
+      vocab += i == 1   ? "[UNK]\n"
+               : i == 2 ? "[CLS]\n"
+               : i == 3 ? "[SEP]\n"
+               : i == 4 ? "[MASK]\n"
+                        : "w" + std::to_string(i) + "\n";
+    }
+    Write("vocab.txt", vocab);
+    weights_ = RandomWeights(TinyConfig());
+    Write("model.safetensors", ToSafetensors(weights_, 16));
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name, std::ios::binary) << text;
+  }
+
+  fs::path dir_;
+  Weights weights_;
+};
+
+TEST_F(TinyFolderTest, EncodesInInputOrderAndMatchesReference) {
+  EmbedderOptions options;
+  options.model_path = dir_.string();
+  options.batch_size = 2;
+  StatusOr<std::unique_ptr<SentenceEmbedder>> e = SentenceEmbedder::Load(options);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->max_seq_length(), 6);
+  const std::vector<std::string_view> texts = {"w5", "w6 w7 w8 w9 w10 w11", "", "w12 w13",
+                                               "W14 [SEP] w15"};
+  const auto ids = (*e)->Tokenize(texts);
+  EXPECT_EQ(ids[1], (std::vector<std::int64_t>{2, 6, 7, 8, 9, 3}));  // truncated to 6
+  EXPECT_EQ(ids[4], (std::vector<std::int64_t>{2, 14, 3, 15, 3}));
+  const at::Tensor got = (*e)->Encode(texts);
+  ASSERT_EQ(got.sizes(), (std::vector<std::int64_t>{5, 8}));
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const at::Tensor row_ids = at::tensor(ids[i], at::kLong).unsqueeze(0);
+    const at::Tensor want =
+        ReferenceEmbedding(weights_, TinyConfig(), row_ids, at::ones_like(row_ids));
+    EXPECT_LT((got[static_cast<std::int64_t>(i)] - want[0]).abs().max().item<double>(), 1e-5)
+        << "text " << i;
+  }
+}
+
+TEST_F(TinyFolderTest, LoadErrorsNameTheFile) {
+  EmbedderOptions options;
+  options.model_path = dir_.string();
+  options.dtype = "float16";
+  StatusOr<std::unique_ptr<SentenceEmbedder>> e = SentenceEmbedder::Load(options);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("dtype float16 needs a CUDA device"), std::string::npos)
+      << e.status();
+
+  Write("1_Pooling/config.json", R"({"pooling_mode_cls_token": true})");
+  options.dtype = "float32";
+  e = SentenceEmbedder::Load(options);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("1_Pooling/config.json: pooling_mode_cls_token"),
+            std::string::npos)
+      << e.status();
+
+  fs::remove(dir_ / "model.safetensors");
+  e = SentenceEmbedder::Load(options);
+  ASSERT_FALSE(e.ok());
+}
+
+TEST_F(TinyFolderTest, MissingWeightsFileIsNamed) {
+  fs::remove(dir_ / "model.safetensors");
+  EmbedderOptions options;
+  options.model_path = dir_.string();
+  StatusOr<std::unique_ptr<SentenceEmbedder>> e = SentenceEmbedder::Load(options);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("model.safetensors: cannot open"), std::string::npos)
+      << e.status();
+}
+
+}  // namespace
+}  // namespace gantry::sentence_encoder

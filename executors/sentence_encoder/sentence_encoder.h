@@ -1,0 +1,49 @@
+// File: executors/sentence_encoder/sentence_encoder.h
+//
+// SentenceEncoder: sentence-transformers' all-MiniLM-L6-v2 (or another BERT
+// + mean pooling folder) in libtorch, the C++ counterpart of the Jina
+// "GPU Executor" tutorial. Sets each document's `embedding` (float32 [384])
+// from its text on "/encode" and "/default".
+//
+// `with:` keys:
+//   model_path      HF sentence-transformers folder (default: see
+//                   FindDefaultModelPath in sentence_embedder.h)
+//   batch_size      documents per forward pass (default 32)
+//   max_seq_length  tokens incl. [CLS]/[SEP] (default: sentence_bert_config.json, 256)
+//   dtype           float32 (default); float16 / bfloat16 on CUDA only
+// The device is context.device ("auto" resolves to cuda when visible).
+//
+// Thread safety: the worker calls one handler at a time.
+#ifndef GANTRY_EXECUTORS_SENTENCE_ENCODER_SENTENCE_ENCODER_H_
+#define GANTRY_EXECUTORS_SENTENCE_ENCODER_SENTENCE_ENCODER_H_
+
+#include <gantry/executor.h>
+
+#include <memory>
+
+namespace gantry::sentence_encoder {
+class SentenceEmbedder;
+}  // namespace gantry::sentence_encoder
+
+namespace gantry {
+
+class SentenceEncoder final : public Executor {
+  GANTRY_EXECUTOR(SentenceEncoder);
+
+ public:
+  // Loads the model onto context.device and runs a warm-up pass. Throws
+  // std::runtime_error naming the file, key or device at fault.
+  explicit SentenceEncoder(const ExecutorContext& context);
+  ~SentenceEncoder() override;
+
+  GANTRY_REQUESTS(Encode, "/encode", "/default");
+  // Throws std::invalid_argument for texts that are not valid UTF-8.
+  void Encode(DocList& docs, const Parameters& parameters);
+
+ private:
+  std::unique_ptr<sentence_encoder::SentenceEmbedder> embedder_;
+};
+
+}  // namespace gantry
+
+#endif  // GANTRY_EXECUTORS_SENTENCE_ENCODER_SENTENCE_ENCODER_H_

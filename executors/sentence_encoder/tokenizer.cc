@@ -1,0 +1,442 @@
+#include "tokenizer.h"
+
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+namespace gantry::sentence_encoder {
+namespace {
+
+using CodePoints = std::vector<utf8proc_int32_t>;
+
+CodePoints DecodeUtf8(std::string_view text) {
+  CodePoints out;
+  out.reserve(text.size());
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  utf8proc_ssize_t left = static_cast<utf8proc_ssize_t>(text.size());
+  while (left > 0) {
+    utf8proc_int32_t cp = 0;
+    const utf8proc_ssize_t n = utf8proc_iterate(p, left, &cp);
+    if (n <= 0 || cp < 0) {
+      throw std::invalid_argument("text is not valid UTF-8 (bad byte at offset " +
+                                  std::to_string(text.size() - static_cast<std::size_t>(left)) +
+                                  ")");
+    }
+    out.push_back(cp);
+    p += n;
+    left -= n;
+  }
+  return out;
+}
+
+void AppendUtf8(utf8proc_int32_t cp, std::string& out) {
+  utf8proc_uint8_t buf[4];
+  const utf8proc_ssize_t n = utf8proc_encode_char(cp, buf);
+  out.append(reinterpret_cast<const char*>(buf), static_cast<std::size_t>(n));
+}
+
+std::string EncodeUtf8(const CodePoints& cps) {
+  std::string out;
+  out.reserve(cps.size());
+  for (utf8proc_int32_t cp : cps) {
+    AppendUtf8(cp, out);
+  }
+  return out;
+}
+
+utf8proc_category_t Category(utf8proc_int32_t cp) { return utf8proc_category(cp); }
+
+// Rust's char::is_whitespace, i.e. the Unicode White_Space property. utf8proc
+// exposes no property API for it; the list is fixed by the standard.
+bool IsWhitespace(utf8proc_int32_t cp) {
+  switch (cp) {
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
+      return true;
+    default:
+      return cp >= 0x2000 && cp <= 0x200A;
+  }
+}
+
+// The fast tokenizer's "other" = Cc | Cf | Co; unassigned (Cn) chars stay.
+bool IsControl(utf8proc_int32_t cp) {
+  if (cp == '\t' || cp == '\n' || cp == '\r') {
+    return false;
+  }
+  const utf8proc_category_t c = Category(cp);
+  return c == UTF8PROC_CATEGORY_CC || c == UTF8PROC_CATEGORY_CF || c == UTF8PROC_CATEGORY_CO;
+}
+
+// ASCII punctuation (also the Sc/Sm/Sk ones such as '$' and '+') or any P*.
+bool IsPunctuation(utf8proc_int32_t cp) {
+  if ((cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) ||
+      (cp >= 123 && cp <= 126)) {
+    return true;
+  }
+  switch (Category(cp)) {
+    case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_PD:
+    case UTF8PROC_CATEGORY_PS:
+    case UTF8PROC_CATEGORY_PE:
+    case UTF8PROC_CATEGORY_PI:
+    case UTF8PROC_CATEGORY_PF:
+    case UTF8PROC_CATEGORY_PO:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The ranges of the Rust BertNormalizer (not the slow tokenizer's: it uses
+// 0x2B820 where the fast one uses 0x2B920).
+bool IsChineseChar(utf8proc_int32_t cp) {
+  return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
+         (cp >= 0x20000 && cp <= 0x2A6DF) || (cp >= 0x2A700 && cp <= 0x2B73F) ||
+         (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B920 && cp <= 0x2CEAF) ||
+         (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+
+// Canonical decomposition with canonical ordering (NFD) of a whole string.
+CodePoints Nfd(const CodePoints& cps) {
+  if (cps.empty()) {
+    return {};
+  }
+  const std::string utf8 = EncodeUtf8(cps);
+  const auto* str = reinterpret_cast<const utf8proc_uint8_t*>(utf8.data());
+  const auto len = static_cast<utf8proc_ssize_t>(utf8.size());
+  const int options = UTF8PROC_DECOMPOSE | UTF8PROC_STABLE;
+  CodePoints out(cps.size() * 2 + 8);
+  while (true) {
+    const utf8proc_ssize_t n =
+        utf8proc_decompose(str, len, out.data(), static_cast<utf8proc_ssize_t>(out.size()),
+                           static_cast<utf8proc_option_t>(options));
+    if (n < 0) {
+      throw std::invalid_argument(std::string("NFD failed: ") + utf8proc_errmsg(n));
+    }
+    if (static_cast<std::size_t>(n) <= out.size()) {
+      out.resize(static_cast<std::size_t>(n));
+      return out;
+    }
+    out.resize(static_cast<std::size_t>(n));
+  }
+}
+
+StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return NotFoundError(path + ": cannot open file");
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+StatusOr<WordPieceTokenizer> WordPieceTokenizer::Create(
+    std::unordered_map<std::string, std::int64_t> vocab, WordPieceOptions options) {
+  WordPieceTokenizer t;
+  t.vocab_ = std::move(vocab);
+  t.options_ = std::move(options);
+  auto id_of = [&t](const std::string& token, std::int64_t* id) -> Status {
+    auto it = t.vocab_.find(token);
+    if (it == t.vocab_.end()) {
+      return InvalidArgumentError("vocabulary has no token '" + token + "'");
+    }
+    *id = it->second;
+    return OkStatus();
+  };
+  GANTRY_RETURN_IF_ERROR(id_of(t.options_.unk_token, &t.unk_id_));
+  GANTRY_RETURN_IF_ERROR(id_of(t.options_.cls_token, &t.cls_id_));
+  GANTRY_RETURN_IF_ERROR(id_of(t.options_.sep_token, &t.sep_id_));
+  GANTRY_RETURN_IF_ERROR(id_of(t.options_.pad_token, &t.pad_id_));
+  for (const std::string& special : t.options_.special_tokens) {
+    if (special.empty()) {
+      continue;
+    }
+    std::int64_t id = 0;
+    GANTRY_RETURN_IF_ERROR(id_of(special, &id));
+    t.specials_.emplace_back(special, id);
+  }
+  // Longest first, so that at one position the longest special token wins.
+  std::sort(t.specials_.begin(), t.specials_.end(),
+            [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  return t;
+}
+
+StatusOr<WordPieceTokenizer> WordPieceTokenizer::LoadVocabTxt(const std::string& path,
+                                                              WordPieceOptions options) {
+  GANTRY_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  std::unordered_map<std::string, std::int64_t> vocab;
+  std::int64_t id = 0;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) {
+      end = text.size();
+    }
+    std::string token = text.substr(pos, end - pos);
+    // Like the Rust reader, trailing whitespace (e.g. "\r") is not part of a token.
+    while (!token.empty() &&
+           (token.back() == '\r' || token.back() == ' ' || token.back() == '\t')) {
+      token.pop_back();
+    }
+    vocab.emplace(std::move(token), id++);
+    pos = end + 1;
+  }
+  StatusOr<WordPieceTokenizer> t = Create(std::move(vocab), std::move(options));
+  if (!t.ok()) {
+    return t.status().WithPrefix(path);
+  }
+  return t;
+}
+
+StatusOr<WordPieceTokenizer> WordPieceTokenizer::LoadTokenizerJson(const std::string& path) {
+  GANTRY_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) {
+    return InvalidArgumentError(path + ": not a JSON object");
+  }
+  try {
+    const nlohmann::json& model = doc.at("model");
+    if (model.value("type", "") != "WordPiece") {
+      return InvalidArgumentError(path + ": model.type is '" + model.value("type", "") +
+                                  "', only WordPiece is supported");
+    }
+    WordPieceOptions options;
+    options.unk_token = model.value("unk_token", options.unk_token);
+    options.continuing_subword_prefix =
+        model.value("continuing_subword_prefix", options.continuing_subword_prefix);
+    options.max_input_chars_per_word =
+        model.value("max_input_chars_per_word", options.max_input_chars_per_word);
+    if (doc.contains("normalizer") && !doc["normalizer"].is_null()) {
+      const nlohmann::json& norm = doc["normalizer"];
+      if (norm.value("type", "") != "BertNormalizer") {
+        return InvalidArgumentError(path + ": normalizer.type is '" + norm.value("type", "") +
+                                    "', only BertNormalizer is supported");
+      }
+      options.clean_text = norm.value("clean_text", true);
+      options.handle_chinese_chars = norm.value("handle_chinese_chars", true);
+      options.lowercase = norm.value("lowercase", true);
+      const auto strip = norm.find("strip_accents");
+      // null means "same as lowercase" in the Rust normalizer.
+      options.strip_accents =
+          (strip == norm.end() || strip->is_null()) ? options.lowercase : strip->get<bool>();
+    }
+    options.special_tokens.clear();
+    if (doc.contains("added_tokens")) {
+      for (const nlohmann::json& added : doc["added_tokens"]) {
+        if (added.value("special", false)) {
+          options.special_tokens.push_back(added.at("content").get<std::string>());
+        }
+      }
+    }
+    std::unordered_map<std::string, std::int64_t> vocab;
+    for (const auto& [token, id] : model.at("vocab").items()) {
+      vocab.emplace(token, id.get<std::int64_t>());
+    }
+    StatusOr<WordPieceTokenizer> t = Create(std::move(vocab), std::move(options));
+    if (!t.ok()) {
+      return t.status().WithPrefix(path);
+    }
+    return t;
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgumentError(path + ": " + e.what());
+  }
+}
+
+StatusOr<WordPieceTokenizer> WordPieceTokenizer::LoadFromFolder(const std::string& folder) {
+  const std::string json_path = folder + "/tokenizer.json";
+  if (std::ifstream(json_path).good()) {
+    return LoadTokenizerJson(json_path);
+  }
+  const std::string vocab_path = folder + "/vocab.txt";
+  if (std::ifstream(vocab_path).good()) {
+    return LoadVocabTxt(vocab_path);
+  }
+  return NotFoundError(folder + ": neither tokenizer.json nor vocab.txt exists");
+}
+
+std::string WordPieceTokenizer::Normalize(std::string_view text) const {
+  CodePoints cps = DecodeUtf8(text);
+  if (options_.clean_text) {
+    CodePoints kept;
+    kept.reserve(cps.size());
+    for (utf8proc_int32_t cp : cps) {
+      if (cp == 0 || cp == 0xFFFD || IsControl(cp)) {
+        continue;
+      }
+      kept.push_back(IsWhitespace(cp) ? ' ' : cp);
+    }
+    cps = std::move(kept);
+  }
+  if (options_.handle_chinese_chars) {
+    CodePoints spaced;
+    spaced.reserve(cps.size());
+    for (utf8proc_int32_t cp : cps) {
+      if (IsChineseChar(cp)) {
+        spaced.push_back(' ');
+        spaced.push_back(cp);
+        spaced.push_back(' ');
+      } else {
+        spaced.push_back(cp);
+      }
+    }
+    cps = std::move(spaced);
+  }
+  if (options_.strip_accents) {
+    CodePoints stripped = Nfd(cps);
+    std::erase_if(stripped,
+                  [](utf8proc_int32_t cp) { return Category(cp) == UTF8PROC_CATEGORY_MN; });
+    cps = std::move(stripped);
+  }
+  if (options_.lowercase) {
+    CodePoints lower;
+    lower.reserve(cps.size());
+    for (utf8proc_int32_t cp : cps) {
+      // The one unconditional multi-char lowercase mapping (SpecialCasing);
+      // utf8proc_tolower only knows the simple ones.
+      if (cp == 0x130) {
+        lower.push_back('i');
+        lower.push_back(0x307);
+      } else {
+        lower.push_back(utf8proc_tolower(cp));
+      }
+    }
+    cps = std::move(lower);
+  }
+  return EncodeUtf8(cps);
+}
+
+std::vector<std::string> WordPieceTokenizer::PreTokenize(std::string_view text) const {
+  const CodePoints cps = DecodeUtf8(Normalize(text));
+  std::vector<std::string> words;
+  std::string current;
+  auto flush = [&] {
+    if (!current.empty()) {
+      words.push_back(std::move(current));
+      current.clear();
+    }
+  };
+  for (utf8proc_int32_t cp : cps) {
+    if (IsWhitespace(cp)) {
+      flush();
+    } else if (IsPunctuation(cp)) {
+      flush();
+      AppendUtf8(cp, current);
+      flush();
+    } else {
+      AppendUtf8(cp, current);
+    }
+  }
+  flush();
+  return words;
+}
+
+void WordPieceTokenizer::WordPiece(std::string_view word, std::vector<std::int64_t>& ids) const {
+  // Byte offset of every char boundary, so pieces never split a char.
+  std::vector<std::size_t> bounds;
+  bounds.reserve(word.size() + 1);
+  for (std::size_t i = 0; i < word.size(); ++i) {
+    if ((static_cast<unsigned char>(word[i]) & 0xC0) != 0x80) {
+      bounds.push_back(i);
+    }
+  }
+  const std::size_t chars = bounds.size();
+  bounds.push_back(word.size());
+  if (chars > options_.max_input_chars_per_word) {
+    ids.push_back(unk_id_);
+    return;
+  }
+  const std::size_t first_piece = ids.size();
+  std::string piece;
+  std::size_t start = 0;
+  while (start < chars) {
+    std::size_t end = chars;
+    bool found = false;
+    while (end > start) {
+      piece.clear();
+      if (start > 0) {
+        piece += options_.continuing_subword_prefix;
+      }
+      piece.append(word.substr(bounds[start], bounds[end] - bounds[start]));
+      auto it = vocab_.find(piece);
+      if (it != vocab_.end()) {
+        ids.push_back(it->second);
+        found = true;
+        break;
+      }
+      --end;
+    }
+    if (!found) {
+      // One unknown piece makes the whole word [UNK], as in the Rust model.
+      ids.resize(first_piece);
+      ids.push_back(unk_id_);
+      return;
+    }
+    start = end;
+  }
+}
+
+void WordPieceTokenizer::EncodeSegment(std::string_view text,
+                                       std::vector<std::int64_t>& ids) const {
+  for (const std::string& word : PreTokenize(text)) {
+    WordPiece(word, ids);
+  }
+}
+
+std::vector<std::int64_t> WordPieceTokenizer::Encode(std::string_view text,
+                                                     std::size_t max_length) const {
+  std::vector<std::int64_t> pieces;
+  // Special tokens are cut out of the raw text first (leftmost, then longest).
+  std::size_t segment_start = 0;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const std::pair<std::string, std::int64_t>* match = nullptr;
+    for (const auto& special : specials_) {
+      if (text.compare(pos, special.first.size(), special.first) == 0) {
+        match = &special;
+        break;
+      }
+    }
+    if (match == nullptr) {
+      ++pos;
+      continue;
+    }
+    EncodeSegment(text.substr(segment_start, pos - segment_start), pieces);
+    pieces.push_back(match->second);
+    pos += match->first.size();
+    segment_start = pos;
+  }
+  EncodeSegment(text.substr(segment_start), pieces);
+
+  const std::size_t budget = max_length >= 2 ? max_length - 2 : 0;
+  if (pieces.size() > budget) {
+    pieces.resize(budget);
+  }
+  std::vector<std::int64_t> ids;
+  ids.reserve(pieces.size() + 2);
+  ids.push_back(cls_id_);
+  ids.insert(ids.end(), pieces.begin(), pieces.end());
+  ids.push_back(sep_id_);
+  return ids;
+}
+
+}  // namespace gantry::sentence_encoder

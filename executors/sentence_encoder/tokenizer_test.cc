@@ -1,0 +1,121 @@
+#include "tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace gantry::sentence_encoder {
+namespace {
+
+WordPieceTokenizer MakeTokenizer() {
+  const std::vector<std::string> tokens = {
+      "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", ",",   "world", "!",  "i",   "'",
+      "m",     "123",   "##ab",  "##c",   ".",      "cafe",  "de",  "##ja",  "vu", "東",  "京",
+      "una",   "##ffa", "##ble", "οδοσ",  "$",      "a",     "##a", "b",     "ο",  "##δ", "##ος"};
+  std::unordered_map<std::string, std::int64_t> vocab;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    vocab[tokens[i]] = static_cast<std::int64_t>(i);
+  }
+  StatusOr<WordPieceTokenizer> t = WordPieceTokenizer::Create(vocab);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return std::move(t).value();
+}
+
+// Ids as token strings make failures readable.
+std::vector<std::int64_t> Ids(std::string_view text, std::size_t max_length = 256) {
+  static const WordPieceTokenizer tokenizer = MakeTokenizer();
+  return tokenizer.Encode(text, max_length);
+}
+
+constexpr std::int64_t kUnk = 1, kCls = 2, kSep = 3;
+
+TEST(TokenizerTest, EmptyTextIsClsSep) {
+  EXPECT_EQ(Ids(""), (std::vector<std::int64_t>{kCls, kSep}));
+}
+
+TEST(TokenizerTest, PunctuationAndDigitsGluedToLetters) {
+  // hello , world ! i ' m 123 ##ab ##c .
+  EXPECT_EQ(Ids("Hello, world! I'm 123abc."),
+            (std::vector<std::int64_t>{kCls, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, kSep}));
+}
+
+TEST(TokenizerTest, AccentsStrippedCjkSplitUnknownPunctuation) {
+  // cafe de ##ja vu [UNK](—) 東 京: the em dash is punctuation but not in this vocab.
+  EXPECT_EQ(Ids("Café déjà vu — 東京"),
+            (std::vector<std::int64_t>{kCls, 16, 17, 18, 19, kUnk, 20, 21, kSep}));
+}
+
+TEST(TokenizerTest, GreedyLongestMatchFirst) {
+  EXPECT_EQ(Ids("unaffable"), (std::vector<std::int64_t>{kCls, 22, 23, 24, kSep}));
+}
+
+TEST(TokenizerTest, UnmatchedPieceMakesWholeWordUnknown) {
+  EXPECT_EQ(Ids("hellox world"), (std::vector<std::int64_t>{kCls, kUnk, 7, kSep}));
+}
+
+TEST(TokenizerTest, GreekCapitalsLowercaseWithoutFinalSigma) {
+  // The fast tokenizer lower-cases per char: ΟΔΟΣ -> οδοσ, not οδος.
+  EXPECT_EQ(Ids("ΟΔΟΣ"), (std::vector<std::int64_t>{kCls, 25, kSep}));
+}
+
+TEST(TokenizerTest, SpecialTokensInRawTextAreKept) {
+  EXPECT_EQ(Ids("a [SEP] b"), (std::vector<std::int64_t>{kCls, 27, kSep, 29, kSep}));
+  EXPECT_EQ(Ids("a[MASK]b"), (std::vector<std::int64_t>{kCls, 27, 4, 29, kSep}));
+  // Case-sensitive: "[sep]" is ordinary text ([ sep ] with sep unknown).
+  EXPECT_EQ(Ids("[sep]").size(), 5u);
+}
+
+TEST(TokenizerTest, WordsLongerThan100CharsAreUnknown) {
+  std::vector<std::int64_t> hundred = {kCls, 27};
+  hundred.insert(hundred.end(), 99, 28);
+  hundred.push_back(kSep);
+  EXPECT_EQ(Ids(std::string(100, 'a')), hundred);
+  EXPECT_EQ(Ids(std::string(101, 'a')), (std::vector<std::int64_t>{kCls, kUnk, kSep}));
+}
+
+TEST(TokenizerTest, ControlAndZeroWidthCharsAreDropped) {
+  EXPECT_EQ(Ids("hel\u200blo"), Ids("hello"));  // U+200B is Cf
+  EXPECT_EQ(Ids("hel\x01lo"), Ids("hello"));    // Cc
+  EXPECT_EQ(Ids(std::string("hel\0lo", 6)), Ids("hello"));
+  EXPECT_EQ(Ids("hel\ufffdlo"), Ids("hello"));
+}
+
+TEST(TokenizerTest, UnicodeWhitespaceSplits) {
+  const std::vector<std::int64_t> want = {kCls, 5, 7, kSep};
+  EXPECT_EQ(Ids("hello\u00a0world"), want);
+  EXPECT_EQ(Ids("hello\u3000world"), want);
+  EXPECT_EQ(Ids("hello\u2028world"), want);
+  EXPECT_EQ(Ids("\t hello\r\nworld  "), want);
+}
+
+TEST(TokenizerTest, TruncationKeepsTrailingSep) {
+  EXPECT_EQ(Ids("hello world hello world", 5), (std::vector<std::int64_t>{kCls, 5, 7, 5, kSep}));
+  EXPECT_EQ(Ids("hello world", 2), (std::vector<std::int64_t>{kCls, kSep}));
+}
+
+TEST(TokenizerTest, InvalidUtf8Throws) {
+  EXPECT_THROW(Ids("bad \xff byte"), std::invalid_argument);
+  EXPECT_THROW(Ids("\xed\xa0\x80"), std::invalid_argument);  // a UTF-16 surrogate
+}
+
+TEST(TokenizerTest, NormalizeAndPreTokenize) {
+  const WordPieceTokenizer t = MakeTokenizer();
+  EXPECT_EQ(t.Normalize("İstanbul"), "istanbul");
+  EXPECT_EQ(t.Normalize("Ａ"), "ａ");  // no NFKC: fullwidth stays fullwidth
+  EXPECT_EQ(t.Normalize("中a"), " 中 a");
+  // ASCII symbols ($ + < = > ^ ` | ~) split like punctuation; emoji do not.
+  EXPECT_EQ(t.PreTokenize("$5+x hello😀"), (std::vector<std::string>{"$", "5", "+", "x", "hello😀"}));
+  EXPECT_EQ(t.PreTokenize("a«b»c"), (std::vector<std::string>{"a", "«", "b", "»", "c"}));
+}
+
+TEST(TokenizerTest, CreateRejectsVocabWithoutSpecialTokens) {
+  StatusOr<WordPieceTokenizer> t = WordPieceTokenizer::Create({{"hello", 0}});
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("[UNK]"), std::string::npos) << t.status();
+}
+
+}  // namespace
+}  // namespace gantry::sentence_encoder
