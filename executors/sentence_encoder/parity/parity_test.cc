@@ -1,0 +1,127 @@
+// Parity with sentence-transformers: token ids and embeddings of a corpus
+// written by scripts/parity_expectations.py. Needs the real model
+// (GANTRY_MODEL_PATH) and the expectations (GANTRY_PARITY_JSON); skips with
+// the reason when either is missing.
+#include <ATen/core/Tensor.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sentence_embedder.h"
+
+namespace gantry::sentence_encoder {
+namespace {
+
+struct Case {
+  std::string text;
+  std::vector<std::int64_t> ids;
+  std::vector<float> embedding;
+};
+
+class ParityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* model = std::getenv("GANTRY_MODEL_PATH");
+    const char* json = std::getenv("GANTRY_PARITY_JSON");
+    if (model == nullptr || !std::ifstream(std::string(model) + "/model.safetensors")) {
+      GTEST_SKIP() << "model missing: set GANTRY_MODEL_PATH (run scripts/fetch_model.sh)";
+    }
+    if (json == nullptr || !std::ifstream(json)) {
+      GTEST_SKIP() << "expectations missing: set GANTRY_PARITY_JSON (run "
+                      "scripts/parity_setup.sh, then scripts/parity_expectations.py)";
+    }
+    std::ifstream in(json);
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    for (const nlohmann::json& c : doc.at("cases")) {
+      cases_.push_back({c.at("text").get<std::string>(),
+                        c.at("ids").get<std::vector<std::int64_t>>(),
+                        c.at("embedding").get<std::vector<float>>()});
+    }
+    EmbedderOptions options;
+    options.model_path = model;
+    StatusOr<std::unique_ptr<SentenceEmbedder>> e = SentenceEmbedder::Load(options);
+    ASSERT_TRUE(e.ok()) << e.status();
+    embedder_ = std::move(e).value();
+  }
+
+  std::vector<std::string_view> Texts() const {
+    std::vector<std::string_view> texts;
+    for (const Case& c : cases_) {
+      texts.push_back(c.text);
+    }
+    return texts;
+  }
+
+  std::vector<Case> cases_;
+  std::unique_ptr<SentenceEmbedder> embedder_;
+};
+
+TEST_F(ParityTest, TokenIdsEqualFastTokenizer) {
+  ASSERT_GE(cases_.size(), 300u);
+  const auto ids = embedder_->Tokenize(Texts());
+  int mismatches = 0;
+  for (std::size_t i = 0; i < cases_.size(); ++i) {
+    if (ids[i] != cases_[i].ids && ++mismatches <= 10) {
+      ADD_FAILURE() << "case " << i << " text '" << cases_[i].text << "': ids differ ("
+                    << ids[i].size() << " vs " << cases_[i].ids.size() << " tokens)";
+    }
+  }
+  std::printf("parity ids: %zu strings, %d mismatches\n", cases_.size(), mismatches);
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST_F(ParityTest, EmbeddingsMatchSentenceTransformers) {
+  const at::Tensor got = embedder_->Encode(Texts());
+  const std::int64_t dim = embedder_->dimension();
+  ASSERT_EQ(got.size(0), static_cast<std::int64_t>(cases_.size()));
+  const float* data = got.data_ptr<float>();
+  double min_cosine = 1.0;
+  double max_abs = 0.0;
+  for (std::size_t i = 0; i < cases_.size(); ++i) {
+    const std::vector<float>& want = cases_[i].embedding;
+    ASSERT_EQ(static_cast<std::int64_t>(want.size()), dim);
+    double dot = 0, na = 0, nb = 0, diff = 0;
+    for (std::int64_t d = 0; d < dim; ++d) {
+      const double a = data[static_cast<std::int64_t>(i) * dim + d];
+      const double b = want[static_cast<std::size_t>(d)];
+      dot += a * b;
+      na += a * a;
+      nb += b * b;
+      diff = std::max(diff, std::abs(a - b));
+    }
+    const double cosine = dot / std::sqrt(na * nb);
+    EXPECT_GE(cosine, 0.99999) << "case " << i << " '" << cases_[i].text << "'";
+    EXPECT_LE(diff, 1e-5) << "case " << i << " '" << cases_[i].text << "'";
+    min_cosine = std::min(min_cosine, cosine);
+    max_abs = std::max(max_abs, diff);
+  }
+  std::printf("parity embeddings: %zu strings, min cosine %.9f, max abs diff %.3g\n", cases_.size(),
+              min_cosine, max_abs);
+}
+
+// model.md §2.4 vectors, independent of the Python run.
+TEST_F(ParityTest, PublishedPrefixes) {
+  const std::vector<std::string_view> texts = {"This is an example sentence",
+                                               "Each sentence is converted."};
+  const std::vector<std::vector<float>> want = {
+      {0.06765693f, 0.06349593f, 0.04871314f, 0.07930495f, 0.03744806f, 0.00265273f},
+      {0.07853645f, 0.08856265f, -0.00209270f, -0.00717247f, -0.01252624f, 0.01881747f}};
+  const at::Tensor got = embedder_->Encode(texts);
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    for (std::size_t d = 0; d < 6; ++d) {
+      EXPECT_NEAR(got[static_cast<std::int64_t>(i)][static_cast<std::int64_t>(d)].item<float>(),
+                  want[i][d], 1e-5);
+    }
+  }
+  EXPECT_EQ(embedder_->Tokenize({"Café déjà vu — 東京"})[0],
+            (std::vector<std::int64_t>{101, 7668, 2139, 3900, 24728, 1517, 1879, 1755, 102}));
+}
+
+}  // namespace
+}  // namespace gantry::sentence_encoder
