@@ -17,6 +17,7 @@
 
 #include "safetensors.h"
 #include "sentence_embedder.h"
+#include "sentence_encoder.h"
 
 namespace gantry::sentence_encoder {
 namespace {
@@ -340,6 +341,50 @@ TEST_F(TinyFolderTest, MissingWeightsFileIsNamed) {
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("model.safetensors: cannot open"), std::string::npos)
       << e.status();
+}
+
+TEST_F(TinyFolderTest, ExecutorSetsEmbeddingsInOrder) {
+  ExecutorContext context;
+  context.with =
+      Parameters(Value::Dict{{"model_path", Value(dir_.string())}, {"batch_size", Value(2.0)}});
+  SentenceEncoder encoder(context);
+  DocList docs{Doc("w5 w6"), Doc("w7"), Doc("w8 w9 w10"), Doc("")};
+  encoder.Encode(docs, Parameters());
+  EmbedderOptions options;
+  options.model_path = dir_.string();
+  const at::Tensor want =
+      (*SentenceEmbedder::Load(options))->Encode({"w5 w6", "w7", "w8 w9 w10", ""});
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    const Tensor* e = docs[i].embedding();
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->shape(), (std::vector<std::int64_t>{8}));
+    EXPECT_EQ(e->dtype(), "<f4");
+    for (std::int64_t d = 0; d < 8; ++d) {
+      EXPECT_NEAR(e->Values<float>()[static_cast<std::size_t>(d)],
+                  want[static_cast<std::int64_t>(i)][d].item<float>(), 1e-6);
+    }
+  }
+}
+
+TEST_F(TinyFolderTest, ExecutorErrorsNameKeyAndFile) {
+  ExecutorContext context;
+  context.name = "enc";
+  context.with =
+      Parameters(Value::Dict{{"model_path", Value(dir_.string())}, {"batch_sise", Value(2.0)}});
+  try {
+    SentenceEncoder encoder(context);
+    ADD_FAILURE() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("with.batch_sise: unknown key"), std::string::npos)
+        << e.what();
+  }
+  context.with = Parameters(Value::Dict{{"model_path", Value("/nonexistent/model")}});
+  try {
+    SentenceEncoder encoder(context);
+    ADD_FAILURE() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/model"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
