@@ -12,6 +12,11 @@ if(NOT Torch_DIR)
     endif()
   endif()
 endif()
+# Name the GPU architectures, or torch's CMake probes for a GPU with try_run,
+# which fails on machines without one (and under C++20 dialect settings).
+if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
+endif()
 find_package(Torch REQUIRED)
 # The wheel's libtorch_cuda.so needs the NCCL/cuDNN/... of the `nvidia-*`
 # wheels beside it; the linker must look there, not in /usr/local/cuda.

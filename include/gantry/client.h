@@ -25,13 +25,13 @@ struct PostOptions {
   // Draw a progress bar on stderr while requests complete.
   bool show_progress = false;
   // Sent as the request parameters (Jina adds "__results__": {} itself too).
-  Parameters parameters;
+  Parameters parameters{};
   // Requests in flight on the stream before waiting for replies.
   int prefetch = 64;
   // Deadline for the whole post; zero means none.
   std::chrono::milliseconds timeout{0};
   // Only executors whose name matches this regex (Jina's target_executor).
-  std::string target_executor;
+  std::string target_executor{};
 };
 
 class Client {

@@ -29,9 +29,9 @@
 namespace gantry {
 
 struct ExecutorConfig {
-  std::string jtype;
-  Value::Dict with;
-  Value::Dict metas;
+  std::string jtype{};
+  Value::Dict with{};
+  Value::Dict metas{};
 };
 
 // `source` names the text in errors (a file path or "<inline>").

@@ -21,6 +21,7 @@
 #define GANTRY_DEPLOYMENT_H_
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -37,11 +38,11 @@ namespace gantry {
 struct DeploymentOptions {
   // Executor type name (YAML `jtype:`), or the path of an executor YAML file
   // (ending in .yml or .yaml).
-  std::string uses;
+  std::string uses{};
   // Constructor arguments; override the YAML's `with:`.
-  Value::Dict uses_with;
+  Value::Dict uses_with{};
   // Override the YAML's `metas:`.
-  Value::Dict uses_metas;
+  Value::Dict uses_metas{};
   // Deployment name: replicas log as "<name>/rep-<i>".
   std::string name = "executor";
   int replicas = 1;
@@ -50,13 +51,13 @@ struct DeploymentOptions {
   // Gateway address to bind. Workers always bind 127.0.0.1.
   std::string host = "127.0.0.1";
   // Extra environment for every worker.
-  std::map<std::string, std::string> env;
+  std::map<std::string, std::string> env{};
   // How long a replica may take to construct its executor.
   std::chrono::milliseconds timeout_ready{600000};
   // Program run for each worker. Empty: this program when it registers the
   // executor type, else `gantry-worker` (next to this program, then $PATH,
   // or $GANTRY_WORKER_PROGRAM).
-  std::string worker_program;
+  std::string worker_program{};
   // Workers' log level: "debug", "info", "warning", "error".
   std::string log_level = "info";
 };
@@ -66,6 +67,8 @@ struct ReplicaInfo {
   pid_t pid = 0;
   std::string address;  // "127.0.0.1:PORT"
   std::string device;   // "cpu", "cuda:0", ...
+  // Requests the gateway forwarded to this replica and got an answer for.
+  std::uint64_t requests = 0;
 };
 
 class Deployment {

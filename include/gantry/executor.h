@@ -50,15 +50,15 @@ struct ExecutorContext {
   // metas.name: the executor's name in logs and errors ("executor").
   std::string name = "executor";
   // The device this replica must use, already validated.
-  Device device;
+  Device device{};
   // `uses_with` / YAML `with:`, the constructor arguments.
-  Parameters with;
+  Parameters with{};
   // YAML `metas:` (name, description, workspace, ...).
-  Value::Dict metas;
+  Value::Dict metas{};
   int replica_id = 0;
   int replicas = 1;
   // A directory this replica may write to; empty if none was configured.
-  std::string workspace;
+  std::string workspace{};
 };
 
 // Base class of every executor.

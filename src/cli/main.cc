@@ -1,0 +1,289 @@
+// The `gantry` command line: argument parsing and wiring only.
+//
+//   gantry deployment --uses deployment.yml [--port N] [--port-file F]
+//   gantry executor --uses executor.yml|JTYPE [--port N] [--port-file F]
+//   gantry gateway --replica-addresses H:P,H:P [--port N]
+//   gantry ping HOST:PORT [--timeout MS] [--attempts N]
+//   gantry executors
+//   gantry --version
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <gantry/client.h>
+#include <gantry/config.h>
+#include <gantry/deployment.h>
+#include <gantry/device.h>
+#include <spdlog/spdlog.h>
+
+#include "core/logging.h"
+#include "core/value_json.h"
+#include "gateway/gateway.h"
+#include "worker/worker_spec.h"
+
+namespace {
+
+constexpr const char* kVersionText =
+    "gantry " GANTRY_VERSION " (Jina 3.x gRPC protocol, docarray v2 documents)";
+
+int Fail(const gantry::Status& status) {
+  std::fprintf(stderr, "gantry: error: %s\n", status.message().c_str());
+  return 1;
+}
+
+void WritePortFile(const std::string& path, int port) {
+  if (path.empty()) {
+    return;
+  }
+  std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << port << "\n";
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+std::string WorkerProgram() {
+  if (const char* env = std::getenv("GANTRY_WORKER_PROGRAM"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    std::string dir(self);
+    dir = dir.substr(0, dir.rfind('/'));
+    std::string candidate = dir + "/gantry-worker";
+    if (::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return "gantry-worker";
+}
+
+// Replaces this process with gantry-worker so that signals reach it directly.
+int ExecWorker(const std::vector<std::string>& args) {
+  std::string program = WorkerProgram();
+  std::vector<std::string> storage = {program};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& arg : storage) {
+    argv.push_back(arg.data());
+  }
+  argv.push_back(nullptr);
+  ::execvp(program.c_str(), argv.data());
+  return Fail(gantry::FailedPreconditionError("cannot run " + program + ": " +
+                                              std::strerror(errno) +
+                                              " (set GANTRY_WORKER_PROGRAM)"));
+}
+
+int RunDeployment(const std::string& uses, int port, const std::string& port_file,
+                  const std::string& log_level) {
+  gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
+  auto options = gantry::LoadDeploymentConfig(uses);
+  if (!options.ok()) {
+    return Fail(options.status());
+  }
+  if (port >= 0) {
+    options->port = port;
+  }
+  if (!log_level.empty()) {
+    options->log_level = log_level;
+  }
+  gantry::Deployment deployment(std::move(options).value());
+  if (!deployment.ok()) {
+    return Fail(deployment.status());
+  }
+  WritePortFile(port_file, deployment.port());
+  deployment.Block();
+  deployment.Stop();
+  return 0;
+}
+
+int RunExecutor(const std::string& uses, int port, const std::string& port_file,
+                const std::string& device, const std::string& name, const std::string& uses_with,
+                const std::string& log_level) {
+  gantry::internal::WorkerSpec spec;
+  bool is_yaml = uses.ends_with(".yml") || uses.ends_with(".yaml");
+  if (is_yaml) {
+    auto config = gantry::LoadExecutorConfig(uses);
+    if (!config.ok()) {
+      return Fail(config.status());
+    }
+    spec.jtype = config->jtype;
+    spec.with = config->with;
+    spec.metas = config->metas;
+  } else {
+    spec.jtype = uses;
+  }
+  if (!uses_with.empty()) {
+    auto extra = gantry::internal::ValueDictFromJson(uses_with);
+    if (!extra.ok()) {
+      return Fail(extra.status().WithPrefix("--uses-with"));
+    }
+    for (auto& [key, value] : *extra) {
+      spec.with.insert_or_assign(key, value);
+    }
+  }
+  if (!device.empty()) {
+    if (auto parsed = gantry::Device::Parse(device); !parsed.ok()) {
+      return Fail(parsed.status().WithPrefix("--device"));
+    }
+    spec.with.insert_or_assign("device", gantry::Value(device));
+  }
+  if (auto d = spec.with.find("device"); d != spec.with.end()) {
+    const std::string* text = d->second.AsText();
+    if (text == nullptr || !gantry::Device::Parse(*text).ok()) {
+      return Fail(gantry::InvalidArgumentError(
+          "with.device: expected \"cpu\", \"cuda\", \"cuda:N\" or \"auto\", got " +
+          d->second.DebugString()));
+    }
+  }
+  auto metas_name = spec.metas.find("name");
+  spec.executor_name = !name.empty() ? name
+                       : metas_name != spec.metas.end() && metas_name->second.AsText()
+                           ? *metas_name->second.AsText()
+                           : "executor";
+  spec.runtime_name = spec.executor_name + "/rep-0";
+  spec.port = port < 0 ? 0 : port;
+  spec.port_file = port_file;
+  spec.log_level = log_level;
+  // The host of a standalone executor is reachable from outside, as Jina's.
+  spec.host = "0.0.0.0";
+  return ExecWorker(gantry::internal::WorkerArguments(spec));
+}
+
+int RunGateway(const std::string& addresses, int port, const std::string& name,
+               const std::string& port_file, const std::string& log_level) {
+  gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
+  gantry::internal::GatewayOptions options;
+  options.host = "0.0.0.0";
+  options.port = port < 0 ? 0 : port;
+  options.deployment_name = name;
+  std::string rest = addresses;
+  while (!rest.empty()) {
+    std::size_t comma = rest.find(',');
+    std::string address = rest.substr(0, comma);
+    if (!address.empty()) {
+      options.replica_addresses.push_back(address);
+    }
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
+  auto gateway = gantry::internal::Gateway::Start(std::move(options));
+  if (!gateway.ok()) {
+    return Fail(gateway.status());
+  }
+  spdlog::info("ready and listening on 0.0.0.0:{}", (*gateway)->port());
+  WritePortFile(port_file, (*gateway)->port());
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int signal_number = 0;
+  sigwait(&set, &signal_number);
+  (*gateway)->Shutdown(std::chrono::seconds(5));
+  return 0;
+}
+
+int RunPing(const std::string& address, int timeout_ms, int attempts) {
+  gantry::Client client(address);
+  gantry::Status last;
+  for (int i = 0; i < std::max(1, attempts); ++i) {
+    last = client.Ping(std::chrono::milliseconds(timeout_ms));
+    if (last.ok()) {
+      std::printf("%s is ready\n", address.c_str());
+      return 0;
+    }
+    if (i + 1 < attempts) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  std::fprintf(stderr, "gantry: %s is not ready: %s\n", address.c_str(),
+               last.message().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // SIGINT/SIGTERM are waited for with sigwait (gateway) or a handler
+  // (deployment); block them early so gRPC's threads inherit the mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+
+  CLI::App app{"Gantry: serve C++/libtorch executors as Jina-compatible gRPC microservices"};
+  app.set_version_flag("-v,--version", kVersionText);
+  app.require_subcommand(1);
+
+  std::string uses;
+  int port = -1;
+  std::string port_file;
+  std::string log_level;
+  auto* deployment = app.add_subcommand("deployment", "Run a Deployment from YAML: a gateway and "
+                                                      "its worker replicas");
+  deployment->add_option("--uses", uses, "deployment YAML (jtype: Deployment)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  deployment->add_option("--port", port, "gateway port (overrides the YAML's; 0 = any free)");
+  deployment->add_option("--port-file", port_file, "write the gateway's port here when ready");
+  deployment->add_option("--log-level", log_level, "debug, info, warning or error");
+
+  std::string device;
+  std::string name;
+  std::string uses_with;
+  auto* executor = app.add_subcommand("executor", "Run one executor as a gRPC worker, no gateway");
+  executor->add_option("--uses", uses, "executor YAML (jtype/with/metas) or an executor type name")
+      ->required();
+  executor->add_option("--port", port, "port to listen on (0 = any free)");
+  executor->add_option("--port-file", port_file, "write the port here when ready");
+  executor->add_option("--device", device, "cpu, cuda, cuda:N or auto (overrides with.device)");
+  executor->add_option("--name", name, "executor name in logs (default: metas.name)");
+  executor->add_option("--uses-with", uses_with, "JSON object merged over `with:`");
+  executor->add_option("--log-level", log_level, "debug, info, warning or error");
+
+  std::string addresses;
+  auto* gateway = app.add_subcommand("gateway", "Run a gateway in front of running workers");
+  gateway->add_option("--replica-addresses", addresses, "comma-separated HOST:PORT of replicas")
+      ->required();
+  gateway->add_option("--port", port, "port to listen on (0 = any free)");
+  std::string gateway_name = "executor";
+  gateway->add_option("--name", gateway_name, "deployment name for messages");
+  gateway->add_option("--port-file", port_file, "write the port here when ready");
+  gateway->add_option("--log-level", log_level, "debug, info, warning or error");
+
+  std::string address;
+  int timeout_ms = 3000;
+  int attempts = 1;
+  auto* ping = app.add_subcommand("ping", "Health-check a gateway or executor (exit 0 if ready)");
+  ping->add_option("address", address, "HOST:PORT")->required();
+  ping->add_option("--timeout", timeout_ms, "milliseconds per attempt")->default_val(3000);
+  ping->add_option("--attempts", attempts, "attempts before giving up")->default_val(1);
+
+  auto* executors = app.add_subcommand("executors", "List the executor types gantry-worker serves");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (deployment->parsed()) {
+    return RunDeployment(uses, port, port_file, log_level);
+  }
+  if (executor->parsed()) {
+    return RunExecutor(uses, port, port_file, device, name, uses_with, log_level);
+  }
+  if (gateway->parsed()) {
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    return RunGateway(addresses, port, gateway_name, port_file, log_level);
+  }
+  if (ping->parsed()) {
+    return RunPing(address, timeout_ms, attempts);
+  }
+  if (executors->parsed()) {
+    return ExecWorker({gantry::internal::kWorkerFlag, "--list-executors"});
+  }
+  return 0;
+}

@@ -1,0 +1,42 @@
+#include "common/grpc_options.h"
+
+namespace gantry::internal {
+
+void ConfigureServerBuilder(grpc::ServerBuilder& builder) {
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 9999);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 4999);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Accept client pings down to every 5 s without data and never answer them
+  // with GOAWAY ("too many pings"): Jina clients ping every ~10 s.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 9999);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 4999);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Each Gantry channel is its own connection: the gateway's channels to
+  // different replicas must not share one subchannel pool entry.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+std::string JoinHostPort(std::string_view host, int port) {
+  std::string out;
+  if (host.find(':') != std::string_view::npos && !host.starts_with("[")) {
+    out = "[" + std::string(host) + "]";
+  } else {
+    out = std::string(host);
+  }
+  return out + ":" + std::to_string(port);
+}
+
+}  // namespace gantry::internal

@@ -1,0 +1,341 @@
+#include "core/doc_proto.h"
+
+#include <limits>
+#include <string>
+#include <utility>
+
+namespace gantry::internal {
+namespace {
+
+void ValueToNode(const Value& value, docarray::NodeProto* node);
+
+void DocToProto(const Doc& doc, docarray::DocProto* proto) {
+  auto* data = proto->mutable_data();
+  for (const auto& [key, value] : doc.fields()) {
+    ValueToNode(value, &(*data)[key]);
+  }
+}
+
+void TensorToNode(const Tensor& tensor, docarray::NdArrayProto* proto) {
+  auto* dense = proto->mutable_dense();
+  dense->set_buffer(tensor.bytes());
+  for (std::int64_t d : tensor.shape()) {
+    dense->add_shape(static_cast<std::uint32_t>(d));
+  }
+  dense->set_dtype(tensor.dtype());
+}
+
+void ValueToNode(const Value& value, docarray::NodeProto* node) {
+  switch (value.kind()) {
+    case Value::Kind::kNone:
+      break;
+    case Value::Kind::kText:
+      node->set_text(*value.AsText());
+      break;
+    case Value::Kind::kInt: {
+      // docarray's `integer` is int32; wider numbers travel as doubles.
+      std::int64_t i = *value.AsInt();
+      if (i >= std::numeric_limits<std::int32_t>::min() &&
+          i <= std::numeric_limits<std::int32_t>::max()) {
+        node->set_integer(static_cast<std::int32_t>(i));
+      } else {
+        node->set_float_(static_cast<double>(i));
+      }
+      break;
+    }
+    case Value::Kind::kFloat:
+      node->set_float_(*value.AsFloat());
+      break;
+    case Value::Kind::kBool:
+      node->set_boolean(*value.AsBool());
+      break;
+    case Value::Kind::kBlob:
+      node->set_blob(value.AsBlob()->bytes);
+      break;
+    case Value::Kind::kTensor: {
+      const Tensor& tensor = *value.AsTensor();
+      TensorToNode(tensor, node->mutable_ndarray());
+      if (!tensor.type_name().empty()) {
+        node->set_type(tensor.type_name());
+      } else if (!value.docarray_type().empty()) {
+        node->set_type(value.docarray_type());
+      } else {
+        node->set_type("ndarray");
+      }
+      return;
+    }
+    case Value::Kind::kDoc:
+      DocToProto(*value.AsDoc(), node->mutable_doc());
+      break;
+    case Value::Kind::kDocList:
+      DocListToProto(*value.AsDocList(), node->mutable_doc_array());
+      break;
+    case Value::Kind::kList: {
+      docarray::ListOfAnyProto* list = nullptr;
+      switch (value.list_kind()) {
+        case Value::ListKind::kList:
+          list = node->mutable_list();
+          break;
+        case Value::ListKind::kSet:
+          list = node->mutable_set();
+          break;
+        case Value::ListKind::kTuple:
+          list = node->mutable_tuple();
+          break;
+      }
+      for (const Value& item : *value.AsList()) {
+        ValueToNode(item, list->add_data());
+      }
+      break;
+    }
+    case Value::Kind::kDict: {
+      auto* data = node->mutable_dict()->mutable_data();
+      for (const auto& [key, item] : *value.AsDict()) {
+        ValueToNode(item, &(*data)[key]);
+      }
+      break;
+    }
+  }
+  if (!value.docarray_type().empty()) {
+    node->set_type(value.docarray_type());
+  }
+}
+
+StatusOr<Doc> TakeDoc(docarray::DocProto* proto);
+
+// Errors are built bottom-up: each level prefixes its key, so the happy path
+// allocates no location strings.
+StatusOr<Value> TakeNode(docarray::NodeProto* node) {
+  Value value;
+  switch (node->content_case()) {
+    case docarray::NodeProto::CONTENT_NOT_SET:
+      break;
+    case docarray::NodeProto::kText:
+      value = Value(std::move(*node->mutable_text()));
+      break;
+    case docarray::NodeProto::kInteger:
+      value = Value(static_cast<std::int64_t>(node->integer()));
+      break;
+    case docarray::NodeProto::kFloat:
+      value = Value(node->float_());
+      break;
+    case docarray::NodeProto::kBoolean:
+      value = Value(node->boolean());
+      break;
+    case docarray::NodeProto::kBlob:
+      value = Value(Blob{std::move(*node->mutable_blob())});
+      break;
+    case docarray::NodeProto::kNdarray: {
+      auto* dense = node->mutable_ndarray()->mutable_dense();
+      std::vector<std::int64_t> shape(dense->shape().begin(), dense->shape().end());
+      std::string buffer = std::move(*dense->mutable_buffer());
+      if (buffer.empty()) {
+        // docarray decodes an empty buffer with a shape as zeros.
+        std::int64_t numel = 1;
+        for (std::int64_t d : shape) {
+          numel *= d;
+        }
+        std::size_t itemsize = DTypeItemSize(dense->dtype());
+        if (itemsize > 0 && numel > 0) {
+          buffer.assign(static_cast<std::size_t>(numel) * itemsize, '\0');
+        }
+      }
+      auto tensor = Tensor::FromBytes(dense->dtype(), std::move(shape), std::move(buffer));
+      if (!tensor.ok()) {
+        return tensor.status();
+      }
+      tensor->set_type_name(node->type());
+      return Value(std::move(tensor).value());
+    }
+    case docarray::NodeProto::kDoc: {
+      auto doc = TakeDoc(node->mutable_doc());
+      if (!doc.ok()) {
+        return doc.status();
+      }
+      value = Value(std::move(doc).value());
+      break;
+    }
+    case docarray::NodeProto::kDocArray: {
+      auto docs = TakeDocListFromProto(node->mutable_doc_array());
+      if (!docs.ok()) {
+        return docs.status();
+      }
+      value = Value(std::move(docs).value());
+      break;
+    }
+    case docarray::NodeProto::kList:
+    case docarray::NodeProto::kSet:
+    case docarray::NodeProto::kTuple: {
+      docarray::ListOfAnyProto* list = node->content_case() == docarray::NodeProto::kList
+                                           ? node->mutable_list()
+                                       : node->content_case() == docarray::NodeProto::kSet
+                                           ? node->mutable_set()
+                                           : node->mutable_tuple();
+      Value::ListKind kind = node->content_case() == docarray::NodeProto::kList
+                                 ? Value::ListKind::kList
+                             : node->content_case() == docarray::NodeProto::kSet
+                                 ? Value::ListKind::kSet
+                                 : Value::ListKind::kTuple;
+      Value::List items;
+      items.reserve(static_cast<std::size_t>(list->data_size()));
+      for (int i = 0; i < list->data_size(); ++i) {
+        auto item = TakeNode(list->mutable_data(i));
+        if (!item.ok()) {
+          return item.status().WithPrefix("[" + std::to_string(i) + "]");
+        }
+        items.push_back(std::move(item).value());
+      }
+      value = Value(std::move(items), kind);
+      break;
+    }
+    case docarray::NodeProto::kDict: {
+      Value::Dict dict;
+      for (auto& [key, item_node] : *node->mutable_dict()->mutable_data()) {
+        auto item = TakeNode(&item_node);
+        if (!item.ok()) {
+          return item.status().WithPrefix(key);
+        }
+        dict.emplace(key, std::move(item).value());
+      }
+      value = Value(std::move(dict));
+      break;
+    }
+  }
+  if (node->docarray_type_case() == docarray::NodeProto::kType) {
+    value.set_docarray_type(std::move(*node->mutable_type()));
+  }
+  return value;
+}
+
+StatusOr<Doc> TakeDoc(docarray::DocProto* proto) {
+  Doc doc = Doc::Empty();
+  for (auto& [key, node] : *proto->mutable_data()) {
+    auto value = TakeNode(&node);
+    if (!value.ok()) {
+      return value.status().WithPrefix(key);
+    }
+    doc.mutable_fields().emplace(key, std::move(value).value());
+  }
+  return doc;
+}
+
+void StructValueToValue(const google::protobuf::Value& in, Value* out);
+
+Value::Dict StructFieldsToDict(const google::protobuf::Struct& proto) {
+  Value::Dict dict;
+  for (const auto& [key, item] : proto.fields()) {
+    StructValueToValue(item, &dict[key]);
+  }
+  return dict;
+}
+
+void StructValueToValue(const google::protobuf::Value& in, Value* out) {
+  switch (in.kind_case()) {
+    case google::protobuf::Value::kNullValue:
+    case google::protobuf::Value::KIND_NOT_SET:
+      *out = Value();
+      break;
+    case google::protobuf::Value::kNumberValue:
+      *out = Value(in.number_value());
+      break;
+    case google::protobuf::Value::kStringValue:
+      *out = Value(in.string_value());
+      break;
+    case google::protobuf::Value::kBoolValue:
+      *out = Value(in.bool_value());
+      break;
+    case google::protobuf::Value::kStructValue:
+      *out = Value(StructFieldsToDict(in.struct_value()));
+      break;
+    case google::protobuf::Value::kListValue: {
+      Value::List list;
+      for (const auto& item : in.list_value().values()) {
+        StructValueToValue(item, &list.emplace_back());
+      }
+      *out = Value(std::move(list));
+      break;
+    }
+  }
+}
+
+void ValueToStructValue(const Value& in, google::protobuf::Value* out) {
+  switch (in.kind()) {
+    case Value::Kind::kNone:
+      out->set_null_value(google::protobuf::NULL_VALUE);
+      break;
+    case Value::Kind::kText:
+      out->set_string_value(*in.AsText());
+      break;
+    case Value::Kind::kInt:
+      out->set_number_value(static_cast<double>(*in.AsInt()));
+      break;
+    case Value::Kind::kFloat:
+      out->set_number_value(*in.AsFloat());
+      break;
+    case Value::Kind::kBool:
+      out->set_bool_value(*in.AsBool());
+      break;
+    case Value::Kind::kBlob:
+      out->set_string_value(in.AsBlob()->bytes);
+      break;
+    case Value::Kind::kList: {
+      auto* list = out->mutable_list_value();
+      for (const Value& item : *in.AsList()) {
+        ValueToStructValue(item, list->add_values());
+      }
+      break;
+    }
+    case Value::Kind::kDict:
+      DictToStruct(*in.AsDict(), out->mutable_struct_value());
+      break;
+    case Value::Kind::kTensor:
+    case Value::Kind::kDoc:
+    case Value::Kind::kDocList:
+      // A Struct cannot hold these; parameters are JSON-like by contract.
+      out->set_string_value(in.DebugString());
+      break;
+  }
+}
+
+}  // namespace
+
+void DocListToProto(const DocList& docs, docarray::DocListProto* proto) {
+  proto->mutable_docs()->Reserve(proto->docs_size() + static_cast<int>(docs.size()));
+  for (const Doc& doc : docs) {
+    DocToProto(doc, proto->add_docs());
+  }
+}
+
+StatusOr<DocList> TakeDocListFromProto(docarray::DocListProto* proto) {
+  DocList docs;
+  docs.reserve(static_cast<std::size_t>(proto->docs_size()));
+  for (int i = 0; i < proto->docs_size(); ++i) {
+    auto doc = TakeDoc(proto->mutable_docs(i));
+    if (!doc.ok()) {
+      return doc.status().WithPrefix("docs[" + std::to_string(i) + "]");
+    }
+    docs.push_back(std::move(doc).value());
+  }
+  return docs;
+}
+
+StatusOr<DocList> DocListFromBytes(const std::string& bytes) {
+  docarray::DocListProto proto;
+  if (!proto.ParseFromString(bytes)) {
+    return InvalidArgumentError("docs_bytes is not a serialized docarray.DocListProto");
+  }
+  return TakeDocListFromProto(&proto);
+}
+
+Value::Dict StructToDict(const google::protobuf::Struct& proto) {
+  return StructFieldsToDict(proto);
+}
+
+void DictToStruct(const Value::Dict& dict, google::protobuf::Struct* proto) {
+  auto* fields = proto->mutable_fields();
+  for (const auto& [key, value] : dict) {
+    ValueToStructValue(value, &(*fields)[key]);
+  }
+}
+
+}  // namespace gantry::internal

@@ -1,0 +1,287 @@
+// Worker process entry: gantry::Init / gantry::RunWorkerMain.
+//
+// Start-up protocol with the parent (src/deployment): the parent passes a
+// status pipe (--status-fd) and a lifeline pipe (--lifeline-fd). The worker
+// constructs its executor, starts serving, then writes "READY <port>" (or
+// "ERROR <message>") to the status pipe and closes it. The lifeline pipe's
+// write end stays with the parent; when the parent dies, even by SIGKILL,
+// the worker reads EOF and exits.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gantry/init.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "core/logging.h"
+#include "core/registry.h"
+#include "core/value_json.h"
+#include "worker/request_handler.h"
+#include "worker/worker_service.h"
+#include "worker/worker_spec.h"
+
+namespace gantry {
+namespace internal {
+
+std::string WorkerSpecToJson(const WorkerSpec& spec) {
+  nlohmann::json j;
+  j["jtype"] = spec.jtype;
+  j["with"] = nlohmann::json::parse(ValueDictToJson(spec.with));
+  j["metas"] = nlohmann::json::parse(ValueDictToJson(spec.metas));
+  j["executor_name"] = spec.executor_name;
+  j["runtime_name"] = spec.runtime_name;
+  j["replica_id"] = spec.replica_id;
+  j["replicas"] = spec.replicas;
+  j["device"] = spec.device;
+  j["host"] = spec.host;
+  j["port"] = spec.port;
+  j["log_level"] = spec.log_level;
+  j["port_file"] = spec.port_file;
+  return j.dump();
+}
+
+StatusOr<WorkerSpec> WorkerSpecFromJson(std::string_view json) {
+  nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return InvalidArgumentError("worker spec is not a JSON object");
+  }
+  WorkerSpec spec;
+  try {
+    spec.jtype = j.at("jtype").get<std::string>();
+    GANTRY_ASSIGN_OR_RETURN(spec.with, ValueDictFromJson(j.value("with", nlohmann::json::object()).dump()));
+    GANTRY_ASSIGN_OR_RETURN(spec.metas,
+                            ValueDictFromJson(j.value("metas", nlohmann::json::object()).dump()));
+    spec.executor_name = j.value("executor_name", spec.executor_name);
+    spec.runtime_name = j.value("runtime_name", spec.runtime_name);
+    spec.replica_id = j.value("replica_id", 0);
+    spec.replicas = j.value("replicas", 1);
+    spec.device = j.value("device", spec.device);
+    spec.host = j.value("host", spec.host);
+    spec.port = j.value("port", 0);
+    spec.log_level = j.value("log_level", "");
+    spec.port_file = j.value("port_file", "");
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgumentError(std::string("worker spec: ") + e.what());
+  }
+  return spec;
+}
+
+std::vector<std::string> WorkerArguments(const WorkerSpec& spec) {
+  return {kWorkerFlag, "--spec", WorkerSpecToJson(spec)};
+}
+
+namespace {
+
+void WriteAll(int fd, const std::string& text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+struct WorkerFlags {
+  std::string spec_json;
+  int status_fd = -1;
+  int lifeline_fd = -1;
+  bool list_executors = false;
+};
+
+StatusOr<WorkerFlags> ParseWorkerFlags(int argc, char** argv) {
+  WorkerFlags flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    if (arg == kWorkerFlag) {
+      continue;
+    } else if (arg == "--spec") {
+      const char* v = next();
+      if (v == nullptr) {
+        return InvalidArgumentError("--spec needs a JSON value");
+      }
+      flags.spec_json = v;
+    } else if (arg == "--status-fd" || arg == "--lifeline-fd") {
+      const char* v = next();
+      if (v == nullptr) {
+        return InvalidArgumentError(std::string(arg) + " needs a number");
+      }
+      (arg == "--status-fd" ? flags.status_fd : flags.lifeline_fd) = std::atoi(v);
+    } else if (arg == "--list-executors") {
+      flags.list_executors = true;
+    } else if (arg == "--help" || arg == "-h") {
+      return InvalidArgumentError(
+          "usage: gantry-worker --spec JSON [--status-fd N] [--lifeline-fd N] | "
+          "--list-executors\n(workers are normally started by a Deployment or "
+          "`gantry executor`)");
+    } else {
+      return InvalidArgumentError("unknown worker flag '" + std::string(arg) + "'");
+    }
+  }
+  if (!flags.list_executors && flags.spec_json.empty()) {
+    return InvalidArgumentError("missing --spec JSON (see --help)");
+  }
+  return flags;
+}
+
+void PrintExecutors() {
+  for (const ExecutorTypeInfo& info : RegisteredExecutors()) {
+    std::printf("%s\n", info.name.c_str());
+    for (const auto& [endpoint, method] : info.endpoints) {
+      std::printf("  %-20s -> %s\n", endpoint.c_str(), method.c_str());
+    }
+  }
+}
+
+// Blocks SIGINT/SIGTERM in every thread (gRPC's included, which inherit the
+// mask) so that one thread can sigwait for them.
+sigset_t BlockShutdownSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+int RunWorker(const WorkerFlags& flags) {
+  auto report_error = [&](const Status& status) {
+    spdlog::error("{}", status.message());
+    if (flags.status_fd >= 0) {
+      WriteAll(flags.status_fd, "ERROR " + status.message());
+      ::close(flags.status_fd);
+    }
+    return 1;
+  };
+  sigset_t signals = BlockShutdownSignals();
+
+  StatusOr<WorkerSpec> spec = WorkerSpecFromJson(flags.spec_json);
+  if (!spec.ok()) {
+    InitProcessLogger("worker").IgnoreError();
+    return report_error(spec.status());
+  }
+  if (Status s = InitProcessLogger(spec->runtime_name, spec->log_level); !s.ok()) {
+    InitProcessLogger(spec->runtime_name, "info").IgnoreError();
+    return report_error(s);
+  }
+
+  // The parent's death closes the lifeline: leave at once, nobody is
+  // listening any more. Watched before the (possibly long) model load.
+  if (flags.lifeline_fd >= 0) {
+    std::thread([fd = flags.lifeline_fd] {
+      char byte;
+      while (true) {
+        ssize_t n = ::read(fd, &byte, 1);
+        if (n < 0 && errno == EINTR) {
+          continue;
+        }
+        if (n <= 0) {
+          break;
+        }
+      }
+      spdlog::warn("parent process is gone; exiting");
+      std::_Exit(0);
+    }).detach();
+  }
+
+  ExecutorContext context;
+  context.name = spec->executor_name;
+  context.replica_id = spec->replica_id;
+  context.replicas = spec->replicas;
+  context.metas = spec->metas;
+  context.with = Parameters(spec->with);
+  std::string device_text = spec->device;
+  if (const Value* d = context.with.Find("device"); d != nullptr && d->AsText() != nullptr) {
+    device_text = *d->AsText();
+  }
+  StatusOr<Device> device = Device::Parse(device_text);
+  if (!device.ok()) {
+    return report_error(device.status().WithPrefix("with.device"));
+  }
+  context.device = *device;
+  if (const Value* w = context.metas.count("workspace") ? &context.metas.at("workspace") : nullptr;
+      w != nullptr && w->AsText() != nullptr) {
+    context.workspace = *w->AsText();
+  }
+
+  spdlog::info("starting executor {} on {}", spec->jtype, context.device.ToString());
+  auto handler = RequestHandler::Create(spec->jtype, context, spec->runtime_name);
+  if (!handler.ok()) {
+    return report_error(handler.status());
+  }
+  auto server = WorkerServer::Start(handler->get(), spec->host, spec->port);
+  if (!server.ok()) {
+    return report_error(server.status().WithPrefix(spec->runtime_name));
+  }
+  int port = (*server)->port();
+  if (!spec->port_file.empty()) {
+    // Written then renamed, so readers never see a half-written file.
+    std::string tmp = spec->port_file + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::rename(tmp.c_str(), spec->port_file.c_str());
+  }
+  spdlog::info("ready and listening on {}:{}", spec->host, port);
+  if (flags.status_fd >= 0) {
+    WriteAll(flags.status_fd, "READY " + std::to_string(port));
+    ::close(flags.status_fd);
+  }
+
+  std::thread signal_waiter([&signals, &server] {
+    int signal_number = 0;
+    sigwait(&signals, &signal_number);
+    spdlog::info("received {}; draining requests in flight", strsignal(signal_number));
+    // Calls in flight may finish within the grace period; new ones are refused.
+    (*server)->Shutdown(std::chrono::seconds(5));
+  });
+  (*server)->Wait();
+  (*handler)->Close();
+  // If Wait returned without a signal (it cannot today), wake the waiter.
+  ::kill(::getpid(), SIGTERM);
+  signal_waiter.join();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace internal
+
+bool IsWorkerInvocation(int argc, char** argv) {
+  return argc >= 2 && std::strcmp(argv[1], internal::kWorkerFlag) == 0;
+}
+
+int RunWorkerMain(int argc, char** argv) {
+  StatusOr<internal::WorkerFlags> flags = internal::ParseWorkerFlags(argc, argv);
+  if (!flags.ok()) {
+    std::fprintf(stderr, "gantry-worker: %s\n", flags.status().message().c_str());
+    return 2;
+  }
+  if (flags->list_executors) {
+    internal::PrintExecutors();
+    return 0;
+  }
+  return internal::RunWorker(*flags);
+}
+
+void Init(int argc, char** argv) {
+  if (IsWorkerInvocation(argc, argv)) {
+    std::exit(RunWorkerMain(argc, argv));
+  }
+}
+
+}  // namespace gantry

@@ -1,0 +1,160 @@
+#include "worker/worker_service.h"
+
+#include <grpcpp/health_check_service_interface.h>
+
+#include "common/grpc_options.h"
+#include "jina/jina.grpc.pb.h"
+
+namespace gantry::internal {
+namespace {
+
+class SingleDataService final : public jina::JinaSingleDataRequestRPC::Service {
+ public:
+  explicit SingleDataService(RequestHandler* handler) : handler_(handler) {}
+  grpc::Status process_single_data(grpc::ServerContext* context,
+                                   const jina::DataRequestProto* request,
+                                   jina::DataRequestProto* reply) override {
+    *reply = *request;
+    if (handler_->Handle(reply)) {
+      context->AddTrailingMetadata("is-error", "true");
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  RequestHandler* handler_;
+};
+
+class DataListService final : public jina::JinaDataRequestRPC::Service {
+ public:
+  explicit DataListService(RequestHandler* handler) : handler_(handler) {}
+  // Jina merges the requests of a list into the first one before the call.
+  grpc::Status process_data(grpc::ServerContext* context,
+                            const jina::DataRequestListProto* request,
+                            jina::DataRequestProto* reply) override {
+    if (request->requests_size() == 0) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "process_data got no requests");
+    }
+    *reply = request->requests(0);
+    for (int i = 1; i < request->requests_size(); ++i) {
+      const auto& other = request->requests(i);
+      if (other.data().has_docs()) {
+        reply->mutable_data()->mutable_docs()->MergeFrom(other.data().docs());
+      }
+    }
+    if (handler_->Handle(reply)) {
+      context->AddTrailingMetadata("is-error", "true");
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  RequestHandler* handler_;
+};
+
+class StreamService final : public jina::JinaRPC::Service {
+ public:
+  explicit StreamService(RequestHandler* handler) : handler_(handler) {}
+  // Requests of one stream are processed in order, as Jina's worker does.
+  grpc::Status Call(
+      grpc::ServerContext* /*context*/,
+      grpc::ServerReaderWriter<jina::DataRequestProto, jina::DataRequestProto>* stream) override {
+    jina::DataRequestProto request;
+    while (stream->Read(&request)) {
+      handler_->Handle(&request);
+      if (!stream->Write(request)) {
+        break;
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  RequestHandler* handler_;
+};
+
+class DiscoveryService final : public jina::JinaDiscoverEndpointsRPC::Service {
+ public:
+  explicit DiscoveryService(RequestHandler* handler) : handler_(handler) {}
+  grpc::Status endpoint_discovery(grpc::ServerContext* /*context*/,
+                                  const google::protobuf::Empty* /*request*/,
+                                  jina::EndpointsProto* reply) override {
+    handler_->FillEndpoints(reply);
+    return grpc::Status::OK;
+  }
+
+ private:
+  RequestHandler* handler_;
+};
+
+class InfoService final : public jina::JinaInfoRPC::Service {
+ public:
+  explicit InfoService(RequestHandler* handler) : handler_(handler) {}
+  grpc::Status _status(grpc::ServerContext* /*context*/,
+                       const google::protobuf::Empty* /*request*/,
+                       jina::JinaInfoProto* reply) override {
+    (*reply->mutable_jina())["gantry"] = GANTRY_VERSION;
+    (*reply->mutable_jina())["executor"] = handler_->jtype();
+    (*reply->mutable_jina())["name"] = handler_->executor_name();
+    return grpc::Status::OK;
+  }
+
+ private:
+  RequestHandler* handler_;
+};
+
+}  // namespace
+
+struct WorkerServer::Services {
+  explicit Services(RequestHandler* handler)
+      : single(handler), list(handler), stream(handler), discovery(handler), info(handler) {}
+  SingleDataService single;
+  DataListService list;
+  StreamService stream;
+  DiscoveryService discovery;
+  InfoService info;
+};
+
+StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(RequestHandler* handler,
+                                                            const std::string& host, int port) {
+  std::unique_ptr<WorkerServer> server(new WorkerServer());
+  server->services_ = std::make_unique<Services>(handler);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  ConfigureServerBuilder(builder);
+  std::string address = JoinHostPort(host, port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(&server->services_->single);
+  builder.RegisterService(&server->services_->list);
+  builder.RegisterService(&server->services_->stream);
+  builder.RegisterService(&server->services_->discovery);
+  builder.RegisterService(&server->services_->info);
+  server->server_ = builder.BuildAndStart();
+  if (!server->server_ || server->port_ == 0) {
+    return UnavailableError("cannot listen on " + address +
+                            " (port in use or address not available)");
+  }
+  return server;
+}
+
+WorkerServer::~WorkerServer() { Shutdown(std::chrono::milliseconds(0)); }
+
+void WorkerServer::Shutdown(std::chrono::milliseconds grace) {
+  std::call_once(shutdown_once_, [&] {
+    if (!server_) {
+      return;
+    }
+    if (auto* health = server_->GetHealthCheckService()) {
+      health->Shutdown();
+    }
+    server_->Shutdown(std::chrono::system_clock::now() + grace);
+  });
+}
+
+void WorkerServer::Wait() {
+  if (server_) {
+    server_->Wait();
+  }
+}
+
+}  // namespace gantry::internal

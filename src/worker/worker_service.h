@@ -1,0 +1,42 @@
+// The worker's gRPC face: Jina's worker services over one RequestHandler,
+// plus the standard health service.
+#ifndef GANTRY_WORKER_WORKER_SERVICE_H_
+#define GANTRY_WORKER_WORKER_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include <gantry/status.h>
+#include <grpcpp/grpcpp.h>
+
+#include "worker/request_handler.h"
+
+namespace gantry::internal {
+
+class WorkerServer {
+ public:
+  // Binds host:port (0 picks a free port) and starts serving. `handler` must
+  // outlive the server.
+  static StatusOr<std::unique_ptr<WorkerServer>> Start(RequestHandler* handler,
+                                                       const std::string& host, int port);
+  ~WorkerServer();
+
+  int port() const { return port_; }
+  // Marks health NOT_SERVING, stops accepting calls and waits up to `grace`
+  // for calls in flight to finish. Idempotent.
+  void Shutdown(std::chrono::milliseconds grace);
+  // Blocks until Shutdown has completed.
+  void Wait();
+
+ private:
+  WorkerServer() = default;
+  struct Services;
+  std::unique_ptr<Services> services_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::once_flag shutdown_once_;
+};
+
+}  // namespace gantry::internal
+
+#endif  // GANTRY_WORKER_WORKER_SERVICE_H_

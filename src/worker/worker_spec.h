@@ -1,0 +1,43 @@
+// Everything a worker process needs to start, passed on its command line as
+// JSON so that a worker never reads the parent's YAML files.
+#ifndef GANTRY_WORKER_WORKER_SPEC_H_
+#define GANTRY_WORKER_WORKER_SPEC_H_
+
+#include <string>
+#include <vector>
+
+#include <gantry/document.h>
+#include <gantry/status.h>
+
+namespace gantry::internal {
+
+// First argument that puts a program into worker mode (see gantry/init.h).
+inline constexpr const char* kWorkerFlag = "--gantry-worker";
+
+struct WorkerSpec {
+  std::string jtype;
+  Value::Dict with;
+  Value::Dict metas;
+  // Executor name (metas.name) and this replica's runtime name.
+  std::string executor_name = "executor";
+  std::string runtime_name = "executor/rep-0";
+  int replica_id = 0;
+  int replicas = 1;
+  // Used when `with` has no "device" key.
+  std::string device = "cpu";
+  std::string host = "127.0.0.1";
+  int port = 0;
+  std::string log_level;
+  // Written with the bound port once ready (for `gantry executor`).
+  std::string port_file;
+};
+
+std::string WorkerSpecToJson(const WorkerSpec& spec);
+StatusOr<WorkerSpec> WorkerSpecFromJson(std::string_view json);
+
+// Command line for a worker: [kWorkerFlag, "--spec", json, ...extra].
+std::vector<std::string> WorkerArguments(const WorkerSpec& spec);
+
+}  // namespace gantry::internal
+
+#endif  // GANTRY_WORKER_WORKER_SPEC_H_

@@ -1,0 +1,181 @@
+// The `gantry` CLI driven as a user would: YAML files, real processes, ports
+// read back from --port-file, signals.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#include <gantry/client.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "deployment/child_process.h"
+#include "testutil/testutil.h"
+
+namespace gantry {
+namespace {
+
+using internal::ChildProcess;
+using internal::ChildProcessPtr;
+using ::testing::HasSubstr;
+
+constexpr auto kReadyTimeout = std::chrono::seconds(60);
+
+ChildProcessPtr StartCli(const std::vector<std::string>& args, const std::string& log) {
+  internal::ChildProcessOptions options;
+  options.program = testing::GantryCli();
+  options.args = args;
+  options.output_file = log;
+  options.env["GANTRY_WORKER_PROGRAM"] = testing::GantryWorker();
+  auto child = ChildProcess::Spawn(options);
+  return child.ok() ? std::move(child).value() : nullptr;
+}
+
+// Runs the CLI to completion (bounded) and returns {exit code, output}.
+std::pair<int, std::string> RunCli(const std::vector<std::string>& args) {
+  testing::TempDir dir;
+  ChildProcessPtr child = StartCli(args, dir.File("out.log"));
+  if (!child || !child->WaitFor(std::chrono::seconds(60))) {
+    return {-1, "did not finish"};
+  }
+  int status = *child->exit_status();
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, testing::ReadFile(dir.File("out.log"))};
+}
+
+DocList MakeDocs(int n) {
+  DocList docs;
+  for (int i = 0; i < n; ++i) {
+    docs.emplace_back("text " + std::to_string(i));
+  }
+  return docs;
+}
+
+TEST(CliTest, VersionAndHelp) {
+  auto [code, out] = RunCli({"--version"});
+  EXPECT_EQ(code, 0);
+  EXPECT_THAT(out, HasSubstr("gantry 0.1.0"));
+  auto [help_code, help] = RunCli({"deployment", "--help"});
+  EXPECT_EQ(help_code, 0);
+  EXPECT_THAT(help, HasSubstr("--uses"));
+}
+
+TEST(CliTest, DeploymentFromYamlServesAndStopsOnSigterm) {
+  testing::TempDir dir;
+  std::string port_file = dir.File("port");
+  ChildProcessPtr cli = StartCli({"deployment", "--uses",
+                                  testing::SourceDir() + "/examples/seed/deployment.yml",
+                                  "--port", "0", "--port-file", port_file},
+                                 dir.File("cli.log"));
+  ASSERT_NE(cli, nullptr);
+  auto port = testing::WaitForFile(port_file, kReadyTimeout);
+  ASSERT_TRUE(port.has_value()) << testing::ReadFile(dir.File("cli.log"));
+  std::string address = "127.0.0.1:" + std::to_string(std::stoi(*port));
+
+  auto [ping_code, ping_out] = RunCli({"ping", address});
+  EXPECT_EQ(ping_code, 0) << ping_out;
+
+  Client client(address);
+  auto result = client.Post("/encode", MakeDocs(100), {.request_size = 32});
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->size(), 100u);
+  EXPECT_EQ((*result)[99].text(), "Embeddings calculated on CPU");
+  EXPECT_EQ((*result)[99].embedding()->numel(), 5);
+
+  std::vector<pid_t> workers = testing::ChildrenOf(cli->pid());
+  EXPECT_EQ(workers.size(), 2u);
+  cli->Signal(SIGTERM);
+  ASSERT_TRUE(cli->WaitFor(std::chrono::seconds(30)));
+  EXPECT_TRUE(WIFEXITED(*cli->exit_status()) && WEXITSTATUS(*cli->exit_status()) == 0)
+      << ChildProcess::DescribeWaitStatus(*cli->exit_status());
+  for (pid_t pid : workers) {
+    EXPECT_FALSE(testing::ProcessAlive(pid));
+  }
+  std::string log = testing::ReadFile(dir.File("cli.log"));
+  EXPECT_THAT(log, HasSubstr("is ready to serve"));
+  EXPECT_THAT(log, HasSubstr("executor/rep-1@"));
+  EXPECT_THAT(log, HasSubstr("ready and listening"));
+}
+
+TEST(CliTest, ExecutorFromYamlServesDirectly) {
+  testing::TempDir dir;
+  std::string port_file = dir.File("port");
+  ChildProcessPtr cli =
+      StartCli({"executor", "--uses", testing::SourceDir() + "/examples/seed/executor.yml",
+                "--port", "0", "--port-file", port_file},
+               dir.File("cli.log"));
+  ASSERT_NE(cli, nullptr);
+  auto port = testing::WaitForFile(port_file, kReadyTimeout);
+  ASSERT_TRUE(port.has_value()) << testing::ReadFile(dir.File("cli.log"));
+  Client client("127.0.0.1:" + std::to_string(std::stoi(*port)));
+  ASSERT_TRUE(client.Ping().ok());
+  auto result = client.Post("/encode", MakeDocs(10), {.request_size = 3});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->size(), 10u);
+  EXPECT_THAT(testing::ReadFile(dir.File("cli.log")), HasSubstr("encoder/rep-0@"));
+}
+
+TEST(CliTest, BadYamlIsReportedWithFileAndLine) {
+  testing::TempDir dir;
+  std::string yaml = dir.File("bad.yml");
+  testing::WriteFile(yaml, "jtype: Deployment\nwith:\n  uses: MyGPUExec\n  replicas: two\n");
+  auto [code, out] = RunCli({"deployment", "--uses", yaml});
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, HasSubstr(yaml + ":4:"));
+  EXPECT_THAT(out, HasSubstr("with.replicas"));
+}
+
+TEST(CliTest, UnknownJtypeFromYamlIsReported) {
+  testing::TempDir dir;
+  std::string yaml = dir.File("dep.yml");
+  testing::WriteFile(yaml, "jtype: Deployment\nwith:\n  uses: NoSuchExecutor\n  port: 0\n");
+  auto [code, out] = RunCli({"deployment", "--uses", yaml});
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, HasSubstr("unknown executor type (jtype) 'NoSuchExecutor'"));
+  EXPECT_THAT(out, HasSubstr("MyGPUExec"));
+}
+
+TEST(CliTest, PingFailsForNothingListening) {
+  auto [code, out] = RunCli({"ping", "127.0.0.1:1", "--timeout", "300"});
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, HasSubstr("is not ready"));
+}
+
+TEST(CliTest, SigkillOfTheParentLeavesNoWorkerBehind) {
+  // Become the subreaper so that orphaned workers are re-parented to this
+  // test and can be observed (and reaped) here, not by init.
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  testing::TempDir dir;
+  std::string port_file = dir.File("port");
+  ChildProcessPtr cli = StartCli({"deployment", "--uses",
+                                  testing::SourceDir() + "/examples/seed/deployment.yml",
+                                  "--port", "0", "--port-file", port_file},
+                                 dir.File("cli.log"));
+  ASSERT_NE(cli, nullptr);
+  ASSERT_TRUE(testing::WaitForFile(port_file, kReadyTimeout).has_value())
+      << testing::ReadFile(dir.File("cli.log"));
+  std::vector<pid_t> workers = testing::ChildrenOf(cli->pid());
+  ASSERT_EQ(workers.size(), 2u);
+
+  cli->Signal(SIGKILL);
+  ASSERT_TRUE(cli->WaitFor(std::chrono::seconds(10)));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (pid_t pid : workers) {
+    bool gone = false;
+    while (!gone && std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      pid_t r = ::waitpid(pid, &status, WNOHANG);
+      gone = r == pid || (r < 0 && errno == ECHILD && !testing::ProcessAlive(pid));
+      if (!gone) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    if (!gone) {
+      ::kill(pid, SIGKILL);  // do not leak it even when the test fails
+      ::waitpid(pid, nullptr, 0);
+    }
+    EXPECT_TRUE(gone) << "worker " << pid << " outlived its killed parent";
+  }
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 0), 0);
+}
+
+}  // namespace
+}  // namespace gantry

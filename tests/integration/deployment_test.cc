@@ -1,0 +1,205 @@
+// Deployments embedded in a program: real worker processes (this binary,
+// re-executed) on 127.0.0.1 ephemeral ports, posted to through the gateway.
+#include <gantry/client.h>
+#include <gantry/deployment.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "testutil/testutil.h"
+
+namespace gantry {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+DocList MakeDocs(int n, const std::string& prefix = "doc ") {
+  DocList docs;
+  for (int i = 0; i < n; ++i) {
+    docs.emplace_back(prefix + std::to_string(i));
+  }
+  return docs;
+}
+
+TEST(DeploymentTest, SeedExecutorTwoReplicasThousandDocs) {
+  Deployment dep({.uses = "MyGPUExec", .uses_with = {{"device", "cpu"}}, .replicas = 2});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  ASSERT_GT(dep.port(), 0);
+
+  DocList docs = MakeDocs(1000);
+  auto result = dep.Post("/encode", docs, {.request_size = 32});
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->size(), 1000u);
+  std::set<std::string> ids;
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    const Doc& doc = (*result)[i];
+    // In order, each exactly once: ids match the input position.
+    EXPECT_EQ(doc.id(), docs[i].id()) << "at " << i;
+    ids.insert(doc.id());
+    EXPECT_EQ(doc.text(), "Embeddings calculated on CPU");
+    const Tensor* embedding = doc.embedding();
+    ASSERT_NE(embedding, nullptr) << "at " << i;
+    EXPECT_EQ(embedding->dtype(), "<f4");
+    EXPECT_EQ(embedding->shape(), std::vector<std::int64_t>({5}));
+    for (float v : embedding->Values<float>()) {
+      EXPECT_GE(v, 0.0f);
+      EXPECT_LT(v, 1.0f);
+    }
+  }
+  EXPECT_EQ(ids.size(), 1000u);
+
+  // 1000 docs / 32 = 32 requests, and both replicas took some.
+  std::vector<ReplicaInfo> replicas = dep.replicas();
+  ASSERT_EQ(replicas.size(), 2u);
+  std::uint64_t total = 0;
+  for (const ReplicaInfo& replica : replicas) {
+    EXPECT_GT(replica.requests, 0u) << replica.name;
+    EXPECT_EQ(replica.device, "cpu");
+    EXPECT_GT(replica.pid, 0);
+    total += replica.requests;
+  }
+  EXPECT_EQ(total, 32u);
+}
+
+TEST(DeploymentTest, StopReapsEveryReplica) {
+  std::vector<pid_t> pids;
+  {
+    Deployment dep({.uses = "EchoExec", .replicas = 3});
+    ASSERT_TRUE(dep.ok()) << dep.status();
+    for (const ReplicaInfo& replica : dep.replicas()) {
+      pids.push_back(replica.pid);
+      EXPECT_TRUE(testing::ProcessAlive(replica.pid));
+    }
+  }
+  for (pid_t pid : pids) {
+    EXPECT_FALSE(testing::ProcessAlive(pid)) << pid;
+  }
+}
+
+TEST(DeploymentTest, HandlerExceptionIsReportedAndWorkerKeepsServing) {
+  Deployment dep({.uses = "FailingExec", .replicas = 1});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+
+  DocList bad;
+  bad.emplace_back("fine");
+  bad.emplace_back("boom");
+  auto failed = dep.Post("/encode", bad);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(failed.status().message(),
+              AllOf(HasSubstr("executor 'FailingExec'"), HasSubstr("endpoint '/encode'"),
+                    HasSubstr("std::runtime_error"), HasSubstr("cannot encode 'boom'")));
+
+  auto refused = dep.Post("/encode", MakeDocs(1, "refuse"));
+  ASSERT_TRUE(refused.ok()) << refused.status();  // "refuse0" is not "refuse"
+  DocList exact;
+  exact.emplace_back("refuse");
+  refused = dep.Post("/encode", exact);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("INVALID_ARGUMENT: refusing this document"));
+
+  auto next = dep.Post("/encode", MakeDocs(10));
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_EQ(next->size(), 10u);
+  EXPECT_EQ((*next)[9].text(), "ok");
+}
+
+TEST(DeploymentTest, DefaultHandlerTakesUnboundEndpoints) {
+  Deployment dep({.uses = "EchoExec", .uses_with = {{"prefix", "p"}}, .replicas = 1});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  auto echoed = dep.Post("/echo", MakeDocs(3), {.parameters = Parameters(Value::Dict{{"tag", "t1"}})});
+  ASSERT_TRUE(echoed.ok()) << echoed.status();
+  EXPECT_EQ((*echoed)[2].text(), "p:doc 2");
+  EXPECT_EQ(*(*echoed)[0].tags().at("param").AsText(), "t1");
+
+  auto other = dep.Post("/something-else", MakeDocs(2));
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ((*other)[1].text(), "default:doc 1");
+}
+
+TEST(DeploymentTest, UnknownEndpointWithoutDefaultListsEndpoints) {
+  Deployment dep({.uses = "NoDefaultExec"});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  auto result = dep.Post("/encode", MakeDocs(1));
+  ASSERT_FALSE(result.ok());
+  EXPECT_THAT(result.status().message(),
+              AllOf(HasSubstr("endpoint '/encode'"), HasSubstr("no default handler"),
+                    HasSubstr("/find, /index, /search")));
+  // Still serving.
+  EXPECT_TRUE(dep.Post("/index", MakeDocs(1)).ok());
+}
+
+TEST(DeploymentTest, ConstructorErrorFailsStartWithItsMessage) {
+  Deployment dep({.uses = "CtorFailExec", .replicas = 2});
+  ASSERT_FALSE(dep.ok());
+  EXPECT_THAT(dep.status().message(),
+              AllOf(HasSubstr("failed to start"), HasSubstr("CtorFailExec"),
+                    HasSubstr("/nonexistent/model.safetensors is missing")));
+  EXPECT_EQ(dep.port(), 0);
+  EXPECT_FALSE(dep.Post("/encode", MakeDocs(1)).ok());
+}
+
+TEST(DeploymentTest, BadDeviceIsRejectedBeforeAnythingStarts) {
+  Deployment dep({.uses = "MyGPUExec", .uses_with = {{"device", "gpu0"}}});
+  ASSERT_FALSE(dep.ok());
+  EXPECT_EQ(dep.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(dep.status().message(),
+              AllOf(HasSubstr("uses_with.device"), HasSubstr("\"gpu0\"")));
+  EXPECT_TRUE(dep.replicas().empty());
+}
+
+TEST(DeploymentTest, UnknownExecutorTypeListsRegisteredTypes) {
+  // Not registered here, so gantry-worker is asked, which does not know it.
+  Deployment dep({.uses = "NoSuchExec", .worker_program = testing::GantryWorker()});
+  ASSERT_FALSE(dep.ok());
+  EXPECT_THAT(dep.status().message(),
+              AllOf(HasSubstr("unknown executor type (jtype) 'NoSuchExec'"),
+                    HasSubstr("MyGPUExec")));
+}
+
+TEST(DeploymentTest, ClientsTalkToTheGatewayConcurrently) {
+  Deployment dep({.uses = "EchoExec", .replicas = 2});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  Client client(dep.address());
+  ASSERT_TRUE(client.Ping().ok());
+  ASSERT_TRUE(client.DryRun().ok());
+  std::vector<std::thread> threads;
+  std::atomic<int> good{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      auto out = client.Post("/echo", MakeDocs(50, "t" + std::to_string(t) + "-"),
+                             {.request_size = 7});
+      if (out.ok() && out->size() == 50 && (*out)[49].text() == "echo:t" + std::to_string(t) + "-49") {
+        ++good;
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  EXPECT_EQ(good.load(), 4);
+}
+
+TEST(DeploymentTest, DeadReplicaIsRetriedOnTheOther) {
+  Deployment dep({.uses = "EchoExec", .replicas = 2});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  pid_t victim = dep.replicas()[0].pid;
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  // Every request still succeeds: those sent to the dead replica are retried.
+  for (int i = 0; i < 5; ++i) {
+    auto out = dep.Post("/echo", MakeDocs(4), {.request_size = 1});
+    ASSERT_TRUE(out.ok()) << out.status();
+    for (const Doc& doc : *out) {
+      EXPECT_NE(*doc.tags().at("pid").AsInt(), victim);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gantry

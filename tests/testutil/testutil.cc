@@ -1,0 +1,98 @@
+#include "testutil/testutil.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace gantry::testing {
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base != nullptr && *base ? base : "/tmp") + "/gantry-test-XXXXXX";
+  char* made = ::mkdtemp(pattern.data());
+  path_ = made != nullptr ? made : "";
+}
+
+TempDir::~TempDir() {
+  if (!path_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+std::optional<std::string> WaitForFile(const std::string& path,
+                                       std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::string text = ReadFile(path);
+    if (!text.empty()) {
+      return text;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return std::nullopt;
+}
+
+namespace {
+// Fields of /proc/PID/stat after the command name: state, ppid, ...
+bool ReadStat(pid_t pid, char* state, pid_t* ppid) {
+  std::string text = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  std::size_t close = text.rfind(')');
+  if (close == std::string::npos) {
+    return false;
+  }
+  std::istringstream rest(text.substr(close + 1));
+  rest >> *state >> *ppid;
+  return static_cast<bool>(rest);
+}
+}  // namespace
+
+std::vector<pid_t> ChildrenOf(pid_t pid) {
+  std::vector<pid_t> out;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) {
+    return out;
+  }
+  while (dirent* entry = ::readdir(proc)) {
+    char* end = nullptr;
+    long candidate = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0') {
+      continue;
+    }
+    char state = 0;
+    pid_t ppid = 0;
+    if (ReadStat(static_cast<pid_t>(candidate), &state, &ppid) && ppid == pid) {
+      out.push_back(static_cast<pid_t>(candidate));
+    }
+  }
+  ::closedir(proc);
+  return out;
+}
+
+bool ProcessAlive(pid_t pid) {
+  char state = 0;
+  pid_t ppid = 0;
+  return ReadStat(pid, &state, &ppid) && state != 'Z' && state != 'X';
+}
+
+std::string GantryCli() { return GANTRY_TEST_CLI; }
+std::string GantryWorker() { return GANTRY_TEST_WORKER; }
+std::string SourceDir() { return GANTRY_TEST_SOURCE_DIR; }
+
+}  // namespace gantry::testing
