@@ -2,12 +2,12 @@
 // posted to /encode in requests of 32 with a progress bar.
 //
 //   seed_example [DEVICE] [NUM_DOCS]      DEVICE: cpu (default), cuda, cuda:N
+#include <gantry/deployment.h>
+#include <gantry/init.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-
-#include <gantry/deployment.h>
-#include <gantry/init.h>
 
 int main(int argc, char** argv) {
   // Worker replicas are this program, re-executed; Init runs them.

@@ -3,10 +3,9 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/rand.h>
 #include <c10/core/InferenceMode.h>
+#include <gantry/torch_tensor.h>
 
 #include <stdexcept>
-
-#include <gantry/torch_tensor.h>
 
 namespace gantry_examples {
 

@@ -9,13 +9,13 @@
 #ifndef GANTRY_CLIENT_H_
 #define GANTRY_CLIENT_H_
 
+#include <gantry/document.h>
+#include <gantry/status.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
-
-#include <gantry/document.h>
-#include <gantry/status.h>
 
 namespace gantry {
 

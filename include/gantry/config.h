@@ -19,12 +19,12 @@
 #ifndef GANTRY_CONFIG_H_
 #define GANTRY_CONFIG_H_
 
-#include <string>
-#include <string_view>
-
 #include <gantry/deployment.h>
 #include <gantry/document.h>
 #include <gantry/status.h>
+
+#include <string>
+#include <string_view>
 
 namespace gantry {
 

@@ -20,18 +20,18 @@
 #ifndef GANTRY_DEPLOYMENT_H_
 #define GANTRY_DEPLOYMENT_H_
 
+#include <gantry/client.h>
+#include <gantry/document.h>
+#include <gantry/status.h>
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <sys/types.h>
 #include <vector>
-
-#include <gantry/client.h>
-#include <gantry/document.h>
-#include <gantry/status.h>
 
 namespace gantry {
 
@@ -63,7 +63,7 @@ struct DeploymentOptions {
 };
 
 struct ReplicaInfo {
-  std::string name;     // "executor/rep-0"
+  std::string name;  // "executor/rep-0"
   pid_t pid = 0;
   std::string address;  // "127.0.0.1:PORT"
   std::string device;   // "cpu", "cuda:0", ...

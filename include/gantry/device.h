@@ -9,10 +9,10 @@
 #ifndef GANTRY_DEVICE_H_
 #define GANTRY_DEVICE_H_
 
+#include <gantry/status.h>
+
 #include <string>
 #include <string_view>
-
-#include <gantry/status.h>
 
 namespace gantry {
 

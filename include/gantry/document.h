@@ -10,6 +10,8 @@
 #ifndef GANTRY_DOCUMENT_H_
 #define GANTRY_DOCUMENT_H_
 
+#include <gantry/status.h>
+
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -23,8 +25,6 @@
 #include <utility>
 #include <variant>
 #include <vector>
-
-#include <gantry/status.h>
 
 namespace gantry {
 
@@ -160,27 +160,39 @@ struct Blob {
 // One field value, the counterpart of docarray's NodeProto.
 class Value {
  public:
-  enum class Kind { kNone, kText, kInt, kFloat, kBool, kBlob, kTensor, kDoc, kDocList, kList, kDict };
+  enum class Kind {
+    kNone,
+    kText,
+    kInt,
+    kFloat,
+    kBool,
+    kBlob,
+    kTensor,
+    kDoc,
+    kDocList,
+    kList,
+    kDict
+  };
   // How a list travels: docarray keeps list, set and tuple apart.
   enum class ListKind { kList, kSet, kTuple };
   using List = std::vector<Value>;
   using Dict = std::map<std::string, Value, std::less<>>;
 
   Value();
-  Value(std::nullptr_t);                  // NOLINT(google-explicit-constructor)
-  Value(const char* text);                // NOLINT(google-explicit-constructor)
-  Value(std::string text);                // NOLINT(google-explicit-constructor)
-  Value(std::string_view text);           // NOLINT(google-explicit-constructor)
-  Value(int number);                      // NOLINT(google-explicit-constructor)
-  Value(std::int64_t number);             // NOLINT(google-explicit-constructor)
-  Value(double number);                   // NOLINT(google-explicit-constructor)
-  Value(bool flag);                       // NOLINT(google-explicit-constructor)
-  Value(Blob blob);                       // NOLINT(google-explicit-constructor)
-  Value(Tensor tensor);                   // NOLINT(google-explicit-constructor)
-  Value(Doc doc);                         // NOLINT(google-explicit-constructor)
-  Value(DocList docs);                    // NOLINT(google-explicit-constructor)
+  Value(std::nullptr_t);                              // NOLINT(google-explicit-constructor)
+  Value(const char* text);                            // NOLINT(google-explicit-constructor)
+  Value(std::string text);                            // NOLINT(google-explicit-constructor)
+  Value(std::string_view text);                       // NOLINT(google-explicit-constructor)
+  Value(int number);                                  // NOLINT(google-explicit-constructor)
+  Value(std::int64_t number);                         // NOLINT(google-explicit-constructor)
+  Value(double number);                               // NOLINT(google-explicit-constructor)
+  Value(bool flag);                                   // NOLINT(google-explicit-constructor)
+  Value(Blob blob);                                   // NOLINT(google-explicit-constructor)
+  Value(Tensor tensor);                               // NOLINT(google-explicit-constructor)
+  Value(Doc doc);                                     // NOLINT(google-explicit-constructor)
+  Value(DocList docs);                                // NOLINT(google-explicit-constructor)
   Value(List list, ListKind kind = ListKind::kList);  // NOLINT(google-explicit-constructor)
-  Value(Dict dict);                       // NOLINT(google-explicit-constructor)
+  Value(Dict dict);                                   // NOLINT(google-explicit-constructor)
   Value(const Value&);
   Value(Value&&) noexcept;
   Value& operator=(const Value&);

@@ -28,16 +28,16 @@
 #ifndef GANTRY_EXECUTOR_H_
 #define GANTRY_EXECUTOR_H_
 
+#include <gantry/device.h>
+#include <gantry/document.h>
+#include <gantry/status.h>
+
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
-
-#include <gantry/device.h>
-#include <gantry/document.h>
-#include <gantry/status.h>
 
 namespace gantry {
 
@@ -208,18 +208,17 @@ bool IsExecutorRegistered(std::string_view name);
 
 // Beside a handler's declaration: binds it to the listed endpoints, or to
 // "/default" when none are listed. One line per handler.
-#define GANTRY_REQUESTS(method, ...)                                                          \
+#define GANTRY_REQUESTS(method, ...)                                                         \
   static void GantryRoute_##method(::gantry::internal::RouteCollector<GantrySelf>& routes) { \
     routes.template Add<&GantrySelf::method>(#method, {__VA_ARGS__});                        \
-  }                                                                                           \
-  inline static const ::gantry::internal::RouteHook<GantrySelf> gantry_route_hook_##method {  \
-    &GantrySelf::GantryRoute_##method                                                         \
+  }                                                                                          \
+  inline static const ::gantry::internal::RouteHook<GantrySelf> gantry_route_hook_##method { \
+    &GantrySelf::GantryRoute_##method                                                        \
   }
 
 // In one .cc file per executor: adds the type to the registry at start-up.
-#define GANTRY_REGISTER_EXECUTOR(Type)                                          \
-  static const ::gantry::internal::ExecutorRegistrar<Type> gantry_registrar_##Type( \
-      __FILE__);                                                                \
+#define GANTRY_REGISTER_EXECUTOR(Type)                                                        \
+  static const ::gantry::internal::ExecutorRegistrar<Type> gantry_registrar_##Type(__FILE__); \
   void GantryForceLink_##Type() {}
 
 #endif  // GANTRY_EXECUTOR_H_

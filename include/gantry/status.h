@@ -94,7 +94,7 @@ template <typename T>
 class [[nodiscard]] StatusOr {
  public:
   // Implicit so that `return value;` and `return SomeError(...);` both work.
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (status_.ok()) {
       status_ = InternalError("StatusOr constructed from an OK status without a value");
@@ -141,10 +141,10 @@ class [[nodiscard]] StatusOr {
 #define GANTRY_STATUS_CONCAT_(a, b) GANTRY_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` is not OK.
-#define GANTRY_RETURN_IF_ERROR(expr)                  \
-  do {                                                \
-    ::gantry::Status gantry_status_ = (expr);         \
-    if (!gantry_status_.ok()) return gantry_status_;  \
+#define GANTRY_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::gantry::Status gantry_status_ = (expr);        \
+    if (!gantry_status_.ok()) return gantry_status_; \
   } while (false)
 
 // `GANTRY_ASSIGN_OR_RETURN(auto x, MakeX());` declares x from a StatusOr, or

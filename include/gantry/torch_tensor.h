@@ -5,11 +5,11 @@
 #ifndef GANTRY_TORCH_TENSOR_H_
 #define GANTRY_TORCH_TENSOR_H_
 
-#include <string_view>
-
 #include <gantry/device.h>
 #include <gantry/document.h>
 #include <gantry/status.h>
+
+#include <string_view>
 
 namespace at {
 class Tensor;

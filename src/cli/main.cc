@@ -6,8 +6,14 @@
 //   gantry ping HOST:PORT [--timeout MS] [--attempts N]
 //   gantry executors
 //   gantry --version
+#include <gantry/client.h>
+#include <gantry/config.h>
+#include <gantry/deployment.h>
+#include <gantry/device.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -15,13 +21,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <gantry/client.h>
-#include <gantry/config.h>
-#include <gantry/deployment.h>
-#include <gantry/device.h>
-#include <spdlog/spdlog.h>
 
 #include "core/logging.h"
 #include "core/value_json.h"
@@ -76,9 +75,8 @@ int ExecWorker(const std::vector<std::string>& args) {
   }
   argv.push_back(nullptr);
   ::execvp(program.c_str(), argv.data());
-  return Fail(gantry::FailedPreconditionError("cannot run " + program + ": " +
-                                              std::strerror(errno) +
-                                              " (set GANTRY_WORKER_PROGRAM)"));
+  return Fail(gantry::FailedPreconditionError(
+      "cannot run " + program + ": " + std::strerror(errno) + " (set GANTRY_WORKER_PROGRAM)"));
 }
 
 int RunDeployment(const std::string& uses, int port, const std::string& port_file,
@@ -202,8 +200,7 @@ int RunPing(const std::string& address, int timeout_ms, int attempts) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
   }
-  std::fprintf(stderr, "gantry: %s is not ready: %s\n", address.c_str(),
-               last.message().c_str());
+  std::fprintf(stderr, "gantry: %s is not ready: %s\n", address.c_str(), last.message().c_str());
   return 1;
 }
 
@@ -225,8 +222,9 @@ int main(int argc, char** argv) {
   int port = -1;
   std::string port_file;
   std::string log_level;
-  auto* deployment = app.add_subcommand("deployment", "Run a Deployment from YAML: a gateway and "
-                                                      "its worker replicas");
+  auto* deployment = app.add_subcommand("deployment",
+                                        "Run a Deployment from YAML: a gateway and "
+                                        "its worker replicas");
   deployment->add_option("--uses", uses, "deployment YAML (jtype: Deployment)")
       ->required()
       ->check(CLI::ExistingFile);

@@ -1,12 +1,11 @@
 #include <gantry/client.h>
+#include <grpcpp/grpcpp.h>
 
 #include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
 
 #include "client/progress_bar.h"
 #include "common/grpc_options.h"

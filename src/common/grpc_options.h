@@ -4,12 +4,12 @@
 #ifndef GANTRY_COMMON_GRPC_OPTIONS_H_
 #define GANTRY_COMMON_GRPC_OPTIONS_H_
 
+#include <gantry/status.h>
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
 #include <string_view>
-
-#include <gantry/status.h>
-#include <grpcpp/grpcpp.h>
 
 namespace gantry::internal {
 

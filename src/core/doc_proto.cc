@@ -166,16 +166,14 @@ StatusOr<Value> TakeNode(docarray::NodeProto* node) {
     case docarray::NodeProto::kList:
     case docarray::NodeProto::kSet:
     case docarray::NodeProto::kTuple: {
-      docarray::ListOfAnyProto* list = node->content_case() == docarray::NodeProto::kList
-                                           ? node->mutable_list()
-                                       : node->content_case() == docarray::NodeProto::kSet
-                                           ? node->mutable_set()
-                                           : node->mutable_tuple();
-      Value::ListKind kind = node->content_case() == docarray::NodeProto::kList
-                                 ? Value::ListKind::kList
-                             : node->content_case() == docarray::NodeProto::kSet
-                                 ? Value::ListKind::kSet
-                                 : Value::ListKind::kTuple;
+      docarray::ListOfAnyProto* list =
+          node->content_case() == docarray::NodeProto::kList  ? node->mutable_list()
+          : node->content_case() == docarray::NodeProto::kSet ? node->mutable_set()
+                                                              : node->mutable_tuple();
+      Value::ListKind kind =
+          node->content_case() == docarray::NodeProto::kList  ? Value::ListKind::kList
+          : node->content_case() == docarray::NodeProto::kSet ? Value::ListKind::kSet
+                                                              : Value::ListKind::kTuple;
       Value::List items;
       items.reserve(static_cast<std::size_t>(list->data_size()));
       for (int i = 0; i < list->data_size(); ++i) {

@@ -81,9 +81,9 @@ std::string Tensor::ShapeString() const {
 
 void Tensor::CheckDType(std::string_view want) const {
   // '=' and '<' are the same byte order on the little-endian hosts we run on.
-  bool same = dtype_ == want ||
-              (dtype_.size() == want.size() && dtype_.substr(1) == want.substr(1) &&
-               (dtype_[0] == '=' || dtype_[0] == '|' || dtype_[0] == '<'));
+  bool same =
+      dtype_ == want || (dtype_.size() == want.size() && dtype_.substr(1) == want.substr(1) &&
+                         (dtype_[0] == '=' || dtype_[0] == '|' || dtype_[0] == '<'));
   if (!same) {
     throw std::invalid_argument("tensor has dtype " + dtype_ + ", not " + std::string(want));
   }

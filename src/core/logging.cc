@@ -1,9 +1,10 @@
 #include "core/logging.h"
 
-#include <atomic>
-#include <cstdlib>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <cstdlib>
 
 namespace gantry::internal {
 namespace {

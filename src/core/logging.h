@@ -4,10 +4,10 @@
 #ifndef GANTRY_CORE_LOGGING_H_
 #define GANTRY_CORE_LOGGING_H_
 
+#include <gantry/status.h>
+
 #include <string>
 #include <string_view>
-
-#include <gantry/status.h>
 
 namespace gantry::internal {
 

@@ -2,12 +2,12 @@
 #ifndef GANTRY_CORE_REGISTRY_H_
 #define GANTRY_CORE_REGISTRY_H_
 
+#include <gantry/executor.h>
+#include <gantry/status.h>
+
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <gantry/executor.h>
-#include <gantry/status.h>
 
 namespace gantry::internal {
 

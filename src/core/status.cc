@@ -75,9 +75,7 @@ Status Status::WithPrefix(std::string_view prefix) const {
   return Status(code(), std::move(text));
 }
 
-std::ostream& operator<<(std::ostream& os, const Status& status) {
-  return os << status.ToString();
-}
+std::ostream& operator<<(std::ostream& os, const Status& status) { return os << status.ToString(); }
 
 Status CancelledError(std::string message) {
   return Status(StatusCode::kCancelled, std::move(message));

@@ -78,13 +78,12 @@ StatusOr<ChildProcessPtr> ChildProcess::Spawn(const ChildProcessOptions& options
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
 
   pid_t pid = 0;
-  int rc = posix_spawnp(&pid, options.program.c_str(), &actions, &attributes, argv.data(),
-                        envp.data());
+  int rc =
+      posix_spawnp(&pid, options.program.c_str(), &actions, &attributes, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attributes);
   if (rc != 0) {
-    return FailedPreconditionError("cannot start " + options.program + ": " +
-                                   std::strerror(rc));
+    return FailedPreconditionError("cannot start " + options.program + ": " + std::strerror(rc));
   }
   return ChildProcessPtr(new ChildProcess(pid));
 }

@@ -6,6 +6,7 @@
 #ifndef GANTRY_DEPLOYMENT_CHILD_PROCESS_H_
 #define GANTRY_DEPLOYMENT_CHILD_PROCESS_H_
 
+#include <gantry/status.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -15,8 +16,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <gantry/status.h>
 
 namespace gantry::internal {
 

@@ -1,9 +1,9 @@
+#include <fcntl.h>
 #include <gantry/config.h>
 #include <gantry/deployment.h>
-
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,8 +14,6 @@
 #include <filesystem>
 #include <mutex>
 #include <thread>
-
-#include <spdlog/spdlog.h>
 
 #include "common/grpc_options.h"
 #include "core/logging.h"
@@ -205,10 +203,11 @@ Status Deployment::Impl::Start() {
     } else {
       program = FindWorkerProgram();
       if (program.empty()) {
-        return internal::UnknownExecutorError(options_.uses).WithPrefix(
-            "deployment '" + options_.name +
-            "': this program does not register the executor and no gantry-worker program was "
-            "found (set GANTRY_WORKER_PROGRAM)");
+        return internal::UnknownExecutorError(options_.uses)
+            .WithPrefix(
+                "deployment '" + options_.name +
+                "': this program does not register the executor and no gantry-worker program was "
+                "found (set GANTRY_WORKER_PROGRAM)");
       }
     }
   }
@@ -229,9 +228,10 @@ Status Deployment::Impl::Start() {
 
   std::string address = internal::JoinHostPort(options_.host, gateway_->port());
   std::string line(48, '-');
-  spdlog::info("\n+{}\n| Deployment '{}' is ready to serve!\n|   protocol: GRPC\n|   address:  "
-               "{}\n|   replicas: {} x {}\n+{}",
-               line, options_.name, address, options_.replicas, options_.uses, line);
+  spdlog::info(
+      "\n+{}\n| Deployment '{}' is ready to serve!\n|   protocol: GRPC\n|   address:  "
+      "{}\n|   replicas: {} x {}\n+{}",
+      line, options_.name, address, options_.replicas, options_.uses, line);
   return OkStatus();
 }
 
@@ -361,8 +361,8 @@ Status Deployment::Impl::AwaitReplicas() {
       }
       close_all();
       if (p.text.starts_with("ERROR ")) {
-        return FailedPreconditionError("replica " + replica.name + " failed to start: " +
-                                       p.text.substr(6));
+        return FailedPreconditionError("replica " + replica.name +
+                                       " failed to start: " + p.text.substr(6));
       }
       replica.process->WaitFor(std::chrono::milliseconds(2000));
       std::string how = replica.process->exit_status()

@@ -1,17 +1,17 @@
 #include "gateway/gateway.h"
 
-#include <atomic>
-#include <functional>
-#include <map>
-#include <mutex>
-#include <random>
-
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <random>
 
 #include "common/grpc_options.h"
 #include "jina/jina.grpc.pb.h"
@@ -126,8 +126,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     if (method == kSingleMethod) {
       unary_ = true;
     } else if (method != kCallMethod) {
-      Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                          "gateway does not serve " + method));
+      Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "gateway does not serve " + method));
       return;
     }
     prefetch_ = gateway->prefetch();
@@ -409,8 +408,8 @@ void Gateway::Impl::Attempt(std::shared_ptr<ForwardState> state) {
         replica.in_flight.fetch_sub(1);
         if (!status.ok() && IsRetryable(status.error_code()) &&
             state->attempt + 1 < max_attempts_) {
-          spdlog::warn("request to {} at {} failed ({}); retrying on another replica",
-                       replica.name, replica.address, status.error_message());
+          spdlog::warn("request to {} at {} failed ({}); retrying on another replica", replica.name,
+                       replica.address, status.error_message());
           ++state->attempt;
           Attempt(std::move(state));
           return;
@@ -423,13 +422,12 @@ void Gateway::Impl::Attempt(std::shared_ptr<ForwardState> state) {
           result.is_error = it != trailers.end() && it->second == "true";
           result.reply = std::move(state->reply);
         } else {
-          status = grpc::Status(status.error_code(),
-                                "gateway: communication error with deployment '" +
-                                    options_.deployment_name + "' at " + replica.address + " (" +
-                                    replica.name + ") after " +
-                                    std::to_string(state->attempt + 1) +
-                                    " tries: " + status.error_message() +
-                                    "; the worker may be down");
+          status =
+              grpc::Status(status.error_code(),
+                           "gateway: communication error with deployment '" +
+                               options_.deployment_name + "' at " + replica.address + " (" +
+                               replica.name + ") after " + std::to_string(state->attempt + 1) +
+                               " tries: " + status.error_message() + "; the worker may be down");
           spdlog::error("{}", status.error_message());
         }
         result.status = std::move(status);

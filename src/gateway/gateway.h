@@ -19,13 +19,13 @@
 #ifndef GANTRY_GATEWAY_GATEWAY_H_
 #define GANTRY_GATEWAY_GATEWAY_H_
 
+#include <gantry/status.h>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gantry/status.h>
 
 namespace gantry::internal {
 

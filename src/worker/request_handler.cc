@@ -1,16 +1,15 @@
 #include "worker/request_handler.h"
 
 #include <cxxabi.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <exception>
 #include <typeinfo>
 
-#include <spdlog/spdlog.h>
-
 #include "core/doc_proto.h"
-#include "google/protobuf/util/json_util.h"
 #include "core/registry.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace gantry::internal {
 namespace {
@@ -71,10 +70,9 @@ StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(const std::stri
     for (const std::string& endpoint : handler->routes_[i].endpoints) {
       auto [it, inserted] = handler->endpoint_routes_.emplace(endpoint, i);
       if (!inserted) {
-        return InvalidArgumentError("executor '" + jtype + "': endpoint '" + endpoint +
-                                    "' is bound to both " +
-                                    handler->routes_[it->second].method_name + " and " +
-                                    handler->routes_[i].method_name);
+        return InvalidArgumentError(
+            "executor '" + jtype + "': endpoint '" + endpoint + "' is bound to both " +
+            handler->routes_[it->second].method_name + " and " + handler->routes_[i].method_name);
       }
     }
   }
@@ -84,8 +82,8 @@ StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(const std::stri
     handler->executor_ = type->create(context);
   } catch (const std::exception& e) {
     return FailedPreconditionError("executor '" + jtype + "' failed to initialise on " +
-                                   context.device.ToString() + ": " +
-                                   CurrentExceptionTypeName() + ": " + e.what());
+                                   context.device.ToString() + ": " + CurrentExceptionTypeName() +
+                                   ": " + e.what());
   } catch (...) {
     return FailedPreconditionError("executor '" + jtype + "' failed to initialise on " +
                                    context.device.ToString() + ": " + CurrentExceptionTypeName());
@@ -134,16 +132,18 @@ bool RequestHandler::Handle(jina::DataRequestProto* request) {
   if (it == endpoint_routes_.end()) {
     it = endpoint_routes_.find(kDefaultEndpoint);
   }
-  std::string where = "executor '" + jtype_ + "' (" + runtime_name_ + ") endpoint '" +
-                      endpoint + "'";
+  std::string where =
+      "executor '" + jtype_ + "' (" + runtime_name_ + ") endpoint '" + endpoint + "'";
   if (it == endpoint_routes_.end()) {
     std::string known;
     for (const auto& [name, index] : endpoint_routes_) {
       known += known.empty() ? "" : ", ";
       known += name;
     }
-    std::string message = where + ": no handler for this endpoint and no default handler; "
-                          "endpoints: " + (known.empty() ? "(none)" : known);
+    std::string message = where +
+                          ": no handler for this endpoint and no default handler; "
+                          "endpoints: " +
+                          (known.empty() ? "(none)" : known);
     SetError(request, "EndpointNotFound", message);
     SetTimestamp(route_proto->mutable_end_time());
     return true;
@@ -198,8 +198,7 @@ bool RequestHandler::Handle(jina::DataRequestProto* request) {
     std::string message = where + ": " + (threw ? exception_name + ": " : "") +
                           (threw ? status.message() : status.ToString());
     spdlog::warn("{}", message);
-    SetError(request, threw ? exception_name : std::string(StatusCodeName(status.code())),
-             message);
+    SetError(request, threw ? exception_name : std::string(StatusCodeName(status.code())), message);
     // The request's docs go back as they came in (Jina returns the request).
     data->clear_docs_bytes();
     DocListToProto(*docs, data->mutable_docs());

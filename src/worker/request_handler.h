@@ -8,14 +8,14 @@
 #ifndef GANTRY_WORKER_REQUEST_HANDLER_H_
 #define GANTRY_WORKER_REQUEST_HANDLER_H_
 
+#include <gantry/executor.h>
+#include <gantry/status.h>
+
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <gantry/executor.h>
-#include <gantry/status.h>
 
 #include "jina/jina.pb.h"
 

@@ -7,7 +7,9 @@
 // write end stays with the parent; when the parent dies, even by SIGKILL,
 // the worker reads EOF and exits.
 #include <fcntl.h>
+#include <gantry/init.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,13 +18,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gantry/init.h>
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "core/logging.h"
 #include "core/registry.h"
@@ -59,7 +58,8 @@ StatusOr<WorkerSpec> WorkerSpecFromJson(std::string_view json) {
   WorkerSpec spec;
   try {
     spec.jtype = j.at("jtype").get<std::string>();
-    GANTRY_ASSIGN_OR_RETURN(spec.with, ValueDictFromJson(j.value("with", nlohmann::json::object()).dump()));
+    GANTRY_ASSIGN_OR_RETURN(spec.with,
+                            ValueDictFromJson(j.value("with", nlohmann::json::object()).dump()));
     GANTRY_ASSIGN_OR_RETURN(spec.metas,
                             ValueDictFromJson(j.value("metas", nlohmann::json::object()).dump()));
     spec.executor_name = j.value("executor_name", spec.executor_name);

@@ -29,8 +29,7 @@ class DataListService final : public jina::JinaDataRequestRPC::Service {
  public:
   explicit DataListService(RequestHandler* handler) : handler_(handler) {}
   // Jina merges the requests of a list into the first one before the call.
-  grpc::Status process_data(grpc::ServerContext* context,
-                            const jina::DataRequestListProto* request,
+  grpc::Status process_data(grpc::ServerContext* context, const jina::DataRequestListProto* request,
                             jina::DataRequestProto* reply) override {
     if (request->requests_size() == 0) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "process_data got no requests");
@@ -90,8 +89,7 @@ class DiscoveryService final : public jina::JinaDiscoverEndpointsRPC::Service {
 class InfoService final : public jina::JinaInfoRPC::Service {
  public:
   explicit InfoService(RequestHandler* handler) : handler_(handler) {}
-  grpc::Status _status(grpc::ServerContext* /*context*/,
-                       const google::protobuf::Empty* /*request*/,
+  grpc::Status _status(grpc::ServerContext* /*context*/, const google::protobuf::Empty* /*request*/,
                        jina::JinaInfoProto* reply) override {
     (*reply->mutable_jina())["gantry"] = GANTRY_VERSION;
     (*reply->mutable_jina())["executor"] = handler_->jtype();

@@ -3,11 +3,11 @@
 #ifndef GANTRY_WORKER_WORKER_SERVICE_H_
 #define GANTRY_WORKER_WORKER_SERVICE_H_
 
-#include <memory>
-#include <string>
-
 #include <gantry/status.h>
 #include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
 
 #include "worker/request_handler.h"
 

@@ -3,11 +3,11 @@
 #ifndef GANTRY_WORKER_WORKER_SPEC_H_
 #define GANTRY_WORKER_WORKER_SPEC_H_
 
-#include <string>
-#include <vector>
-
 #include <gantry/document.h>
 #include <gantry/status.h>
+
+#include <string>
+#include <vector>
 
 namespace gantry::internal {
 

@@ -1,12 +1,11 @@
 // The `gantry` CLI driven as a user would: YAML files, real processes, ports
 // read back from --port-file, signals.
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-
 #include <gantry/client.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 
 #include "deployment/child_process.h"
 #include "testutil/testutil.h"
@@ -61,10 +60,10 @@ TEST(CliTest, VersionAndHelp) {
 TEST(CliTest, DeploymentFromYamlServesAndStopsOnSigterm) {
   testing::TempDir dir;
   std::string port_file = dir.File("port");
-  ChildProcessPtr cli = StartCli({"deployment", "--uses",
-                                  testing::SourceDir() + "/examples/seed/deployment.yml",
-                                  "--port", "0", "--port-file", port_file},
-                                 dir.File("cli.log"));
+  ChildProcessPtr cli =
+      StartCli({"deployment", "--uses", testing::SourceDir() + "/examples/seed/deployment.yml",
+                "--port", "0", "--port-file", port_file},
+               dir.File("cli.log"));
   ASSERT_NE(cli, nullptr);
   auto port = testing::WaitForFile(port_file, kReadyTimeout);
   ASSERT_TRUE(port.has_value()) << testing::ReadFile(dir.File("cli.log"));
@@ -145,10 +144,10 @@ TEST(CliTest, SigkillOfTheParentLeavesNoWorkerBehind) {
   ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
   testing::TempDir dir;
   std::string port_file = dir.File("port");
-  ChildProcessPtr cli = StartCli({"deployment", "--uses",
-                                  testing::SourceDir() + "/examples/seed/deployment.yml",
-                                  "--port", "0", "--port-file", port_file},
-                                 dir.File("cli.log"));
+  ChildProcessPtr cli =
+      StartCli({"deployment", "--uses", testing::SourceDir() + "/examples/seed/deployment.yml",
+                "--port", "0", "--port-file", port_file},
+               dir.File("cli.log"));
   ASSERT_NE(cli, nullptr);
   ASSERT_TRUE(testing::WaitForFile(port_file, kReadyTimeout).has_value())
       << testing::ReadFile(dir.File("cli.log"));

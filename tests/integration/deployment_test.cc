@@ -4,7 +4,6 @@
 #include <gantry/deployment.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <signal.h>
 
 #include <atomic>
@@ -101,8 +100,7 @@ TEST(DeploymentTest, HandlerExceptionIsReportedAndWorkerKeepsServing) {
   exact.emplace_back("refuse");
   refused = dep.Post("/encode", exact);
   ASSERT_FALSE(refused.ok());
-  EXPECT_THAT(refused.status().message(),
-              HasSubstr("INVALID_ARGUMENT: refusing this document"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("INVALID_ARGUMENT: refusing this document"));
 
   auto next = dep.Post("/encode", MakeDocs(10));
   ASSERT_TRUE(next.ok()) << next.status();
@@ -113,7 +111,8 @@ TEST(DeploymentTest, HandlerExceptionIsReportedAndWorkerKeepsServing) {
 TEST(DeploymentTest, DefaultHandlerTakesUnboundEndpoints) {
   Deployment dep({.uses = "EchoExec", .uses_with = {{"prefix", "p"}}, .replicas = 1});
   ASSERT_TRUE(dep.ok()) << dep.status();
-  auto echoed = dep.Post("/echo", MakeDocs(3), {.parameters = Parameters(Value::Dict{{"tag", "t1"}})});
+  auto echoed =
+      dep.Post("/echo", MakeDocs(3), {.parameters = Parameters(Value::Dict{{"tag", "t1"}})});
   ASSERT_TRUE(echoed.ok()) << echoed.status();
   EXPECT_EQ((*echoed)[2].text(), "p:doc 2");
   EXPECT_EQ(*(*echoed)[0].tags().at("param").AsText(), "t1");
@@ -149,8 +148,7 @@ TEST(DeploymentTest, BadDeviceIsRejectedBeforeAnythingStarts) {
   Deployment dep({.uses = "MyGPUExec", .uses_with = {{"device", "gpu0"}}});
   ASSERT_FALSE(dep.ok());
   EXPECT_EQ(dep.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(dep.status().message(),
-              AllOf(HasSubstr("uses_with.device"), HasSubstr("\"gpu0\"")));
+  EXPECT_THAT(dep.status().message(), AllOf(HasSubstr("uses_with.device"), HasSubstr("\"gpu0\"")));
   EXPECT_TRUE(dep.replicas().empty());
 }
 
@@ -158,9 +156,8 @@ TEST(DeploymentTest, UnknownExecutorTypeListsRegisteredTypes) {
   // Not registered here, so gantry-worker is asked, which does not know it.
   Deployment dep({.uses = "NoSuchExec", .worker_program = testing::GantryWorker()});
   ASSERT_FALSE(dep.ok());
-  EXPECT_THAT(dep.status().message(),
-              AllOf(HasSubstr("unknown executor type (jtype) 'NoSuchExec'"),
-                    HasSubstr("MyGPUExec")));
+  EXPECT_THAT(dep.status().message(), AllOf(HasSubstr("unknown executor type (jtype) 'NoSuchExec'"),
+                                            HasSubstr("MyGPUExec")));
 }
 
 TEST(DeploymentTest, ClientsTalkToTheGatewayConcurrently) {
@@ -173,9 +170,10 @@ TEST(DeploymentTest, ClientsTalkToTheGatewayConcurrently) {
   std::atomic<int> good{0};
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
-      auto out = client.Post("/echo", MakeDocs(50, "t" + std::to_string(t) + "-"),
-                             {.request_size = 7});
-      if (out.ok() && out->size() == 50 && (*out)[49].text() == "echo:t" + std::to_string(t) + "-49") {
+      auto out =
+          client.Post("/echo", MakeDocs(50, "t" + std::to_string(t) + "-"), {.request_size = 7});
+      if (out.ok() && out->size() == 50 &&
+          (*out)[49].text() == "echo:t" + std::to_string(t) + "-49") {
         ++good;
       }
     });

@@ -1,11 +1,10 @@
 // Executors that exist only in the integration test binary, which proves that
 // executors defined in a user's own program are served.
+#include <gantry/executor.h>
 #include <unistd.h>
 
 #include <stdexcept>
 #include <string>
-
-#include <gantry/executor.h>
 
 namespace gantry_test {
 

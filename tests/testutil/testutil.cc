@@ -13,7 +13,8 @@ namespace gantry::testing {
 
 TempDir::TempDir() {
   const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base != nullptr && *base ? base : "/tmp") + "/gantry-test-XXXXXX";
+  std::string pattern =
+      std::string(base != nullptr && *base ? base : "/tmp") + "/gantry-test-XXXXXX";
   char* made = ::mkdtemp(pattern.data());
   path_ = made != nullptr ? made : "";
 }
@@ -32,12 +33,9 @@ std::string ReadFile(const std::string& path) {
   return buffer.str();
 }
 
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-std::optional<std::string> WaitForFile(const std::string& path,
-                                       std::chrono::milliseconds timeout) {
+std::optional<std::string> WaitForFile(const std::string& path, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     std::string text = ReadFile(path);

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Configures and builds Gantry into build/ (or $GANTRY_BUILD_DIR).
+#
+#   scripts/build.sh [extra cmake -D options...]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${GANTRY_BUILD_DIR:-$root/build}"
+jobs="${GANTRY_JOBS:-$(nproc)}"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+cmake --build "$build" -j "$jobs"
