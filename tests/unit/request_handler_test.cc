@@ -1,0 +1,161 @@
+// The worker's request logic in-process: routing, Jina's error contract,
+// parameters, dry runs and endpoint discovery.
+#include <gantry/executor.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "core/doc_proto.h"
+#include "worker/request_handler.h"
+
+namespace handler_test {
+
+class EchoUnitExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(EchoUnitExec);
+  explicit EchoUnitExec(const gantry::ExecutorContext& context) {
+    if (context.with.GetBool("fail_init")) {
+      throw std::runtime_error("weights missing");
+    }
+  }
+  GANTRY_REQUESTS(Upper, "/upper");
+  void Upper(gantry::DocList& docs, const gantry::Parameters& parameters) {
+    for (gantry::Doc& doc : docs) {
+      std::string text(doc.text());
+      for (char& c : text) {
+        c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      }
+      doc.set_text(text + parameters.GetString("suffix"));
+    }
+  }
+  GANTRY_REQUESTS(Explode, "/explode");
+  void Explode(gantry::DocList& /*docs*/) { throw std::out_of_range("index 7 out of range"); }
+};
+GANTRY_REGISTER_EXECUTOR(EchoUnitExec);
+
+}  // namespace handler_test
+
+namespace gantry::internal {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::unique_ptr<RequestHandler> MakeHandler(Value::Dict with = {}) {
+  ExecutorContext context;
+  context.name = "enc";
+  context.with = Parameters(std::move(with));
+  auto handler = RequestHandler::Create("EchoUnitExec", context, "enc/rep-0");
+  EXPECT_TRUE(handler.ok()) << handler.status();
+  return handler.ok() ? std::move(handler).value() : nullptr;
+}
+
+jina::DataRequestProto MakeRequest(const std::string& endpoint, DocList docs) {
+  jina::DataRequestProto request;
+  request.mutable_header()->set_request_id("r1");
+  request.mutable_header()->set_exec_endpoint(endpoint);
+  DocListToProto(docs, request.mutable_data()->mutable_docs());
+  return request;
+}
+
+DocList ReplyDocs(jina::DataRequestProto& reply) {
+  auto docs = TakeDocListFromProto(reply.mutable_data()->mutable_docs());
+  EXPECT_TRUE(docs.ok()) << docs.status();
+  return docs.ok() ? std::move(docs).value() : DocList();
+}
+
+TEST(RequestHandlerTest, RoutesToTheBoundHandler) {
+  auto handler = MakeHandler();
+  auto request = MakeRequest("/upper", DocList{Doc("abc"), Doc("x")});
+  (*request.mutable_parameters()->mutable_fields())["suffix"].set_string_value("!");
+  EXPECT_FALSE(handler->Handle(&request));
+  EXPECT_EQ(request.header().request_id(), "r1");
+  EXPECT_EQ(request.header().status().code(), jina::StatusProto::SUCCESS);
+  DocList docs = ReplyDocs(request);
+  ASSERT_EQ(docs.size(), 2u);
+  EXPECT_EQ(docs[0].text(), "ABC!");
+  ASSERT_EQ(request.routes_size(), 1);
+  EXPECT_EQ(request.routes(0).executor(), "enc");
+}
+
+TEST(RequestHandlerTest, ExecutorSpecificParametersWin) {
+  auto handler = MakeHandler();
+  auto request = MakeRequest("/upper", DocList{Doc("a")});
+  auto* fields = request.mutable_parameters()->mutable_fields();
+  (*fields)["suffix"].set_string_value("-all");
+  (*(*fields)["enc"].mutable_struct_value()->mutable_fields())["suffix"].set_string_value("-enc");
+  EXPECT_FALSE(handler->Handle(&request));
+  EXPECT_EQ(ReplyDocs(request)[0].text(), "A-enc");
+}
+
+TEST(RequestHandlerTest, ExceptionBecomesJinaErrorReply) {
+  auto handler = MakeHandler();
+  Doc doc("kept");
+  auto request = MakeRequest("/explode", DocList{doc});
+  EXPECT_TRUE(handler->Handle(&request));
+  const auto& status = request.header().status();
+  EXPECT_EQ(status.code(), jina::StatusProto::ERROR);
+  EXPECT_EQ(status.description(),
+            "executor 'EchoUnitExec' (enc/rep-0) endpoint '/explode': std::out_of_range: index 7 "
+            "out of range");
+  EXPECT_EQ(status.exception().name(), "std::out_of_range");
+  EXPECT_EQ(status.exception().executor(), "EchoUnitExec");
+  ASSERT_EQ(status.exception().args_size(), 1);
+  // The documents come back as they were sent.
+  DocList docs = ReplyDocs(request);
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(docs[0].id(), doc.id());
+  // And the next request is served.
+  auto next = MakeRequest("/upper", DocList{Doc("b")});
+  EXPECT_FALSE(handler->Handle(&next));
+}
+
+TEST(RequestHandlerTest, UnknownEndpointWithoutDefaultIsAnErrorListingEndpoints) {
+  auto handler = MakeHandler();
+  auto request = MakeRequest("/nope", DocList{Doc("a")});
+  EXPECT_TRUE(handler->Handle(&request));
+  EXPECT_THAT(request.header().status().description(),
+              HasSubstr("endpoint '/nope': no handler for this endpoint and no default handler; "
+                        "endpoints: /explode, /upper"));
+}
+
+TEST(RequestHandlerTest, DryRunAndDocsBytes) {
+  auto handler = MakeHandler();
+  auto dry = MakeRequest("_jina_dry_run_", DocList{Doc::Empty()});
+  EXPECT_FALSE(handler->Handle(&dry));
+
+  jina::DataRequestProto request;
+  request.mutable_header()->set_exec_endpoint("/upper");
+  docarray::DocListProto list;
+  DocListToProto(DocList{Doc("bytes")}, &list);
+  request.mutable_data()->set_docs_bytes(list.SerializeAsString());
+  EXPECT_FALSE(handler->Handle(&request));
+  EXPECT_TRUE(request.data().has_docs());
+  EXPECT_EQ(ReplyDocs(request)[0].text(), "BYTES");
+}
+
+TEST(RequestHandlerTest, ConstructorFailureIsAStatus) {
+  ExecutorContext context;
+  context.with = Parameters(Value::Dict{{"fail_init", Value(true)}});
+  auto handler = RequestHandler::Create("EchoUnitExec", context, "enc/rep-0");
+  ASSERT_FALSE(handler.ok());
+  EXPECT_EQ(handler.status().message(),
+            "executor 'EchoUnitExec' failed to initialise on cpu: std::runtime_error: weights "
+            "missing");
+  EXPECT_EQ(RequestHandler::Create("Missing", context, "x").status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST(RequestHandlerTest, EndpointDiscoveryListsDryRunAndSchemas) {
+  auto handler = MakeHandler();
+  jina::EndpointsProto endpoints;
+  handler->FillEndpoints(&endpoints);
+  EXPECT_THAT(endpoints.endpoints(),
+              ::testing::ElementsAre("_jina_dry_run_", "/explode", "/upper"));
+  const auto& schema = endpoints.schemas().fields().at("/upper").struct_value().fields();
+  EXPECT_EQ(schema.at("input").struct_value().fields().at("name").string_value(),
+            "LegacyDocument");
+  EXPECT_TRUE(schema.at("input").struct_value().fields().at("model").has_struct_value());
+}
+
+}  // namespace
+}  // namespace gantry::internal
