@@ -201,6 +201,7 @@ bool RequestHandler::Handle(jina::DataRequestProto* request) {
     SetError(request, threw ? exception_name : std::string(StatusCodeName(status.code())), message);
     // The request's docs go back as they came in (Jina returns the request).
     data->clear_docs_bytes();
+    data->mutable_docs()->Clear();
     DocListToProto(*docs, data->mutable_docs());
     return true;
   }
