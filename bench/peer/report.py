@@ -67,9 +67,14 @@ def main():
         add(f'{name}, mean at c=1 (us, same C++ client)',
             one(rows, key, mode='unary', label='gantry', concurrency=1),
             one(rows, key, mode='unary', label='jina', concurrency=1), 1)
-    add('server: executor route span, mean at c=1 (us)',
-        one(rows, 'handler_route_us', mode='unary', label='gantry', concurrency=1),
-        one(rows, 'handler_route_us', mode='unary', label='jina', concurrency=1), 1)
+    # Not the same span on both sides, so no ratio: Gantry's worker stamps
+    # its own route around the handler; Jina's gateway stamps the executor's
+    # route around its gateway -> worker -> gateway call.
+    table.append(('executor route span at c=1 (us): Gantry = handler in the worker, '
+                  'Jina = gateway->worker->gateway',
+                  fmt(one(rows, 'handler_route_us', mode='unary', label='gantry', concurrency=1), 1),
+                  fmt(one(rows, 'handler_route_us', mode='unary', label='jina', concurrency=1), 1),
+                  'not comparable'))
     add('worker alone (no gateway) p50 at c=1 (us)',
         one(rows, 'p50_us', mode='unary', label='gantry-direct', concurrency=1),
         one(rows, 'p50_us', mode='unary', label='jina-direct', concurrency=1), 1)
@@ -101,11 +106,17 @@ def main():
 
     def mem(label, phase, role, key):
         found = pick(rows, mode='memory', label=label, phase=phase, role=role)
-        return sum(r[key] for r in found) / 1024.0 if found else None
+        if not found or any(key not in r for r in found):
+            return None
+        return sum(r[key] for r in found) / 1024.0
 
     for phase in ('idle', 'after_load'):
         add(f'gateway RSS, {phase} (MB)', mem('gantry', phase, 'gateway', 'rss_kb'),
             mem('jina', phase, 'gateway', 'rss_kb'), 1)
+    for role in ('gateway', 'worker'):
+        for key, what in (('anon_kb', 'private heap (RssAnon)'), ('file_kb', 'file-backed (RssFile)')):
+            add(f'{role} {what} after load (MB)', mem('gantry', 'after_load', role, key),
+                mem('jina', 'after_load', role, key), 1)
     add('gateway peak RSS (VmHWM, MB)', mem('gantry', 'after_load', 'gateway', 'hwm_kb'),
         mem('jina', 'after_load', 'gateway', 'hwm_kb'), 1)
     for phase in ('idle', 'after_load'):
@@ -113,6 +124,14 @@ def main():
             mem('jina', phase, 'worker', 'rss_kb'), 1)
     add('worker peak RSS (VmHWM, MB)', mem('gantry', 'after_load', 'worker', 'hwm_kb'),
         mem('jina', 'after_load', 'worker', 'hwm_kb'), 1)
+
+    torch_cold = [r['cold_start_ms'] for r in pick(rows, mode='probe', label='gantry-torch')]
+    if torch_cold:
+        add('cold start with the libtorch-linked gantry-worker (MyGPUExec, CPU, no model), '
+            'median (ms)', statistics.median(torch_cold), med['jina'], 1)
+        add('libtorch-linked gantry-worker RSS, idle (MB)',
+            mem('gantry-torch', 'idle', 'worker', 'rss_kb'), mem('jina', 'idle', 'worker', 'rss_kb'),
+            1)
 
     def total(label):
         found = pick(rows, mode='memory', label=label, phase='idle')
@@ -190,6 +209,9 @@ def main():
                         label=f'{name}, {mode}')
     ax.set_xscale('log', base=2)
     ax.set_yscale('log')
+    all_levels = sorted({r['concurrency'] for r in rows if r.get('mode') in ('unary', 'stream')})
+    ax.set_xticks(all_levels)
+    ax.set_xticklabels([str(c) for c in all_levels])
     ax.set_xlabel('concurrency (client threads, 1 request in flight each)')
     ax.set_ylabel('requests/s (1 doc each)')
     ax.set_title(f'NoOpExec, 1 replica, gRPC on loopback, {machine.get("cores")} cores')

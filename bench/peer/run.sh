@@ -133,6 +133,16 @@ group_pids() { ps -o pid= -g "$1" | tr -d ' '; }
 listens() { ss -ltnpH 2>/dev/null | grep -q "pid=$1,"; }
 kb() { awk -v k="$2:" '$1==k {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 
+# find_worker PGID PORT: the first listening process that is not the gateway.
+find_worker() {
+  local gw pid
+  gw="$(pid_listening_on "$2")"
+  for pid in $(group_pids "$1"); do
+    if [[ "$pid" != "$gw" ]] && listens "$pid"; then echo "$pid"; return 0; fi
+  done
+  return 0
+}
+
 # memory LABEL PHASE PGID PORT: one JSON line per process of the group.
 memory() {
   local label="$1" phase="$2" pgid="$3" port="$4" gw pid role
@@ -141,9 +151,11 @@ memory() {
     if [[ "$pid" == "$gw" ]]; then role=gateway
     elif listens "$pid"; then role=worker
     else role=main; fi
-    printf '{"label":"%s","mode":"memory","phase":"%s","role":"%s","pid":%s,"rss_kb":%s,"hwm_kb":%s,"threads":%s}\n' \
-      "$label" "$phase" "$role" "$pid" "$(kb "$pid" VmRSS)" "$(kb "$pid" VmHWM)" "$(kb "$pid" Threads)" \
-      >> "$RESULTS"
+    # RssFile is mostly shared-library pages, shared with every other
+    # process mapping the same libraries; RssAnon is the process's own heap.
+    printf '{"label":"%s","mode":"memory","phase":"%s","role":"%s","pid":%s,"rss_kb":%s,"hwm_kb":%s,"anon_kb":%s,"file_kb":%s,"threads":%s}\n' \
+      "$label" "$phase" "$role" "$pid" "$(kb "$pid" VmRSS)" "$(kb "$pid" VmHWM)" \
+      "$(kb "$pid" RssAnon)" "$(kb "$pid" RssFile)" "$(kb "$pid" Threads)" >> "$RESULTS"
   done
 }
 
@@ -182,9 +194,11 @@ bench_system() {
   # The same load straight at the deployment's own worker (it listens on
   # 127.0.0.1 too), which isolates the gateway hop.
   local worker_pid worker_port
-  worker_pid="$(for pid in $(group_pids "$pgid"); do
-    [[ "$pid" != "$(pid_listening_on "$port")" ]] && listens "$pid" && echo "$pid"; done | head -1)"
-  worker_port="$(ss -ltnpH 2>/dev/null | grep "pid=$worker_pid," | awk '{print $4}' | sed 's/.*://' | head -1)"
+  worker_pid="$(find_worker "$pgid" "$port")"
+  worker_port=""
+  if [[ -n "$worker_pid" ]]; then
+    worker_port="$(ss -ltnpH 2>/dev/null | grep "pid=$worker_pid," | awk '{print $4}' | sed 's/.*://' | head -1 || true)"
+  fi
   if [[ -n "$worker_port" ]]; then
     echo "== $label-direct: worker pid $worker_pid on 127.0.0.1:$worker_port, no gateway" >&2
     loadgen --address "127.0.0.1:$worker_port" --label "$label-direct" --mode unary --concurrency "1,16" "${LG_TIMING[@]}"

@@ -2,7 +2,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/rand.h>
-#include <c10/core/InferenceMode.h>
+#include <gantry/torch_cuda.h>
 #include <gantry/torch_tensor.h>
 
 #include <stdexcept>
@@ -19,16 +19,22 @@ MyGPUExec::MyGPUExec(const gantry::ExecutorContext& context)
 }
 
 void MyGPUExec::Encode(gantry::DocList& docs) {
-  c10::InferenceMode guard;
+  // InferenceMode, and on a GPU this worker's own CUDA stream.
+  gantry::InferenceScope scope(device_);
   const std::string where = device_.is_cuda() ? "GPU" : "CPU";
-  at::Device device = device_.is_cuda()
-                          ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_.index()))
-                          : at::Device(at::kCPU);
+  at::Device device =
+      device_.is_cuda()
+          ? at::Device(at::kCUDA,
+                       static_cast<c10::DeviceIndex>(device_.has_index() ? device_.index() : 0))
+          : at::Device(at::kCPU);
   auto options = at::TensorOptions().dtype(at::kFloat).device(device);
-  for (gantry::Doc& doc : docs) {
-    at::Tensor embedding = at::rand({5}, options);
-    doc.set_embedding(gantry::FromTorch(embedding));
-    doc.set_text("Embeddings calculated on " + where);
+  // One kernel for the whole batch; the result stays on the device until
+  // the single copy back in RowsFromTorch.
+  at::Tensor embeddings = at::rand({static_cast<std::int64_t>(docs.size()), 5}, options);
+  std::vector<gantry::Tensor> rows = gantry::RowsFromTorch(embeddings);
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    docs[i].set_embedding(std::move(rows[i]));
+    docs[i].set_text("Embeddings calculated on " + where);
   }
 }
 

@@ -12,6 +12,8 @@
 //     uses_with: {device: cpu}    #   inline {jtype:, with:, metas:} mapping
 //     replicas: 2
 //     port: 12345
+//     gpus: 0.5                   # or 1, all, "0,2"
+//     uses_dynamic_batching: {/encode: {preferred_batch_size: 32, timeout: 10}}
 //
 // `${{ ENV.NAME }}` is replaced by the environment variable NAME. Files are
 // validated whole before anything starts: unknown keys, wrong types and bad
@@ -23,6 +25,7 @@
 #include <gantry/document.h>
 #include <gantry/status.h>
 
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -32,6 +35,8 @@ struct ExecutorConfig {
   std::string jtype{};
   Value::Dict with{};
   Value::Dict metas{};
+  // `dynamic_batching:` keyed by endpoint or handler name.
+  std::map<std::string, DynamicBatching> dynamic_batching{};
 };
 
 // `source` names the text in errors (a file path or "<inline>").

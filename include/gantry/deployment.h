@@ -20,6 +20,7 @@
 #ifndef GANTRY_DEPLOYMENT_H_
 #define GANTRY_DEPLOYMENT_H_
 
+#include <gantry/batching.h>
 #include <gantry/client.h>
 #include <gantry/document.h>
 #include <gantry/status.h>
@@ -60,6 +61,19 @@ struct DeploymentOptions {
   std::string worker_program{};
   // Workers' log level: "debug", "info", "warning", "error".
   std::string log_level = "info";
+  // GPUs per replica: "" (not managed: the executor's `device` is used as
+  // given), "0" (none: GPUs are hidden from the workers), a whole number
+  // ("2"), a fraction ("0.5": two replicas share one GPU), "all" (one
+  // replica sees every GPU), or a list of GPU indices or UUIDs ("0,2", or
+  // "3," for one) that replicas take round-robin. Each placed replica gets
+  // its own CUDA_VISIBLE_DEVICES and, unless `uses_with` names a device,
+  // device "cuda:0". Jina's env CUDA_VISIBLE_DEVICES=RR[...] also works.
+  // A request that the visible GPUs cannot meet fails before any worker
+  // starts. GANTRY_FAKE_GPUS="name,name" stands in for the driver in tests.
+  std::string gpus{};
+  // Dynamic batching per endpoint ("/encode") or handler name ("Encode");
+  // overrides the executor's GANTRY_DYNAMIC_BATCHING and YAML.
+  std::map<std::string, DynamicBatching> uses_dynamic_batching{};
 };
 
 struct ReplicaInfo {
@@ -69,6 +83,10 @@ struct ReplicaInfo {
   std::string device;   // "cpu", "cuda:0", ...
   // Requests the gateway forwarded to this replica and got an answer for.
   std::uint64_t requests = 0;
+  // The replica's CUDA_VISIBLE_DEVICES when Gantry placed it on GPUs, and
+  // what the placement was ("GPU 1 (NVIDIA H100 80GB) x0.5"); else empty.
+  std::string cuda_visible_devices{};
+  std::string placement{};
 };
 
 class Deployment {

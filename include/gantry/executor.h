@@ -16,6 +16,14 @@
 //   };
 //   GANTRY_REGISTER_EXECUTOR(MyExec);      // in exactly one .cc file
 //
+// Dynamic batching (Jina's @dynamic_batching; see gantry/batching.h) is
+// declared beside the handler, after its GANTRY_REQUESTS line:
+//
+//     GANTRY_DYNAMIC_BATCHING(Encode, {.preferred_batch_size = 32, .timeout_ms = 10});
+//
+// A batched handler gets the documents of several requests in one DocList
+// and must leave exactly as many documents as it got, in order.
+//
 // A handler returns void or gantry::Status and takes `DocList&`, optionally
 // followed by `const Parameters&`; it edits the documents in place. It may
 // throw: the exception becomes an error reply naming executor, endpoint and
@@ -28,12 +36,14 @@
 #ifndef GANTRY_EXECUTOR_H_
 #define GANTRY_EXECUTOR_H_
 
+#include <gantry/batching.h>
 #include <gantry/device.h>
 #include <gantry/document.h>
 #include <gantry/status.h>
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -81,6 +91,8 @@ struct Route {
   std::string method_name;
   std::vector<std::string> endpoints;
   std::function<Status(Executor&, DocList&, const Parameters&)> invoke;
+  // Set by GANTRY_DYNAMIC_BATCHING; YAML may override it per endpoint.
+  std::optional<DynamicBatching> batching{};
 };
 
 template <typename T>
@@ -124,6 +136,16 @@ class RouteCollector {
     routes_->push_back(std::move(route));
   }
 
+  // Attaches `batching` to the handler `method_name` (which the macro has
+  // already checked exists as a member).
+  void SetBatching(std::string_view method_name, DynamicBatching batching) {
+    for (Route& route : *routes_) {
+      if (route.method_name == method_name) {
+        route.batching = batching;
+      }
+    }
+  }
+
  private:
   std::vector<Route>* routes_;
 };
@@ -141,6 +163,19 @@ std::vector<RouteHookFn<T>>& RouteHooks() {
 template <typename T>
 struct RouteHook {
   explicit RouteHook(RouteHookFn<T> fn) { RouteHooks<T>().push_back(fn); }
+};
+
+// GANTRY_DYNAMIC_BATCHING lines run after every GANTRY_REQUESTS line, so
+// the two may come in either order.
+template <typename T>
+std::vector<RouteHookFn<T>>& BatchingHooks() {
+  static std::vector<RouteHookFn<T>> hooks;
+  return hooks;
+}
+
+template <typename T>
+struct BatchingHook {
+  explicit BatchingHook(RouteHookFn<T> fn) { BatchingHooks<T>().push_back(fn); }
 };
 
 // One registered executor type.
@@ -174,6 +209,9 @@ struct ExecutorRegistrar {
       std::vector<Route> routes;
       RouteCollector<T> collector(&routes);
       for (RouteHookFn<T> hook : RouteHooks<T>()) {
+        hook(collector);
+      }
+      for (RouteHookFn<T> hook : BatchingHooks<T>()) {
         hook(collector);
       }
       return routes;
@@ -214,6 +252,19 @@ bool IsExecutorRegistered(std::string_view name);
   }                                                                                          \
   inline static const ::gantry::internal::RouteHook<GantrySelf> gantry_route_hook_##method { \
     &GantrySelf::GantryRoute_##method                                                        \
+  }
+
+// Beside a handler's GANTRY_REQUESTS line: batches its endpoints'
+// requests. The second argument is a gantry::DynamicBatching initializer,
+// e.g. {.preferred_batch_size = 32, .timeout_ms = 10}.
+#define GANTRY_DYNAMIC_BATCHING(method, ...)                                                 \
+  static void GantryBatching_##method(                                                       \
+      ::gantry::internal::RouteCollector<GantrySelf>& routes) {                              \
+    static_cast<void>(&GantrySelf::method); /* names a member handler */                     \
+    routes.SetBatching(#method, ::gantry::DynamicBatching __VA_ARGS__);                      \
+  }                                                                                          \
+  inline static const ::gantry::internal::BatchingHook<GantrySelf> gantry_batching_hook_##method { \
+    &GantrySelf::GantryBatching_##method                                                     \
   }
 
 // In one .cc file per executor: adds the type to the registry at start-up.

@@ -35,7 +35,12 @@ constexpr std::string_view kMetasKeys[] = {"name", "description", "workspace",
 constexpr std::string_view kDeploymentKeys[] = {"jtype", "version", "with"};
 constexpr std::string_view kDeploymentWithKeys[] = {
     "uses", "uses_with", "uses_metas", "name",          "replicas",
-    "port", "host",      "env",        "timeout_ready", "log_level"};
+    "port", "host",      "env",        "timeout_ready", "log_level",
+    "gpus", "uses_dynamic_batching"};
+// Jina's batching keys, plus Triton-style caps of ours.
+constexpr std::string_view kBatchingKeys[] = {
+    "preferred_batch_size", "timeout",        "flush_all",    "use_dynamic_batching",
+    "max_batch_size",       "max_queue_size", "custom_metric", "use_custom_metric"};
 constexpr std::string_view kLogLevels[] = {"debug", "info", "warning", "error"};
 
 std::string Join(std::string_view path, std::string_view key) {
@@ -250,9 +255,11 @@ class Parser {
         GANTRY_ASSIGN_OR_RETURN(config.with, ParseWith(e, key_path));
       } else if (e.key == "metas") {
         GANTRY_ASSIGN_OR_RETURN(config.metas, ParseMetas(e, key_path));
+      } else if (e.key == "dynamic_batching") {
+        GANTRY_ASSIGN_OR_RETURN(config.dynamic_batching, ParseBatching(e, key_path));
       } else {
-        // requests / dynamic_batching: valid Jina, but nothing carries them
-        // to the worker yet, and silently dropping them would be worse.
+        // requests: valid Jina, but nothing carries it to the worker yet,
+        // and silently dropping it would be worse.
         if (!e.value.IsMap()) {
           return Error(e.mark, key_path, "expected a mapping, got " + Describe(e.value));
         }
@@ -599,6 +606,7 @@ class Parser {
     DeploymentOptions options;
     Value::Dict base_with;
     Value::Dict base_metas;
+    std::map<std::string, DynamicBatching> base_batching;
     bool has_uses = false;
     for (const Entry& e : entries) {
       std::string path = Join("with", e.key);
@@ -609,6 +617,7 @@ class Parser {
           options.uses = std::move(config.jtype);
           base_with = std::move(config.with);
           base_metas = std::move(config.metas);
+          base_batching = std::move(config.dynamic_batching);
           continue;
         }
         if (!e.value.IsScalar()) {
@@ -622,6 +631,7 @@ class Parser {
           options.uses = std::move(config.jtype);
           base_with = std::move(config.with);
           base_metas = std::move(config.metas);
+          base_batching = std::move(config.dynamic_batching);
         } else {
           options.uses = std::move(uses);
         }
@@ -644,6 +654,10 @@ class Parser {
         GANTRY_ASSIGN_OR_RETURN(options.host, ReadName(e, path));
       } else if (e.key == "env") {
         GANTRY_RETURN_IF_ERROR(ParseEnv(e, path, &options.env));
+      } else if (e.key == "gpus") {
+        GANTRY_ASSIGN_OR_RETURN(options.gpus, ParseGpus(e, path));
+      } else if (e.key == "uses_dynamic_batching") {
+        GANTRY_ASSIGN_OR_RETURN(options.uses_dynamic_batching, ParseBatching(e, path));
       } else if (e.key == "timeout_ready") {
         GANTRY_ASSIGN_OR_RETURN(std::int64_t ms,
                                 ReadInt(e, path, -1, std::numeric_limits<std::int64_t>::max(),
@@ -674,7 +688,112 @@ class Parser {
       base_metas.insert_or_assign(key, std::move(value));
     }
     options.uses_metas = std::move(base_metas);
+    // uses_dynamic_batching overrides the executor file's dynamic_batching.
+    for (auto& [key, value] : base_batching) {
+      options.uses_dynamic_batching.emplace(key, value);
+    }
     return options;
+  }
+
+  // `gpus: 1`, `0.5`, `all`, `"0,2"` or `[0, 2]`: checked for shape here
+  // (the Deployment checks it against the machine's GPUs at start).
+  StatusOr<std::string> ParseGpus(const Entry& e, const std::string& path) const {
+    constexpr std::string_view kExpected =
+        "expected a number of GPUs per replica (1, 0.5), \"all\", or a list of GPU indices or "
+        "UUIDs (\"0,2\" or [0, 2])";
+    if (e.value.IsSequence()) {
+      std::string list;
+      std::size_t index = 0;
+      for (auto it = e.value.begin(); it != e.value.end(); ++it, ++index) {
+        Entry item{e.key, e.key_node, *it, it->IsNull() ? e.mark : it->Mark()};
+        GANTRY_ASSIGN_OR_RETURN(std::string id,
+                                ReadName(item, path + "[" + std::to_string(index) + "]"));
+        list += id + ",";
+      }
+      if (list.empty()) {
+        return Error(e.mark, path, std::string(kExpected) + ", got an empty list");
+      }
+      return list.find(',') == list.size() - 1 ? list : list.substr(0, list.size() - 1);
+    }
+    GANTRY_ASSIGN_OR_RETURN(Scalar scalar, ReadScalar(e.value, e.mark, path));
+    if (scalar.value.is_none()) {
+      return std::string();
+    }
+    if (const std::int64_t* i = scalar.value.AsInt()) {
+      if (*i < 0) {
+        return Error(e.mark, path, std::string(kExpected) + ", got " + scalar.text);
+      }
+      return std::to_string(*i);
+    }
+    if (const double* d = scalar.value.AsFloat()) {
+      if (!(*d >= 0) || (*d > 1 && *d != static_cast<double>(static_cast<std::int64_t>(*d)))) {
+        return Error(e.mark, path,
+                     std::string(kExpected) + ", got " + scalar.text +
+                         " (a replica takes whole GPUs or a fraction below 1)");
+      }
+      return scalar.text;
+    }
+    const std::string* text = scalar.value.AsText();
+    if (text == nullptr || text->empty()) {
+      return Error(e.mark, path, std::string(kExpected) + ", got " + Got(e.value, scalar));
+    }
+    if (*text != "all" && text->find(',') == std::string::npos) {
+      return Error(e.mark, path, std::string(kExpected) + ", got " + Quote(*text));
+    }
+    return *text;
+  }
+
+  // `dynamic_batching:` / `uses_dynamic_batching:` in Jina's shape:
+  // {"/endpoint" or handler: {preferred_batch_size: 32, timeout: 10}}.
+  StatusOr<std::map<std::string, DynamicBatching>> ParseBatching(const Entry& e,
+                                                                const std::string& path) const {
+    std::map<std::string, DynamicBatching> out;
+    if (e.value.IsNull()) {
+      return out;
+    }
+    if (!e.value.IsMap()) {
+      return Error(e.mark, path, "expected a mapping, got " + Describe(e.value));
+    }
+    GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> endpoints, Entries(e.value, path, {}));
+    for (const Entry& ep : endpoints) {
+      std::string ep_path = path + "[" + Quote(ep.key) + "]";
+      if (!ep.value.IsMap()) {
+        return Error(ep.mark, ep_path,
+                     "expected a mapping such as {preferred_batch_size: 32, timeout: 10}, got " +
+                         Describe(ep.value));
+      }
+      GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> keys, Entries(ep.value, ep_path, kBatchingKeys));
+      DynamicBatching batching;
+      for (const Entry& k : keys) {
+        std::string key_path = Join(ep_path, k.key);
+        constexpr std::int64_t kMax = std::numeric_limits<int>::max();
+        if (k.key == "preferred_batch_size") {
+          GANTRY_ASSIGN_OR_RETURN(std::int64_t v, ReadInt(k, key_path, 1, kMax, "an integer >= 1"));
+          batching.preferred_batch_size = static_cast<int>(v);
+        } else if (k.key == "timeout") {
+          GANTRY_ASSIGN_OR_RETURN(std::int64_t v,
+                                  ReadInt(k, key_path, 0, kMax, "milliseconds >= 0"));
+          batching.timeout_ms = static_cast<int>(v);
+        } else if (k.key == "max_batch_size" || k.key == "max_queue_size") {
+          GANTRY_ASSIGN_OR_RETURN(std::int64_t v,
+                                  ReadInt(k, key_path, 0, kMax, "an integer >= 0 (0: no limit)"));
+          (k.key == "max_batch_size" ? batching.max_batch_size : batching.max_queue_size) =
+              static_cast<int>(v);
+        } else if (k.key == "flush_all" || k.key == "use_dynamic_batching") {
+          GANTRY_ASSIGN_OR_RETURN(Scalar scalar, ReadScalar(k.value, k.mark, key_path));
+          const bool* b = scalar.value.AsBool();
+          if (b == nullptr) {
+            return Error(k.mark, key_path, "expected true or false, got " + Got(k.value, scalar));
+          }
+          (k.key == "flush_all" ? batching.flush_all : batching.enabled) = *b;
+        } else {
+          // custom_metric is a Python callable: nothing to carry it here.
+          return Error(k.key_node.Mark(), key_path, "not supported (Python callables only)");
+        }
+      }
+      out.emplace(ep.key, batching);
+    }
+    return out;
   }
 
   Status ParseEnv(const Entry& e, const std::string& path,

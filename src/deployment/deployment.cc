@@ -19,6 +19,7 @@
 #include "core/logging.h"
 #include "core/registry.h"
 #include "deployment/child_process.h"
+#include "deployment/placement.h"
 #include "gateway/gateway.h"
 #include "worker/worker_spec.h"
 
@@ -64,6 +65,8 @@ struct Pipe {
 struct Replica {
   std::string name;
   std::string device;
+  std::string cuda_visible_devices;
+  std::string placement;
   internal::WorkerSpec spec;
   ChildProcessPtr process;
   // The parent keeps the write end; the worker exits when it closes.
@@ -142,8 +145,10 @@ class Deployment::Impl {
   std::mutex stop_mutex_;
   bool stopped_ = false;
   Pipe block_pipe_;
+  internal::PlacementPlan plan_;
 
  private:
+  Status Place();
   Status Validate();
   Status SpawnReplicas(const std::string& program);
   Status AwaitReplicas();
@@ -176,6 +181,21 @@ Status Deployment::Impl::Validate() {
     for (auto& [key, value] : config.metas) {
       options_.uses_metas.emplace(key, value);
     }
+    for (auto& [key, value] : config.dynamic_batching) {
+      options_.uses_dynamic_batching.emplace(key, value);  // uses_dynamic_batching wins
+    }
+  }
+  for (const auto& [key, batching] : options_.uses_dynamic_batching) {
+    std::string where = "deployment '" + options_.name + "': uses_dynamic_batching['" + key + "']";
+    if (key.empty()) {
+      return InvalidArgumentError(where + ": the key must name an endpoint or a handler");
+    }
+    if (batching.preferred_batch_size < 1 || batching.timeout_ms < 0 ||
+        batching.max_batch_size < 0 || batching.max_queue_size < 0) {
+      return InvalidArgumentError(where +
+                                  ": preferred_batch_size must be >= 1 and timeout_ms, "
+                                  "max_batch_size, max_queue_size >= 0");
+    }
   }
   if (auto it = options_.uses_with.find("device"); it != options_.uses_with.end()) {
     const std::string* text = it->second.AsText();
@@ -187,6 +207,32 @@ Status Deployment::Impl::Validate() {
     if (!device.ok()) {
       return device.status().WithPrefix("deployment '" + options_.name + "': uses_with.device");
     }
+  }
+  return Place();
+}
+
+// Plans GPUs for every replica before anything is spawned, so a request the
+// machine cannot meet fails here with the visible GPUs named.
+Status Deployment::Impl::Place() {
+  internal::PlacementRequest request;
+  request.deployment = options_.name;
+  request.replicas = options_.replicas;
+  request.gpus = options_.gpus;
+  if (auto it = options_.uses_with.find("device"); it != options_.uses_with.end()) {
+    request.explicit_device = *it->second.AsText();
+  }
+  if (auto it = options_.env.find("CUDA_VISIBLE_DEVICES"); it != options_.env.end()) {
+    request.env_cuda_visible_devices = it->second;
+  }
+  if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES"); cvd != nullptr) {
+    request.process_cuda_visible_devices = std::string(cvd);
+  }
+  internal::GpuInventory inventory = internal::DiscoverGpus();
+  spdlog::debug("deployment '{}': GPUs: {}", options_.name,
+                internal::DescribeVisibleGpus(inventory));
+  GANTRY_ASSIGN_OR_RETURN(plan_, internal::PlanPlacement(request, inventory));
+  for (const std::string& warning : plan_.warnings) {
+    spdlog::warn("{}", warning);
   }
   return OkStatus();
 }
@@ -250,11 +296,12 @@ Status Deployment::Impl::SpawnReplicas(const std::string& program) {
     spec.runtime_name = replica.name;
     spec.replica_id = i;
     spec.replicas = options_.replicas;
-    spec.device = "cpu";
-    if (auto d = spec.with.find("device"); d != spec.with.end() && d->second.AsText()) {
-      spec.device = *d->second.AsText();
-    }
+    const internal::ReplicaPlacement& placement = plan_.replicas[static_cast<std::size_t>(i)];
+    // The planner already took an explicit uses_with.device into account.
+    spec.device = placement.device;
+    spec.dynamic_batching = options_.uses_dynamic_batching;
     replica.device = spec.device;
+    replica.placement = placement.description;
     spec.log_level = options_.log_level;
 
     Pipe status_pipe;
@@ -267,6 +314,16 @@ Status Deployment::Impl::SpawnReplicas(const std::string& program) {
     child.args = internal::WorkerArguments(spec);
     child.args.insert(child.args.end(), {"--status-fd", "3", "--lifeline-fd", "4"});
     child.env = options_.env;
+    if (placement.cuda_visible_devices) {
+      // Replaces any "RR..." value, which CUDA itself would reject.
+      child.env["CUDA_VISIBLE_DEVICES"] = *placement.cuda_visible_devices;
+      replica.cuda_visible_devices = *placement.cuda_visible_devices;
+      // Indices were counted in NVML's (PCI bus) order; make CUDA agree.
+      if (!placement.gpus.empty() && !child.env.contains("CUDA_DEVICE_ORDER") &&
+          std::getenv("CUDA_DEVICE_ORDER") == nullptr) {
+        child.env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
+      }
+    }
     child.fds = {{3, status_pipe.write_fd}, {4, replica.lifeline->read_fd}};
     auto process = ChildProcess::Spawn(child);
     if (!process.ok()) {
@@ -278,8 +335,12 @@ Status Deployment::Impl::SpawnReplicas(const std::string& program) {
     replica.lifeline->CloseRead();
     replica.status_fd = status_pipe.read_fd;
     status_pipe.read_fd = -1;
-    spdlog::debug("spawned {} pid={} device={}", replica.name, replica.process->pid(),
-                  replica.device);
+    spdlog::debug("spawned {} pid={} device={} placement={}", replica.name,
+                  replica.process->pid(), replica.device, replica.placement);
+    if (placement.cuda_visible_devices && !placement.cuda_visible_devices->empty()) {
+      spdlog::info("{} placed on {}: CUDA_VISIBLE_DEVICES={} device={}", replica.name,
+                   replica.placement, replica.cuda_visible_devices, replica.device);
+    }
     replicas_.push_back(std::move(replica));
   }
   return OkStatus();
@@ -469,6 +530,8 @@ std::vector<ReplicaInfo> Deployment::replicas() const {
     info.address = "127.0.0.1:" + std::to_string(replica.port);
     info.device = replica.device;
     info.requests = i < counts.size() ? counts[i] : 0;
+    info.cuda_visible_devices = replica.cuda_visible_devices;
+    info.placement = replica.placement;
     out.push_back(std::move(info));
   }
   return out;

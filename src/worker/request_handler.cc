@@ -1,6 +1,7 @@
 #include "worker/request_handler.h"
 
 #include <cxxabi.h>
+#include <gantry/device_report.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -9,6 +10,8 @@
 
 #include "core/doc_proto.h"
 #include "core/registry.h"
+#include "core/value_json.h"
+#include "deployment/placement.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace gantry::internal {
@@ -76,6 +79,36 @@ StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(const std::stri
       }
     }
   }
+  handler->device_ = context.device;
+  // Batching: the macro's, then YAML by handler name, then YAML by
+  // endpoint (Jina: endpoint keys beat function names).
+  for (const auto& [key, config] : batching) {
+    bool known = handler->endpoint_routes_.contains(key);
+    for (const Route& route : handler->routes_) {
+      known = known || route.method_name == key;
+    }
+    if (!known) {
+      return InvalidArgumentError("executor '" + jtype + "': dynamic_batching key '" + key +
+                                  "' names no endpoint or handler of this executor");
+    }
+  }
+  for (const auto& [endpoint, index] : handler->endpoint_routes_) {
+    const Route& route = handler->routes_[index];
+    std::optional<DynamicBatching> config = route.batching;
+    if (auto it = batching.find(route.method_name); it != batching.end()) {
+      config = it->second;
+    }
+    if (auto it = batching.find(endpoint); it != batching.end()) {
+      config = it->second;
+    }
+    if (config && config->enabled) {
+      handler->batching_.emplace(endpoint, *config);
+      spdlog::info("dynamic batching on {}: preferred_batch_size={} timeout_ms={} flush_all={} "
+                   "max_batch_size={} max_queue_size={}",
+                   endpoint, config->preferred_batch_size, config->timeout_ms, config->flush_all,
+                   config->max_batch_size, config->max_queue_size);
+    }
+  }
   // One of the two places where user exceptions are caught (the other is
   // Handle): a throwing constructor is a failed start, with its message.
   try {
@@ -93,7 +126,64 @@ StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(const std::stri
 
 RequestHandler::~RequestHandler() { Close(); }
 
+std::optional<DynamicBatching> RequestHandler::BatchingFor(std::string_view endpoint) const {
+  auto it = batching_.find(endpoint);
+  return it == batching_.end() ? std::nullopt : std::optional<DynamicBatching>(it->second);
+}
+
+std::map<std::string, std::string> RequestHandler::DeviceInfo() const {
+  std::map<std::string, std::string> info;
+  info["device"] = device_.ToString();
+  if (device_.is_cuda()) {
+    // Under the worker's CUDA_VISIBLE_DEVICES, cuda:N is the N-th visible
+    // GPU, which DiscoverGpus lists in the same order.
+    GpuInventory inventory = DiscoverGpus();
+    std::size_t index = device_.has_index() ? static_cast<std::size_t>(device_.index()) : 0;
+    if (index < inventory.gpus.size()) {
+      const GpuInfo& gpu = inventory.gpus[index];
+      info["device_name"] = gpu.name;
+      info["device_uuid"] = gpu.uuid;
+      info["device_memory_used_bytes"] = std::to_string(gpu.memory_used_bytes);
+      info["device_memory_total_bytes"] = std::to_string(gpu.memory_total_bytes);
+    } else {
+      info["device_name"] = "unknown (" + DescribeVisibleGpus(inventory) + ")";
+    }
+  } else {
+    info["device_name"] = "cpu";
+  }
+  DeviceCheckResult check = CheckRegisteredDevices(device_);
+  info["device_tensors"] = std::to_string(check.tensors);
+  std::string misplaced;
+  for (const std::string& m : check.misplaced) {
+    misplaced += (misplaced.empty() ? "" : "; ") + m;
+  }
+  info["device_misplaced"] = misplaced;
+  return info;
+}
+
+std::uint64_t RequestHandler::BatchedCalls() const {
+  std::lock_guard lock(queues_mutex_);
+  std::uint64_t calls = 0;
+  for (const auto& [key, queue] : queues_) {
+    calls += queue->calls();
+  }
+  return calls;
+}
+
 void RequestHandler::Close() {
+  // Queued requests are served first (Jina's close() flushes the queues).
+  // The queues stay alive until the destructor: a request may hold one.
+  std::vector<BatchQueue*> queues;
+  {
+    std::lock_guard lock(queues_mutex_);
+    queues_closed_ = true;
+    for (auto& [key, queue] : queues_) {
+      queues.push_back(queue.get());
+    }
+  }
+  for (BatchQueue* queue : queues) {
+    queue->Stop();
+  }
   std::lock_guard lock(executor_mutex_);
   if (closed_ || !executor_) {
     return;
@@ -116,6 +206,49 @@ void RequestHandler::SetError(jina::DataRequestProto* request, const std::string
   exception->set_name(exception_name);
   exception->add_args(message);
   exception->set_executor(jtype_);
+}
+
+HandlerOutcome RequestHandler::Invoke(const Route& route, DocList& docs,
+                                      const Parameters& parameters) {
+  HandlerOutcome outcome;
+  std::lock_guard lock(executor_mutex_);
+  if (closed_) {
+    outcome.status = UnavailableError("the executor is shutting down");
+    return outcome;
+  }
+  try {
+    outcome.status = route.invoke(*executor_, docs, parameters);
+  } catch (const std::exception& e) {
+    outcome.exception_name = CurrentExceptionTypeName();
+    outcome.status = UnknownError(e.what());
+  } catch (...) {
+    outcome.exception_name = CurrentExceptionTypeName();
+    outcome.status = UnknownError("non-standard exception");
+  }
+  return outcome;
+}
+
+// Jina keys its queues by endpoint and json.dumps(parameters,
+// sort_keys=True); Value::Dict is ordered, so its JSON is canonical too.
+BatchQueue* RequestHandler::QueueFor(const std::string& endpoint, std::size_t route_index,
+                                     const Parameters& parameters, const std::string& where) {
+  std::string key = endpoint + '\n' + ValueDictToJson(parameters.values());
+  std::lock_guard lock(queues_mutex_);
+  if (queues_closed_) {
+    return nullptr;
+  }
+  auto it = queues_.find(key);
+  if (it == queues_.end()) {
+    const Route* route = &routes_[route_index];
+    auto invoke = [this, route, parameters](DocList& docs) {
+      return Invoke(*route, docs, parameters);
+    };
+    it = queues_
+             .emplace(key, std::make_unique<BatchQueue>(batching_.find(endpoint)->second,
+                                                        std::move(invoke), where))
+             .first;
+  }
+  return it->second.get();
 }
 
 bool RequestHandler::Handle(jina::DataRequestProto* request) {
@@ -172,34 +305,30 @@ bool RequestHandler::Handle(jina::DataRequestProto* request) {
     }
   }
 
-  Status status;
-  bool threw = false;
-  std::string exception_name;
-  {
-    std::lock_guard lock(executor_mutex_);
-    if (closed_) {
-      status = UnavailableError("the executor is shutting down");
+  HandlerOutcome outcome;
+  // Batched under the endpoint the handler is bound to ("/default" for
+  // unknown endpoints), as Jina does.
+  const std::string& bound = it->first;
+  if (batching_.contains(bound)) {
+    if (BatchQueue* queue = QueueFor(bound, it->second, parameters, where)) {
+      outcome = queue->Push(*docs);
     } else {
-      try {
-        status = route.invoke(*executor_, *docs, parameters);
-      } catch (const std::exception& e) {
-        threw = true;
-        exception_name = CurrentExceptionTypeName();
-        status = UnknownError(e.what());
-      } catch (...) {
-        threw = true;
-        exception_name = CurrentExceptionTypeName();
-        status = UnknownError("non-standard exception");
-      }
+      outcome.status = UnavailableError("the executor is shutting down");
     }
+  } else {
+    outcome = Invoke(route, *docs, parameters);
   }
+  Status status = std::move(outcome.status);
+  const bool threw = !outcome.exception_name.empty();
+  const std::string& exception_name = outcome.exception_name;
   SetTimestamp(route_proto->mutable_end_time());
   if (!status.ok()) {
     std::string message = where + ": " + (threw ? exception_name + ": " : "") +
                           (threw ? status.message() : status.ToString());
     spdlog::warn("{}", message);
     SetError(request, threw ? exception_name : std::string(StatusCodeName(status.code())), message);
-    // The request's docs go back as they came in (Jina returns the request).
+    // The request's docs go back as the handler left them (Jina returns the
+    // request). The decoded proto entries were emptied by the move: clear them.
     data->clear_docs_bytes();
     data->mutable_docs()->Clear();
     DocListToProto(*docs, data->mutable_docs());

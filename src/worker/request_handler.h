@@ -3,6 +3,10 @@
 // the reply Jina expects. Tested in-process; worker_service.cc wires it to
 // gRPC.
 //
+// Endpoints with dynamic batching (GANTRY_DYNAMIC_BATCHING or YAML) go
+// through a BatchQueue per endpoint and parameter set, so concurrent
+// requests are merged into one handler call.
+//
 // Thread safety: Handle is safe for concurrent use; handler calls are
 // serialised by an internal mutex (Jina's one-request-at-a-time contract).
 #ifndef GANTRY_WORKER_REQUEST_HANDLER_H_
@@ -14,20 +18,25 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "jina/jina.pb.h"
+#include "worker/batch_queue.h"
 
 namespace gantry::internal {
 
 class RequestHandler {
  public:
   // Creates the executor of type `jtype` (the constructor runs here). A
-  // constructor exception becomes the returned status.
-  static StatusOr<std::unique_ptr<RequestHandler>> Create(const std::string& jtype,
-                                                          const ExecutorContext& context,
-                                                          const std::string& runtime_name);
+  // constructor exception becomes the returned status. `batching` (keyed by
+  // endpoint or handler name; endpoint keys win) overrides the executor's
+  // GANTRY_DYNAMIC_BATCHING; a key that names neither is an error.
+  static StatusOr<std::unique_ptr<RequestHandler>> Create(
+      const std::string& jtype, const ExecutorContext& context, const std::string& runtime_name,
+      const std::map<std::string, DynamicBatching>& batching = {});
   ~RequestHandler();
 
   // Processes `request` in place: on return it is the reply. Returns true if
@@ -43,11 +52,27 @@ class RequestHandler {
 
   const std::string& executor_name() const { return executor_name_; }
   const std::string& jtype() const { return jtype_; }
+  const Device& device() const { return device_; }
+
+  // The batching in force for `endpoint`, if any (for logs and tests).
+  std::optional<DynamicBatching> BatchingFor(std::string_view endpoint) const;
+  // The executor's device, its name and memory (from NVML, as the parent
+  // sees GPUs; used is the whole GPU's) and the registered tensors checked:
+  // keys device, device_name, device_memory_used_bytes,
+  // device_memory_total_bytes, device_tensors, device_misplaced.
+  std::map<std::string, std::string> DeviceInfo() const;
+  // Handler calls made by the batch queues so far.
+  std::uint64_t BatchedCalls() const;
 
  private:
   RequestHandler() = default;
   void SetError(jina::DataRequestProto* request, const std::string& exception_name,
                 const std::string& message) const;
+  // One serialised handler call; exceptions become the outcome.
+  HandlerOutcome Invoke(const Route& route, DocList& docs, const Parameters& parameters);
+  // Null once Close has begun.
+  BatchQueue* QueueFor(const std::string& endpoint, std::size_t route_index,
+                       const Parameters& parameters, const std::string& where);
 
   std::string jtype_;
   std::string executor_name_;
@@ -55,6 +80,13 @@ class RequestHandler {
   std::vector<internal::Route> routes_;
   // endpoint -> index into routes_
   std::map<std::string, std::size_t, std::less<>> endpoint_routes_;
+  // endpoint -> batching in force (only batched endpoints).
+  std::map<std::string, DynamicBatching, std::less<>> batching_;
+  Device device_;
+  mutable std::mutex queues_mutex_;
+  // endpoint + parameters (as JSON) -> queue; guarded by queues_mutex_.
+  std::map<std::string, std::unique_ptr<BatchQueue>> queues_;
+  bool queues_closed_ = false;  // guarded by queues_mutex_
   std::mutex executor_mutex_;
   std::unique_ptr<Executor> executor_;  // guarded by executor_mutex_ for calls
   bool closed_ = false;                 // guarded by executor_mutex_

@@ -47,6 +47,16 @@ std::string WorkerSpecToJson(const WorkerSpec& spec) {
   j["port"] = spec.port;
   j["log_level"] = spec.log_level;
   j["port_file"] = spec.port_file;
+  nlohmann::json batching = nlohmann::json::object();
+  for (const auto& [key, b] : spec.dynamic_batching) {
+    batching[key] = {{"preferred_batch_size", b.preferred_batch_size},
+                     {"timeout_ms", b.timeout_ms},
+                     {"flush_all", b.flush_all},
+                     {"max_batch_size", b.max_batch_size},
+                     {"max_queue_size", b.max_queue_size},
+                     {"enabled", b.enabled}};
+  }
+  j["dynamic_batching"] = std::move(batching);
   return j.dump();
 }
 
@@ -71,6 +81,18 @@ StatusOr<WorkerSpec> WorkerSpecFromJson(std::string_view json) {
     spec.port = j.value("port", 0);
     spec.log_level = j.value("log_level", "");
     spec.port_file = j.value("port_file", "");
+    const nlohmann::json& batching = j.contains("dynamic_batching") ? j.at("dynamic_batching")
+                                                                    : nlohmann::json::object();
+    for (auto it = batching.begin(); batching.is_object() && it != batching.end(); ++it) {
+      const nlohmann::json& b = it.value();
+      DynamicBatching& out = spec.dynamic_batching[it.key()];
+      out.preferred_batch_size = b.value("preferred_batch_size", out.preferred_batch_size);
+      out.timeout_ms = b.value("timeout_ms", out.timeout_ms);
+      out.flush_all = b.value("flush_all", out.flush_all);
+      out.max_batch_size = b.value("max_batch_size", out.max_batch_size);
+      out.max_queue_size = b.value("max_queue_size", out.max_queue_size);
+      out.enabled = b.value("enabled", out.enabled);
+    }
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgumentError(std::string("worker spec: ") + e.what());
   }
@@ -221,9 +243,23 @@ int RunWorker(const WorkerFlags& flags) {
   }
 
   spdlog::info("starting executor {} on {}", spec->jtype, context.device.ToString());
-  auto handler = RequestHandler::Create(spec->jtype, context, spec->runtime_name);
+  auto handler =
+      RequestHandler::Create(spec->jtype, context, spec->runtime_name, spec->dynamic_batching);
   if (!handler.ok()) {
     return report_error(handler.status());
+  }
+  // Every tensor the executor registered must be on its device; a model
+  // left behind on the CPU fails the start instead of running slowly.
+  {
+    auto info = (*handler)->DeviceInfo();
+    if (!info["device_misplaced"].empty()) {
+      return report_error(FailedPreconditionError(
+          "executor '" + spec->jtype + "' (" + spec->runtime_name + "): " +
+          "registered tensors are not on " + info["device"] + ": " + info["device_misplaced"]));
+    }
+    spdlog::info("device={} name=\"{}\" memory_used={} memory_total={} tensors_on_device={}",
+                 info["device"], info["device_name"], info["device_memory_used_bytes"],
+                 info["device_memory_total_bytes"], info["device_tensors"]);
   }
   auto server = WorkerServer::Start(handler->get(), spec->host, spec->port);
   if (!server.ok()) {

@@ -94,6 +94,9 @@ class InfoService final : public jina::JinaInfoRPC::Service {
     (*reply->mutable_jina())["gantry"] = GANTRY_VERSION;
     (*reply->mutable_jina())["executor"] = handler_->jtype();
     (*reply->mutable_jina())["name"] = handler_->executor_name();
+    for (const auto& [key, value] : handler_->DeviceInfo()) {
+      (*reply->mutable_jina())[key] = value;
+    }
     return grpc::Status::OK;
   }
 

@@ -3,9 +3,11 @@
 #ifndef GANTRY_WORKER_WORKER_SPEC_H_
 #define GANTRY_WORKER_WORKER_SPEC_H_
 
+#include <gantry/batching.h>
 #include <gantry/document.h>
 #include <gantry/status.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,8 @@ struct WorkerSpec {
   std::string log_level;
   // Written with the bound port once ready (for `gantry executor`).
   std::string port_file;
+  // uses_dynamic_batching / YAML dynamic_batching, by endpoint or handler.
+  std::map<std::string, DynamicBatching> dynamic_batching;
 };
 
 std::string WorkerSpecToJson(const WorkerSpec& spec);

@@ -3,6 +3,7 @@
 #include <gantry/executor.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -77,5 +78,54 @@ class CtorFailExec final : public gantry::Executor {
   void Encode(gantry::DocList& /*docs*/) {}
 };
 GANTRY_REGISTER_EXECUTOR(CtorFailExec);
+
+// Reports what the replica was given: its CUDA_VISIBLE_DEVICES and
+// context.device. Touches no CUDA, so it runs under a fake GPU plan.
+class PlacementProbeExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(PlacementProbeExec);
+  explicit PlacementProbeExec(const gantry::ExecutorContext& context)
+      : device_(context.device.ToString()) {}
+
+  GANTRY_REQUESTS(Probe);
+  void Probe(gantry::DocList& docs) {
+    const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+    for (gantry::Doc& doc : docs) {
+      doc.mutable_tags()["pid"] = gantry::Value(static_cast<std::int64_t>(::getpid()));
+      doc.mutable_tags()["cuda_visible_devices"] = gantry::Value(cvd ? cvd : "<unset>");
+      doc.mutable_tags()["device"] = gantry::Value(device_);
+    }
+  }
+
+ private:
+  std::string device_;
+};
+GANTRY_REGISTER_EXECUTOR(PlacementProbeExec);
+
+// Counts its handler calls: each document is tagged with the call that
+// served it and that call's size. /count batches (16 docs or 1 s); /plain
+// does not unless uses_dynamic_batching says so.
+class BatchCountExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(BatchCountExec);
+  explicit BatchCountExec(const gantry::ExecutorContext& /*context*/) {}
+
+  GANTRY_REQUESTS(Count, "/count");
+  GANTRY_DYNAMIC_BATCHING(Count, {.preferred_batch_size = 16, .timeout_ms = 1000});
+  void Count(gantry::DocList& docs) { Tag(docs); }
+
+  GANTRY_REQUESTS(Plain, "/plain");
+  void Plain(gantry::DocList& docs) { Tag(docs); }
+
+ private:
+  void Tag(gantry::DocList& docs) {
+    ++calls_;
+    for (gantry::Doc& doc : docs) {
+      doc.mutable_tags()["call"] = gantry::Value(calls_);
+      doc.mutable_tags()["batch"] = gantry::Value(static_cast<std::int64_t>(docs.size()));
+      doc.set_text("seen:" + std::string(doc.text()));
+    }
+  }
+  std::int64_t calls_ = 0;
+};
+GANTRY_REGISTER_EXECUTOR(BatchCountExec);
 
 }  // namespace gantry_test

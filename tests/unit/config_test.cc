@@ -142,14 +142,52 @@ TEST(ExecutorConfigTest, RejectsUnknownKeys) {
             "workspace, url, keywords, libs");
 }
 
-TEST(ExecutorConfigTest, RequestsAndDynamicBatchingAreNotSupportedYet) {
+TEST(ExecutorConfigTest, RequestsAreNotSupportedYet) {
   EXPECT_EQ(ExecutorError("jtype: MyExec\nrequests:\n  /encode: encode\n"),
             "exec.yml:2:1: requests: not supported yet");
-  EXPECT_EQ(ExecutorError("jtype: MyExec\ndynamic_batching:\n  /encode: {preferred_batch_size: "
-                          "32, timeout: 200}\n"),
-            "exec.yml:2:1: dynamic_batching: not supported yet");
+}
+
+TEST(ExecutorConfigTest, ParsesDynamicBatching) {
+  StatusOr<ExecutorConfig> config = ParseExecutorConfig(R"(jtype: MyExec
+dynamic_batching:
+  /encode: {preferred_batch_size: 32, timeout: 200}
+  Search: {preferred_batch_size: 8, timeout: 5, flush_all: true, max_batch_size: 64,
+           max_queue_size: 1000}
+  /off: {use_dynamic_batching: false}
+)",
+                                                        "exec.yml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->dynamic_batching.size(), 3u);
+  const DynamicBatching& encode = config->dynamic_batching.at("/encode");
+  EXPECT_EQ(encode.preferred_batch_size, 32);
+  EXPECT_EQ(encode.timeout_ms, 200);
+  EXPECT_FALSE(encode.flush_all);
+  EXPECT_TRUE(encode.enabled);
+  const DynamicBatching& search = config->dynamic_batching.at("Search");
+  EXPECT_EQ(search.preferred_batch_size, 8);
+  EXPECT_EQ(search.timeout_ms, 5);
+  EXPECT_TRUE(search.flush_all);
+  EXPECT_EQ(search.max_batch_size, 64);
+  EXPECT_EQ(search.max_queue_size, 1000);
+  EXPECT_FALSE(config->dynamic_batching.at("/off").enabled);
+}
+
+TEST(ExecutorConfigTest, RejectsBadDynamicBatching) {
   EXPECT_EQ(ExecutorError("jtype: MyExec\ndynamic_batching: 32\n"),
             "exec.yml:2:19: dynamic_batching: expected a mapping, got \"32\"");
+  EXPECT_THAT(ExecutorError("jtype: MyExec\ndynamic_batching:\n  /encode: 32\n"),
+              StartsWith("exec.yml:3:12: dynamic_batching[\"/encode\"]: expected a mapping"));
+  EXPECT_THAT(
+      ExecutorError("jtype: MyExec\ndynamic_batching:\n  /encode: {preferred_batch_size: 0}\n"),
+      HasSubstr("dynamic_batching[\"/encode\"].preferred_batch_size: expected an integer >= 1"));
+  EXPECT_THAT(ExecutorError("jtype: MyExec\ndynamic_batching:\n  /encode: {timeout: -1}\n"),
+              HasSubstr("dynamic_batching[\"/encode\"].timeout: expected milliseconds >= 0"));
+  EXPECT_THAT(ExecutorError("jtype: MyExec\ndynamic_batching:\n  /encode: {flush_all: 2}\n"),
+              HasSubstr("flush_all: expected true or false, got 2"));
+  EXPECT_THAT(ExecutorError("jtype: MyExec\ndynamic_batching:\n  /encode: {custom_metric: f}\n"),
+              HasSubstr("custom_metric: not supported"));
+  EXPECT_THAT(ExecutorError("jtype: MyExec\ndynamic_batching:\n  /encode: {batch: 3}\n"),
+              HasSubstr("batch"));
 }
 
 TEST(ExecutorConfigTest, RejectsWrongTypes) {
@@ -283,6 +321,47 @@ with:
   EXPECT_EQ(options->env, want_env);
   EXPECT_EQ(options->timeout_ready, std::chrono::milliseconds(5000));
   EXPECT_EQ(options->log_level, "debug");
+}
+
+TEST(DeploymentConfigTest, ParsesGpusInEveryForm) {
+  auto gpus = [](const std::string& value) -> std::string {
+    StatusOr<DeploymentOptions> options = ParseDeploymentConfig(
+        "jtype: Deployment\nwith:\n  uses: MyExec\n  gpus: " + value + "\n", "dep.yml");
+    return options.ok() ? options->gpus : "error: " + options.status().message();
+  };
+  EXPECT_EQ(gpus("1"), "1");
+  EXPECT_EQ(gpus("0"), "0");
+  EXPECT_EQ(gpus("2"), "2");
+  EXPECT_EQ(gpus("0.5"), "0.5");
+  EXPECT_EQ(gpus("all"), "all");
+  EXPECT_EQ(gpus("\"0,2\""), "0,2");
+  EXPECT_EQ(gpus("[0, 2]"), "0,2");
+  EXPECT_EQ(gpus("[3]"), "3,");
+  EXPECT_EQ(gpus("null"), "");
+  EXPECT_THAT(gpus("-1"), HasSubstr("dep.yml:4:9: with.gpus: expected a number of GPUs"));
+  EXPECT_THAT(gpus("1.5"), HasSubstr("whole GPUs or a fraction below 1"));
+  EXPECT_THAT(gpus("some"), HasSubstr("got \"some\""));
+  EXPECT_THAT(gpus("{a: 1}"), HasSubstr("with.gpus: expected a scalar"));
+}
+
+TEST(DeploymentConfigTest, ParsesUsesDynamicBatchingOverTheExecutorFile) {
+  StatusOr<DeploymentOptions> options = ParseDeploymentConfig(R"(jtype: Deployment
+with:
+  uses:
+    jtype: MyExec
+    dynamic_batching:
+      /encode: {preferred_batch_size: 4, timeout: 100}
+      /search: {preferred_batch_size: 2}
+  uses_dynamic_batching:
+    /encode: {preferred_batch_size: 32, timeout: 10}
+)",
+                                                              "dep.yml");
+  ASSERT_TRUE(options.ok()) << options.status();
+  ASSERT_EQ(options->uses_dynamic_batching.size(), 2u);
+  EXPECT_EQ(options->uses_dynamic_batching.at("/encode").preferred_batch_size, 32);
+  EXPECT_EQ(options->uses_dynamic_batching.at("/encode").timeout_ms, 10);
+  EXPECT_EQ(options->uses_dynamic_batching.at("/search").preferred_batch_size, 2);
+  EXPECT_EQ(options->uses_dynamic_batching.at("/search").timeout_ms, 10000);
 }
 
 TEST(DeploymentConfigTest, KeepsDefaults) {
@@ -430,7 +509,7 @@ TEST(DeploymentConfigTest, RejectsUnknownKeys) {
             "dep.yml:2:1: executors: unknown key; allowed keys: jtype, version, with");
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  replica: 2\n"),
             "dep.yml:4:3: with.replica: unknown key; allowed keys: uses, uses_with, uses_metas, "
-            "name, replicas, port, host, env, timeout_ready, log_level");
+            "name, replicas, port, host, env, timeout_ready, log_level, gpus, uses_dynamic_batching");
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  uses_metas: {size: 1}\n"),
             "dep.yml:4:16: with.uses_metas.size: unknown key; allowed keys: name, description, "
             "workspace, url, keywords, libs");

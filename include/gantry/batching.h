@@ -1,0 +1,46 @@
+// File: gantry/batching.h
+//
+// Dynamic batching of one endpoint (Jina's @dynamic_batching): requests from
+// concurrent callers are queued, merged into one handler call and split back,
+// each caller getting its own documents, in order. One queue per endpoint
+// and parameter set: requests with different parameters never share a call.
+//
+// Declared beside the handler (gantry/executor.h):
+//
+//   GANTRY_REQUESTS(Encode, "/encode");
+//   GANTRY_DYNAMIC_BATCHING(Encode, {.preferred_batch_size = 32, .timeout_ms = 10});
+//
+// or in YAML: `dynamic_batching:` in an executor file, `uses_dynamic_batching:`
+// in a Deployment's `with:`, keyed by endpoint ("/encode") or handler name
+// ("Encode"); endpoint keys win over handler names, YAML over the macro.
+//
+// Thread safety: value type.
+#ifndef GANTRY_BATCHING_H_
+#define GANTRY_BATCHING_H_
+
+namespace gantry {
+
+struct DynamicBatching {
+  // Flush as soon as this many documents are queued (Jina's
+  // preferred_batch_size); also the largest handler call unless flush_all.
+  int preferred_batch_size = 4;
+  // Flush a partial batch this long after its first request arrived (Jina's
+  // `timeout`, in ms; its default is 10000).
+  int timeout_ms = 10000;
+  // Hand everything queued to one handler call instead of slices of
+  // preferred_batch_size (Jina >= 3.27).
+  bool flush_all = false;
+  // Triton-style hard cap on documents per handler call; 0: none beyond the
+  // rule above.
+  int max_batch_size = 0;
+  // Documents that may wait in one queue; a request that would exceed it is
+  // refused with RESOURCE_EXHAUSTED. 0: unbounded (Jina's behaviour).
+  int max_queue_size = 0;
+  // False turns batching off for this endpoint (Jina's use_dynamic_batching),
+  // e.g. to override the macro from YAML.
+  bool enabled = true;
+};
+
+}  // namespace gantry
+
+#endif  // GANTRY_BATCHING_H_

@@ -1,0 +1,137 @@
+// GPU placement end to end without a GPU: GANTRY_FAKE_GPUS stands in for
+// the driver, and PlacementProbeExec (which touches no CUDA) reports the
+// CUDA_VISIBLE_DEVICES and device each replica really received.
+#include <gantry/deployment.h>
+#include <gantry/torch_tensor.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace gantry {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Sets GANTRY_FAKE_GPUS and clears CUDA_VISIBLE_DEVICES for one test.
+class FakeGpus {
+ public:
+  explicit FakeGpus(const char* names) {
+    if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES")) {
+      saved_cvd_ = cvd;
+    }
+    ::unsetenv("CUDA_VISIBLE_DEVICES");
+    ::setenv("GANTRY_FAKE_GPUS", names, 1);
+  }
+  ~FakeGpus() {
+    ::unsetenv("GANTRY_FAKE_GPUS");
+    if (saved_cvd_) {
+      ::setenv("CUDA_VISIBLE_DEVICES", saved_cvd_->c_str(), 1);
+    }
+  }
+
+ private:
+  std::optional<std::string> saved_cvd_;
+};
+
+TEST(PlacementIntegrationTest, ReplicasReceiveThePlannedEnvAndDevice) {
+  FakeGpus gpus("NVIDIA H100 80GB,NVIDIA H100 80GB");
+  Deployment dep({.uses = "PlacementProbeExec", .replicas = 4, .gpus = "0.5"});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+
+  std::vector<ReplicaInfo> replicas = dep.replicas();
+  ASSERT_EQ(replicas.size(), 4u);
+  const std::vector<std::string> planned{"0", "1", "0", "1"};
+  std::map<std::int64_t, const ReplicaInfo*> by_pid;
+  for (std::size_t i = 0; i < replicas.size(); ++i) {
+    EXPECT_EQ(replicas[i].cuda_visible_devices, planned[i]) << replicas[i].name;
+    EXPECT_EQ(replicas[i].device, "cuda:0") << replicas[i].name;
+    EXPECT_THAT(replicas[i].placement, HasSubstr("(NVIDIA H100 80GB) x0.5"));
+    by_pid[replicas[i].pid] = &replicas[i];
+  }
+
+  DocList docs;
+  for (int i = 0; i < 40; ++i) {
+    docs.emplace_back("probe " + std::to_string(i));
+  }
+  auto result = dep.Post("/", docs, {.request_size = 1});
+  ASSERT_TRUE(result.ok()) << result.status();
+  std::map<std::int64_t, int> seen;
+  for (const Doc& doc : *result) {
+    std::int64_t pid = *doc.tags().at("pid").AsInt();
+    ASSERT_TRUE(by_pid.contains(pid)) << "pid " << pid << " is no replica of ours";
+    // What the worker process saw is what the plan said.
+    EXPECT_EQ(*doc.tags().at("cuda_visible_devices").AsText(), by_pid[pid]->cuda_visible_devices);
+    EXPECT_EQ(*doc.tags().at("device").AsText(), "cuda:0");
+    ++seen[pid];
+  }
+  EXPECT_EQ(seen.size(), 4u);  // round robin reached every replica
+}
+
+TEST(PlacementIntegrationTest, ExplicitDeviceAndZeroGpus) {
+  FakeGpus gpus("NVIDIA A10,NVIDIA A10");
+  Deployment dep({.uses = "PlacementProbeExec",
+                  .uses_with = {{"device", "cuda"}},
+                  .replicas = 2,
+                  .gpus = "1"});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  auto result = dep.Post("/", DocList{Doc("a"), Doc("b")}, {.request_size = 1});
+  ASSERT_TRUE(result.ok()) << result.status();
+  for (const Doc& doc : *result) {
+    EXPECT_EQ(*doc.tags().at("device").AsText(), "cuda");
+  }
+
+  Deployment cpu({.uses = "PlacementProbeExec", .gpus = "0"});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto hidden = cpu.Post("/", DocList{Doc("a")});
+  ASSERT_TRUE(hidden.ok()) << hidden.status();
+  EXPECT_EQ(*(*hidden)[0].tags().at("cuda_visible_devices").AsText(), "");
+  EXPECT_EQ(*(*hidden)[0].tags().at("device").AsText(), "cpu");
+}
+
+TEST(PlacementIntegrationTest, OverAskingFailsBeforeSpawningAnything) {
+  FakeGpus gpus("NVIDIA H100 80GB");
+  Deployment dep({.uses = "PlacementProbeExec", .replicas = 4, .gpus = "1"});
+  EXPECT_EQ(dep.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(dep.status().message(),
+            "deployment 'executor': replicas=4 with gpus=1 needs 4 GPUs; 1 is visible (NVIDIA "
+            "H100 80GB)");
+  EXPECT_TRUE(dep.replicas().empty());
+
+  Deployment bad({.uses = "PlacementProbeExec", .uses_with = {{"device", "cuda:3"}}, .gpus = "0"});
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("uses_with.device cuda:3 needs a GPU, but gpus=0 gives the replicas none"));
+  EXPECT_TRUE(bad.replicas().empty());
+}
+
+TEST(PlacementIntegrationTest, JinaRoundRobinEnv) {
+  FakeGpus gpus("NVIDIA A10,NVIDIA A10,NVIDIA A10");
+  Deployment dep(
+      {.uses = "PlacementProbeExec", .replicas = 3, .env = {{"CUDA_VISIBLE_DEVICES", "RR1:3"}}});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  std::vector<std::string> visible;
+  for (const ReplicaInfo& replica : dep.replicas()) {
+    visible.push_back(replica.cuda_visible_devices);
+  }
+  EXPECT_EQ(visible, (std::vector<std::string>{"1", "2", "1"}));
+}
+
+// A CUDA device on a machine (or libtorch) without one fails the start with
+// the device named, through the worker's status pipe, not at the first
+// request.
+TEST(PlacementIntegrationTest, UnusableCudaDeviceFailsTheStart) {
+  if (ResolveTorchDevice(Device::Auto()).is_cuda()) {
+    GTEST_SKIP() << "a CUDA device is visible; this test needs a machine without one";
+  }
+  Deployment dep({.uses = "MyGPUExec", .uses_with = {{"device", "cuda"}}});
+  ASSERT_FALSE(dep.ok());
+  EXPECT_THAT(dep.status().message(), HasSubstr("replica executor/rep-0 failed to start"));
+  EXPECT_THAT(dep.status().message(), HasSubstr("device cuda"));
+  EXPECT_TRUE(dep.replicas().empty() || dep.port() == 0);
+}
+
+}  // namespace
+}  // namespace gantry
