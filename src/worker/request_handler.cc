@@ -37,29 +37,17 @@ void SetTimestamp(google::protobuf::Timestamp* ts) {
   ts->set_nanos(static_cast<std::int32_t>(nanos % 1000000000));
 }
 
-// docarray's LegacyDocument schema, which Jina's gateway expects for
-// endpoints without typed schemas.
-const char* kLegacyDocumentSchema = R"({
-  "title": "LegacyDocument", "type": "object",
-  "properties": {
-    "id": {"title": "Id", "type": "string"},
-    "tensor": {"title": "Tensor", "type": "array", "items": {"type": "number"}},
-    "chunks": {"title": "Chunks", "type": "array", "items": {"type": "object"}},
-    "matches": {"title": "Matches", "type": "array", "items": {"type": "object"}},
-    "blob": {"title": "Blob", "type": "string", "format": "binary"},
-    "text": {"title": "Text", "type": "string"},
-    "url": {"title": "Url", "type": "string"},
-    "embedding": {"title": "Embedding", "type": "array", "items": {"type": "number"}},
-    "tags": {"title": "Tags", "type": "object"},
-    "scores": {"title": "Scores", "type": "object"}
-  }
-})";
+// The schema of Jina's default document type, LegacyDocumentJina, exactly as
+// pydantic gives it (`LegacyDocumentJina.schema()`, jina 3.34 / docarray
+// 0.40): Jina's gateway compares it for equality to pick its own class, so
+// any difference would make it build a different model.
+const char* kLegacyDocumentSchema = R"json({"$defs": {"LegacyDocumentJina": {"description": "This Document is the LegacyDocumentJina. It follows the same schema as in DocArray <=0.21.\nIt can be useful to start migrating a codebase from v1 to v2.\n\nNevertheless, the API is not totally compatible with DocArray <=0.21 `Document`.\nIndeed, none of the method associated with `Document` are present. Only the schema\nof the data is similar.\n\n```python\nfrom docarray import DocList\nfrom docarray.documents.legacy import LegacyDocument\nimport numpy as np\n\ndoc = LegacyDocument(text='hello')\ndoc.url = 'http://myimg.png'\ndoc.tensor = np.zeros((3, 224, 224))\ndoc.embedding = np.zeros((100, 1))\n\ndoc.tags['price'] = 10\n\ndoc.chunks = DocList[Document]([Document() for _ in range(10)])\n\ndoc.chunks = DocList[Document]([Document() for _ in range(10)])\n```", "properties": {"id": {"anyOf": [{"type": "string"}, {"type": "null"}], "description": "The ID of the BaseDoc. This is useful for indexing in vector stores. If not set by user, it will automatically be assigned a random value", "title": "Id"}, "tensor": {"anyOf": [{"items": {"type": "number"}, "tensor/array shape": "not specified", "type": "array"}, {"type": "null"}], "default": null, "title": "Tensor"}, "chunks": {"anyOf": [{"items": {"$ref": "#/$defs/LegacyDocumentJina"}, "type": "array"}, {"type": "null"}], "default": null, "title": "Chunks"}, "matches": {"anyOf": [{"items": {"$ref": "#/$defs/LegacyDocumentJina"}, "type": "array"}, {"type": "null"}], "default": null, "title": "Matches"}, "blob": {"anyOf": [{"format": "binary", "type": "string"}, {"type": "null"}], "default": null, "title": "Blob"}, "text": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null, "title": "Text"}, "url": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null, "title": "Url"}, "embedding": {"anyOf": [{"items": {"type": "number"}, "tensor/array shape": "not specified", "type": "array"}, {"type": "null"}], "default": null, "title": "Embedding"}, "tags": {"additionalProperties": true, "default": {}, "title": "Tags", "type": "object"}, "scores": {"anyOf": [{"additionalProperties": true, "type": "object"}, {"type": "null"}], "default": null, "title": "Scores"}}, "title": "LegacyDocumentJina", "type": "object"}}, "$ref": "#/$defs/LegacyDocumentJina"})json";
 
 }  // namespace
 
-StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(const std::string& jtype,
-                                                                 const ExecutorContext& context,
-                                                                 const std::string& runtime_name) {
+StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(
+    const std::string& jtype, const ExecutorContext& context, const std::string& runtime_name,
+    const std::map<std::string, DynamicBatching>& batching) {
   const ExecutorType* type = FindExecutorType(jtype);
   if (type == nullptr) {
     return UnknownExecutorError(jtype);
