@@ -61,6 +61,9 @@ struct DeploymentOptions {
   std::string worker_program{};
   // Workers' log level: "debug", "info", "warning", "error".
   std::string log_level = "info";
+  // HTTP/JSON gateway port next to the gRPC one: -1 for none, 0 for any free
+  // port (Jina's multi-protocol gateway).
+  int http_port = -1;
   // GPUs per replica: "" (not managed: the executor's `device` is used as
   // given), "0" (none: GPUs are hidden from the workers), a whole number
   // ("2"), a fraction ("0.5": two replicas share one GPU), "all" (one
@@ -105,6 +108,8 @@ class Deployment {
   // The gateway's port and "host:port"; 0 and "" after a failed start.
   int port() const;
   std::string address() const;
+  // The HTTP gateway's port; -1 when none was asked for.
+  int http_port() const;
   std::vector<ReplicaInfo> replicas() const;
 
   // Posts through the gateway with a Client (see gantry/client.h).

@@ -1,8 +1,9 @@
 // The `gantry` command line: argument parsing and wiring only.
 //
-//   gantry deployment --uses deployment.yml [--port N] [--port-file F]
-//   gantry executor --uses executor.yml|JTYPE [--port N] [--port-file F]
-//   gantry gateway --replica-addresses H:P,H:P [--port N]
+//   gantry deployment --uses deployment.yml [--port N] [--http-port N] [--port-file F]
+//   gantry executor --uses executor.yml|JTYPE [--lib PLUGIN.so]... [--port N] [--port-file F]
+//   gantry gateway --replica-addresses H:P,H:P [--port N] [--http-port N]
+//   gantry new NAME [--dir DIR]
 //   gantry ping HOST:PORT [--timeout MS] [--attempts N]
 //   gantry executors
 //   gantry --version
@@ -22,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/scaffold.h"
 #include "core/logging.h"
 #include "core/value_json.h"
 #include "gateway/gateway.h"
@@ -79,7 +81,7 @@ int ExecWorker(const std::vector<std::string>& args) {
       "cannot run " + program + ": " + std::strerror(errno) + " (set GANTRY_WORKER_PROGRAM)"));
 }
 
-int RunDeployment(const std::string& uses, int port, const std::string& port_file,
+int RunDeployment(const std::string& uses, int port, int http_port, const std::string& port_file,
                   const std::string& log_level) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   auto options = gantry::LoadDeploymentConfig(uses);
@@ -89,12 +91,18 @@ int RunDeployment(const std::string& uses, int port, const std::string& port_fil
   if (port >= 0) {
     options->port = port;
   }
+  if (http_port >= 0) {
+    options->http_port = http_port;
+  }
   if (!log_level.empty()) {
     options->log_level = log_level;
   }
   gantry::Deployment deployment(std::move(options).value());
   if (!deployment.ok()) {
     return Fail(deployment.status());
+  }
+  if (deployment.http_port() >= 0) {
+    spdlog::info("HTTP gateway on port {}", deployment.http_port());
   }
   WritePortFile(port_file, deployment.port());
   deployment.Block();
@@ -104,7 +112,7 @@ int RunDeployment(const std::string& uses, int port, const std::string& port_fil
 
 int RunExecutor(const std::string& uses, int port, const std::string& port_file,
                 const std::string& device, const std::string& name, const std::string& uses_with,
-                const std::string& log_level) {
+                const std::vector<std::string>& libs, const std::string& log_level) {
   gantry::internal::WorkerSpec spec;
   bool is_yaml = uses.ends_with(".yml") || uses.ends_with(".yaml");
   if (is_yaml) {
@@ -117,6 +125,17 @@ int RunExecutor(const std::string& uses, int port, const std::string& port_file,
     spec.metas = config->metas;
   } else {
     spec.jtype = uses;
+  }
+  if (!libs.empty()) {
+    // Appended after the YAML's own metas.libs, loaded in that order.
+    gantry::Value::List all;
+    if (auto it = spec.metas.find("libs"); it != spec.metas.end() && it->second.AsList()) {
+      all = *it->second.AsList();
+    }
+    for (const std::string& lib : libs) {
+      all.emplace_back(lib);
+    }
+    spec.metas.insert_or_assign("libs", gantry::Value(std::move(all)));
   }
   if (!uses_with.empty()) {
     auto extra = gantry::internal::ValueDictFromJson(uses_with);
@@ -155,12 +174,13 @@ int RunExecutor(const std::string& uses, int port, const std::string& port_file,
   return ExecWorker(gantry::internal::WorkerArguments(spec));
 }
 
-int RunGateway(const std::string& addresses, int port, const std::string& name,
+int RunGateway(const std::string& addresses, int port, int http_port, const std::string& name,
                const std::string& port_file, const std::string& log_level) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   gantry::internal::GatewayOptions options;
   options.host = "0.0.0.0";
   options.port = port < 0 ? 0 : port;
+  options.http_port = http_port;
   options.deployment_name = name;
   std::string rest = addresses;
   while (!rest.empty()) {
@@ -176,6 +196,9 @@ int RunGateway(const std::string& addresses, int port, const std::string& name,
     return Fail(gateway.status());
   }
   spdlog::info("ready and listening on 0.0.0.0:{}", (*gateway)->port());
+  if ((*gateway)->http_port() >= 0) {
+    spdlog::info("HTTP gateway on 0.0.0.0:{}", (*gateway)->http_port());
+  }
   WritePortFile(port_file, (*gateway)->port());
   sigset_t set;
   sigemptyset(&set);
@@ -229,6 +252,9 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingFile);
   deployment->add_option("--port", port, "gateway port (overrides the YAML's; 0 = any free)");
+  int http_port = -1;
+  deployment->add_option("--http-port", http_port,
+                         "also serve HTTP/JSON on this port (0 = any free; default: no HTTP)");
   deployment->add_option("--port-file", port_file, "write the gateway's port here when ready");
   deployment->add_option("--log-level", log_level, "debug, info, warning or error");
 
@@ -243,6 +269,10 @@ int main(int argc, char** argv) {
   executor->add_option("--device", device, "cpu, cuda, cuda:N or auto (overrides with.device)");
   executor->add_option("--name", name, "executor name in logs (default: metas.name)");
   executor->add_option("--uses-with", uses_with, "JSON object merged over `with:`");
+  std::vector<std::string> libs;
+  executor->add_option("--lib", libs,
+                       "executor plugin library to load before the type lookup (repeatable; "
+                       "added to metas.libs)");
   executor->add_option("--log-level", log_level, "debug, info, warning or error");
 
   std::string addresses;
@@ -250,6 +280,8 @@ int main(int argc, char** argv) {
   gateway->add_option("--replica-addresses", addresses, "comma-separated HOST:PORT of replicas")
       ->required();
   gateway->add_option("--port", port, "port to listen on (0 = any free)");
+  gateway->add_option("--http-port", http_port,
+                      "also serve HTTP/JSON on this port (0 = any free; default: no HTTP)");
   std::string gateway_name = "executor";
   gateway->add_option("--name", gateway_name, "deployment name for messages");
   gateway->add_option("--port-file", port_file, "write the port here when ready");
@@ -265,20 +297,37 @@ int main(int argc, char** argv) {
 
   auto* executors = app.add_subcommand("executors", "List the executor types gantry-worker serves");
 
+  std::string new_name;
+  std::string new_dir;
+  auto* scaffold = app.add_subcommand(
+      "new", "Create a new executor project (source, CMake, YAML, Dockerfile, README)");
+  scaffold->add_option("name", new_name, "executor class name, e.g. MyEncoder")->required();
+  scaffold->add_option("--dir", new_dir, "where to create it (default: ./NAME)");
+
   CLI11_PARSE(app, argc, argv);
 
   if (deployment->parsed()) {
-    return RunDeployment(uses, port, port_file, log_level);
+    return RunDeployment(uses, port, http_port, port_file, log_level);
   }
   if (executor->parsed()) {
-    return RunExecutor(uses, port, port_file, device, name, uses_with, log_level);
+    return RunExecutor(uses, port, port_file, device, name, uses_with, libs, log_level);
   }
   if (gateway->parsed()) {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    return RunGateway(addresses, port, gateway_name, port_file, log_level);
+    return RunGateway(addresses, port, http_port, gateway_name, port_file, log_level);
   }
   if (ping->parsed()) {
     return RunPing(address, timeout_ms, attempts);
+  }
+  if (scaffold->parsed()) {
+    gantry::Status status =
+        gantry::cli::CreateExecutorProject(new_name, new_dir.empty() ? new_name : new_dir);
+    if (!status.ok()) {
+      return Fail(status);
+    }
+    std::printf("created executor project %s in %s\n", new_name.c_str(),
+                (new_dir.empty() ? new_name : new_dir).c_str());
+    return 0;
   }
   if (executors->parsed()) {
     return ExecWorker({gantry::internal::kWorkerFlag, "--list-executors"});

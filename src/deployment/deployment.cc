@@ -264,6 +264,7 @@ Status Deployment::Impl::Start() {
   gateway_options.host = options_.host;
   gateway_options.port = options_.port;
   gateway_options.deployment_name = options_.name;
+  gateway_options.http_port = options_.http_port;
   for (const Replica& replica : replicas_) {
     gateway_options.replica_addresses.push_back("127.0.0.1:" + std::to_string(replica.port));
     gateway_options.replica_names.push_back(replica.name);
@@ -511,6 +512,10 @@ Deployment::~Deployment() = default;
 const Status& Deployment::status() const { return impl_->status_; }
 
 int Deployment::port() const { return impl_->gateway_ ? impl_->gateway_->port() : 0; }
+
+int Deployment::http_port() const {
+  return impl_->gateway_ ? impl_->gateway_->http_port() : -1;
+}
 
 std::string Deployment::address() const {
   return impl_->client_ ? impl_->client_->address() : std::string();

@@ -9,12 +9,15 @@
 
 #include <atomic>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <random>
 
 #include "common/grpc_options.h"
+#include "gateway/http_gateway.h"
 #include "jina/jina.grpc.pb.h"
+#include "worker/reflection_service.h"
 
 namespace gantry::internal {
 namespace {
@@ -74,6 +77,7 @@ class Gateway::Impl {
   void Forward(grpc::ByteBuffer request, ForwardDone done);
   int prefetch() const { return options_.prefetch; }
   int port() const { return port_; }
+  int http_port() const { return http_ ? http_->port() : -1; }
   std::vector<std::uint64_t> Counts() const {
     std::vector<std::uint64_t> out;
     for (const auto& r : replicas_) {
@@ -83,6 +87,9 @@ class Gateway::Impl {
   }
   void Shutdown(std::chrono::milliseconds grace) {
     std::call_once(shutdown_once_, [&] {
+      if (http_) {
+        http_->Shutdown();
+      }
       if (!server_) {
         return;
       }
@@ -100,6 +107,7 @@ class Gateway::Impl {
   class InfoService;
 
   void Attempt(std::shared_ptr<ForwardState> state);
+  HttpForwardResult ForwardAndWait(std::string request);
   std::size_t PickReplica(const ForwardState& state);
 
   GatewayOptions options_;
@@ -109,7 +117,9 @@ class Gateway::Impl {
   std::unique_ptr<DataService> data_service_;
   std::unique_ptr<DryRunService> dry_run_service_;
   std::unique_ptr<InfoService> info_service_;
+  std::unique_ptr<ReflectionService> reflection_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HttpGateway> http_;
   int port_ = 0;
   std::once_flag shutdown_once_;
 };
@@ -351,6 +361,11 @@ Status Gateway::Impl::Init() {
   data_service_ = std::make_unique<DataService>(this);
   dry_run_service_ = std::make_unique<DryRunService>(this);
   info_service_ = std::make_unique<InfoService>();
+  // The gateway's clients are people and tools (grpcurl), not Jina's
+  // gateway, so every service is listed, health included.
+  reflection_service_ = std::make_unique<ReflectionService>(std::vector<std::string>{
+      "jina.JinaRPC", "jina.JinaSingleDataRequestRPC", "jina.JinaGatewayDryRunRPC",
+      "jina.JinaInfoRPC", "grpc.health.v1.Health", ReflectionService::Name()});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(builder);
@@ -358,13 +373,44 @@ Status Gateway::Impl::Init() {
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(dry_run_service_.get());
   builder.RegisterService(info_service_.get());
+  builder.RegisterService(reflection_service_.get());
   builder.RegisterCallbackGenericService(data_service_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
     return UnavailableError("gateway cannot listen on " + address +
                             " (port in use or address not available)");
   }
+  if (options_.http_port >= 0) {
+    auto http = HttpGateway::Start(
+        options_.host, options_.http_port,
+        [this](std::string request) { return ForwardAndWait(std::move(request)); },
+        {{"gantry", GANTRY_VERSION}, {"protocol", "jina-3.x/docarray-v2"}});
+    if (!http.ok()) {
+      return http.status().WithPrefix("gateway");
+    }
+    http_ = std::move(http).value();
+  }
   return OkStatus();
+}
+
+HttpForwardResult Gateway::Impl::ForwardAndWait(std::string request) {
+  grpc::Slice slice(request);
+  auto promise = std::make_shared<std::promise<HttpForwardResult>>();
+  std::future<HttpForwardResult> future = promise->get_future();
+  Forward(grpc::ByteBuffer(&slice, 1), [promise](ForwardResult result) {
+    HttpForwardResult out;
+    out.grpc_code = static_cast<int>(result.status.error_code());
+    out.grpc_message = result.status.error_message();
+    out.is_error = result.is_error;
+    std::vector<grpc::Slice> slices;
+    if (result.status.ok() && result.reply.Dump(&slices).ok()) {
+      for (const grpc::Slice& s : slices) {
+        out.reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+    }
+    promise->set_value(std::move(out));
+  });
+  return future.get();
 }
 
 std::size_t Gateway::Impl::PickReplica(const ForwardState& state) {
@@ -448,6 +494,8 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
 }
 
 int Gateway::port() const { return impl_->port(); }
+
+int Gateway::http_port() const { return impl_->http_port(); }
 
 std::vector<std::uint64_t> Gateway::ReplicaRequestCounts() const { return impl_->Counts(); }
 

@@ -7,8 +7,10 @@
 // stream, replies as they complete unless the client sent metadata
 // `__results_in_order__: true`), /jina.JinaSingleDataRequestRPC/
 // process_single_data (unary; trailing `is-error: true` on executor errors),
-// /jina.JinaGatewayDryRunRPC/dry_run, /jina.JinaInfoRPC/_status and
-// grpc.health.v1.Health.
+// /jina.JinaGatewayDryRunRPC/dry_run, /jina.JinaInfoRPC/_status,
+// grpc.health.v1.Health and v1alpha server reflection listing all of these
+// (so that grpcurl can list, describe and call them). With `http_port` set,
+// an HTTP/JSON gateway (gateway/http_gateway.h) forwards on the same path.
 //
 // Replica choice: the replica with the fewest requests in flight, ties broken
 // round-robin. A request that fails with UNAVAILABLE, DEADLINE_EXCEEDED or
@@ -41,6 +43,8 @@ struct GatewayOptions {
   int prefetch = 1000;
   // Deadline for one forwarded request; zero means none (Jina's timeout_send).
   std::chrono::milliseconds timeout_send{0};
+  // HTTP/JSON port next to the gRPC one: -1 for none, 0 for any free port.
+  int http_port = -1;
 };
 
 class Gateway {
@@ -49,6 +53,8 @@ class Gateway {
   ~Gateway();
 
   int port() const;
+  // The HTTP port, or -1 when the gateway serves no HTTP.
+  int http_port() const;
   // Requests each replica answered (errors from the executor included).
   std::vector<std::uint64_t> ReplicaRequestCounts() const;
   // Stops accepting calls, waits up to `grace` for those in flight.

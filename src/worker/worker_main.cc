@@ -26,6 +26,7 @@
 #include "core/logging.h"
 #include "core/registry.h"
 #include "core/value_json.h"
+#include "worker/plugin_loader.h"
 #include "worker/request_handler.h"
 #include "worker/worker_service.h"
 #include "worker/worker_spec.h"
@@ -243,6 +244,10 @@ int RunWorker(const WorkerFlags& flags) {
   }
 
   spdlog::info("starting executor {} on {}", spec->jtype, context.device.ToString());
+  // Plugins first: their registrars add the executor type looked up next.
+  if (Status s = LoadExecutorPlugins(spec->metas); !s.ok()) {
+    return report_error(s.WithPrefix(spec->runtime_name));
+  }
   auto handler =
       RequestHandler::Create(spec->jtype, context, spec->runtime_name, spec->dynamic_batching);
   if (!handler.ok()) {

@@ -4,6 +4,7 @@
 
 #include "common/grpc_options.h"
 #include "jina/jina.grpc.pb.h"
+#include "worker/reflection_service.h"
 
 namespace gantry::internal {
 namespace {
@@ -108,12 +109,19 @@ class InfoService final : public jina::JinaInfoRPC::Service {
 
 struct WorkerServer::Services {
   explicit Services(RequestHandler* handler)
-      : single(handler), list(handler), stream(handler), discovery(handler), info(handler) {}
+      : single(handler),
+        list(handler),
+        stream(handler),
+        discovery(handler),
+        info(handler),
+        reflection(WorkerReflectionServices()) {}
   SingleDataService single;
   DataListService list;
   StreamService stream;
   DiscoveryService discovery;
   InfoService info;
+  // Jina's gateway discovers a worker's services by v1alpha reflection.
+  ReflectionService reflection;
 };
 
 StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(RequestHandler* handler,
@@ -130,6 +138,7 @@ StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(RequestHandler* hand
   builder.RegisterService(&server->services_->stream);
   builder.RegisterService(&server->services_->discovery);
   builder.RegisterService(&server->services_->info);
+  builder.RegisterService(&server->services_->reflection);
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || server->port_ == 0) {
     return UnavailableError("cannot listen on " + address +

@@ -1,0 +1,237 @@
+#include "gateway/http_gateway.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "gateway/json_docs.h"
+#include "jina/jina.pb.h"
+
+namespace gantry::internal {
+namespace {
+
+using nlohmann::json;
+
+// grpc::StatusCode numbers, without including gRPC here.
+constexpr int kDeadlineExceeded = 4;
+constexpr int kNotFound = 5;
+constexpr int kUnavailable = 14;
+
+std::string RandomRequestId() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char kHex[] = "0123456789abcdef";
+  std::string id(32, '0');
+  for (char& c : id) {
+    c = kHex[rng() & 15];
+  }
+  return id;
+}
+
+json MessageToJson(const google::protobuf::Message& message) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = false;  // camelCase, as Jina's HTTP gateway
+  if (!google::protobuf::util::MessageToJsonString(message, &text, options).ok()) {
+    return json::object();
+  }
+  return json::parse(text, nullptr, false);
+}
+
+void Reply(httplib::Response& res, int http_status, const json& body) {
+  res.status = http_status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void ReplyError(httplib::Response& res, int http_status, const std::string& detail) {
+  Reply(res, http_status, json{{"detail", detail}});
+}
+
+}  // namespace
+
+class HttpGateway::Impl {
+ public:
+  Impl(HttpForwardFn forward, std::map<std::string, std::string> info)
+      : forward_(std::move(forward)), info_(std::move(info)) {}
+  ~Impl() { Shutdown(); }
+
+  Status Start(const std::string& host, int port) {
+    server_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      Reply(res, 200, json::object());
+    });
+    server_.Get("/status", [this](const httplib::Request&, httplib::Response& res) {
+      Reply(res, 200, json{{"jina", info_}, {"envs", json::object()}});
+    });
+    server_.Get("/dry_run",
+                [this](const httplib::Request&, httplib::Response& res) { DryRun(res); });
+    server_.Post("/post", [this](const httplib::Request& req, httplib::Response& res) {
+      HandleData(req.body, "", res);
+    });
+    server_.Post(R"(/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+      HandleData(req.body, "/" + req.matches[1].str(), res);
+    });
+    port_ =
+        port == 0 ? server_.bind_to_any_port(host) : (server_.bind_to_port(host, port) ? port : -1);
+    if (port_ <= 0) {
+      return UnavailableError("HTTP gateway cannot listen on " + host + ":" + std::to_string(port) +
+                              " (port in use or address not available)");
+    }
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    return OkStatus();
+  }
+
+  void Shutdown() {
+    server_.stop();
+    if (thread_.joinable()) {
+      thread_.join();
+    }
+  }
+
+  int port() const { return port_; }
+
+ private:
+  // `endpoint` empty: POST /post, whose body names it as execEndpoint.
+  void HandleData(const std::string& text, std::string endpoint, httplib::Response& res) {
+    json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (text.empty()) {
+      body = json::object();
+    }
+    if (body.is_discarded() || !body.is_object()) {
+      ReplyError(res, 400, "request body must be a JSON object");
+      return;
+    }
+    if (endpoint.empty()) {
+      endpoint = body.value("execEndpoint", "/default");
+      if (endpoint.empty()) {
+        endpoint = "/default";
+      }
+    }
+    jina::DataRequestProto request;
+    auto* header = request.mutable_header();
+    const json header_json = body.value("header", json::object());
+    header->set_request_id(header_json.is_object() && header_json.contains("requestId") &&
+                                   header_json["requestId"].is_string()
+                               ? header_json["requestId"].get<std::string>()
+                               : RandomRequestId());
+    header->set_exec_endpoint(endpoint);
+    std::string target = body.value("targetExecutor", std::string());
+    if (header_json.is_object() && header_json.contains("targetExecutor") &&
+        header_json["targetExecutor"].is_string()) {
+      target = header_json["targetExecutor"].get<std::string>();
+    }
+    if (!target.empty()) {
+      header->set_target_executor(target);
+    }
+    if (Status s = JsonToStruct(body.value("parameters", json::object()), "parameters",
+                                request.mutable_parameters());
+        !s.ok()) {
+      ReplyError(res, 400, s.message());
+      return;
+    }
+    const json data = body.value("data", json::array());
+    bool single = data.is_object();
+    auto* docs = request.mutable_data()->mutable_docs();
+    if (single) {
+      if (Status s = JsonToDocProto(data, "data", docs->add_docs()); !s.ok()) {
+        ReplyError(res, 400, s.message());
+        return;
+      }
+    } else if (data.is_array()) {
+      for (std::size_t i = 0; i < data.size(); ++i) {
+        if (Status s = JsonToDocProto(data[i], "data[" + std::to_string(i) + "]", docs->add_docs());
+            !s.ok()) {
+          ReplyError(res, 400, s.message());
+          return;
+        }
+      }
+    } else if (!data.is_null()) {
+      ReplyError(res, 400, "data: expected a document or a list of documents");
+      return;
+    }
+
+    HttpForwardResult result = forward_(request.SerializeAsString());
+    if (result.grpc_code != 0) {
+      int status = result.grpc_code == kUnavailable || result.grpc_code == kNotFound ? 503
+                   : result.grpc_code == kDeadlineExceeded                           ? 504
+                                                                                     : 500;
+      ReplyError(res, status, result.grpc_message);
+      return;
+    }
+    jina::DataRequestProto reply;
+    if (!reply.ParseFromString(result.reply)) {
+      ReplyError(res, 500, "gateway: the replica's reply to " + endpoint + " does not parse");
+      return;
+    }
+    if (result.is_error || reply.header().status().code() == jina::StatusProto::ERROR) {
+      Reply(res, 500,
+            json{{"detail", reply.header().status().description()},
+                 {"header", MessageToJson(reply.header())}});
+      return;
+    }
+    json out_docs = json::array();
+    if (reply.data().has_docs()) {
+      for (const auto& doc : reply.data().docs().docs()) {
+        out_docs.push_back(DocProtoToJson(doc));
+      }
+    } else if (!reply.data().docs_bytes().empty()) {
+      docarray::DocListProto list;
+      list.ParseFromString(reply.data().docs_bytes());
+      for (const auto& doc : list.docs()) {
+        out_docs.push_back(DocProtoToJson(doc));
+      }
+    }
+    json out{{"header", MessageToJson(reply.header())},
+             {"parameters", StructToJson(reply.parameters())}};
+    out["data"] = single && out_docs.size() == 1 ? out_docs[0] : out_docs;
+    Reply(res, 200, out);
+  }
+
+  void DryRun(httplib::Response& res) {
+    jina::DataRequestProto probe;
+    probe.mutable_header()->set_request_id(RandomRequestId());
+    probe.mutable_header()->set_exec_endpoint("_jina_dry_run_");
+    probe.mutable_data()->mutable_docs()->add_docs();
+    HttpForwardResult result = forward_(probe.SerializeAsString());
+    jina::StatusProto status;
+    if (result.grpc_code != 0) {
+      status.set_code(jina::StatusProto::ERROR);
+      status.set_description(result.grpc_message);
+    } else if (result.is_error) {
+      jina::DataRequestProto reply;
+      reply.ParseFromString(result.reply);
+      status = reply.header().status();
+    }
+    json out{{"code", static_cast<int>(status.code())}, {"description", status.description()}};
+    if (status.has_exception()) {
+      out["exception"] = MessageToJson(status.exception());
+    }
+    Reply(res, 200, out);
+  }
+
+  HttpForwardFn forward_;
+  std::map<std::string, std::string> info_;
+  httplib::Server server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+HttpGateway::HttpGateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpGateway::~HttpGateway() { Shutdown(); }
+
+StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(const std::string& host, int port,
+                                                          HttpForwardFn forward,
+                                                          std::map<std::string, std::string> info) {
+  auto impl = std::make_unique<Impl>(std::move(forward), std::move(info));
+  GANTRY_RETURN_IF_ERROR(impl->Start(host, port));
+  return std::unique_ptr<HttpGateway>(new HttpGateway(std::move(impl)));
+}
+
+int HttpGateway::port() const { return impl_->port(); }
+
+void HttpGateway::Shutdown() { impl_->Shutdown(); }
+
+}  // namespace gantry::internal

@@ -1,0 +1,66 @@
+// The HTTP face of the gateway, next to its gRPC port (Jina's multi-protocol
+// gateway): docarray-v2 style JSON turned into DataRequestProtos and sent
+// down the same replica-forwarding path as gRPC requests.
+//
+//   POST /<endpoint>   {"data": [doc, ...] | doc, "parameters": {...},
+//                       "header": {"requestId"?, "targetExecutor"?}}
+//   POST /post         {"execEndpoint": "/x", "data": [...], "parameters": {...}}
+//   GET  /dry_run      StatusProto as JSON ({"code": 0} when the executor answers)
+//   GET  /status       {"jina": {...}, "envs": {}}
+//   GET  /             {} (health)
+// Replies are {"data": [...], "parameters": {...}, "header": {...}}. Errors are
+// JSON {"detail": "...", "header": {...}} with 400 (bad request body), 500
+// (executor error, with the status in header.status), 503 (replicas
+// unavailable) or 504 (deadline exceeded), as Jina's FastAPI app answers.
+//
+// Thread safety: requests are served on cpp-httplib's thread pool.
+#ifndef GANTRY_GATEWAY_HTTP_GATEWAY_H_
+#define GANTRY_GATEWAY_HTTP_GATEWAY_H_
+
+#include <gantry/status.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace gantry::internal {
+
+// What the gRPC side answered for one forwarded request.
+struct HttpForwardResult {
+  // A grpc::StatusCode number; 0 when a replica answered.
+  int grpc_code = 0;
+  std::string grpc_message;
+  // A serialized DataRequestProto (when grpc_code is 0).
+  std::string reply;
+  // The replica flagged the reply as an executor error (`is-error`).
+  bool is_error = false;
+};
+// Sends a serialized DataRequestProto to a replica and blocks for the answer.
+using HttpForwardFn = std::function<HttpForwardResult(std::string request)>;
+
+class HttpGateway {
+ public:
+  // Binds host:port (0 picks a free port) and serves on a thread of its own.
+  // `info` is reported by GET /status under "jina".
+  static StatusOr<std::unique_ptr<HttpGateway>> Start(const std::string& host, int port,
+                                                      HttpForwardFn forward,
+                                                      std::map<std::string, std::string> info);
+  ~HttpGateway();
+  HttpGateway(const HttpGateway&) = delete;
+  HttpGateway& operator=(const HttpGateway&) = delete;
+
+  int port() const;
+  // Stops listening and waits for the server thread. Idempotent.
+  void Shutdown();
+
+  class Impl;
+
+ private:
+  explicit HttpGateway(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gantry::internal
+
+#endif  // GANTRY_GATEWAY_HTTP_GATEWAY_H_
