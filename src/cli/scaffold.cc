@@ -114,7 +114,7 @@ ENTRYPOINT ["gantry", "executor", "--uses", "executor.yml", "--port", "12345"]
 
 constexpr const char* kReadme = R"(# {{Name}}
 
-A [Gantry](https://example.invalid/gantry) executor, created by `gantry new {{Name}}`.
+A Gantry executor, created by `gantry new {{Name}}`.
 
 ## Build
 
