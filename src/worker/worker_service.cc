@@ -15,7 +15,10 @@ class SingleDataService final : public jina::JinaSingleDataRequestRPC::Service {
   grpc::Status process_single_data(grpc::ServerContext* context,
                                    const jina::DataRequestProto* request,
                                    jina::DataRequestProto* reply) override {
-    *reply = *request;
+    // The reply is the request, processed in place. gRPC's sync handler owns
+    // a non-const request object that it only destroys after this returns, so
+    // taking its contents (instead of a deep copy of every document) is safe.
+    reply->Swap(const_cast<jina::DataRequestProto*>(request));
     if (handler_->Handle(reply)) {
       context->AddTrailingMetadata("is-error", "true");
     }
