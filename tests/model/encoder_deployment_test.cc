@@ -1,0 +1,151 @@
+// SentenceEncoder through the whole process/socket path (worker processes,
+// gateway, gRPC client) must give the bare model's embeddings, in input
+// order. Needs the real model: $GANTRY_MODEL_PATH (with_model.sh sets it).
+#include <ATen/core/Tensor.h>
+#include <gantry/deployment.h>
+#include <gantry/init.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sentence_embedder.h"
+
+namespace gantry {
+namespace {
+
+constexpr std::int64_t kDimension = 384;
+// Few enough for < 60 s on a loaded 2-core machine; not a multiple of 32 so
+// the last request is a short one.
+constexpr int kNumDocs = 200;
+
+// Distinct texts of varied length (1 to ~300 tokens, so some are truncated
+// at max_seq_length), ASCII and not: identical texts could not reveal
+// embeddings given back to the wrong document.
+std::vector<std::string> MakeTexts() {
+  const std::vector<std::string> bases = {
+      "Using a GPU allows you to significantly speed up encoding.",
+      "A man is eating food.",
+      "The quick brown fox jumps over the lazy dog",
+      "Héllo wörld, ça va? Naïve café résumé.",
+      "東京は日本の首都です。",
+      "Привет, как дела?",
+      "gRPC streams carry requests of thirty-two documents each",
+      "",
+      "unbelievably-long_hyphenated/and\\slashed tokens: 3.14159, $100, 50%!",
+      "Emoji 🙂 and symbols ∑ ∞ ≠ are split or mapped to [UNK].",
+  };
+  std::vector<std::string> texts;
+  texts.reserve(kNumDocs);
+  for (int i = 0; i < kNumDocs; ++i) {
+    std::string text = "#" + std::to_string(i);
+    const std::string& base = bases[static_cast<std::size_t>(i) % bases.size()];
+    // 1 to 12 repeats: the longest bases go past the 256-token limit.
+    const int repeats = 1 + (i * 7) % 12;
+    for (int r = 0; r < repeats; ++r) {
+      text += " " + base;
+    }
+    texts.push_back(std::move(text));
+  }
+  return texts;
+}
+
+double Cosine(std::span<const float> a, const float* b) {
+  double dot = 0;
+  double na = 0;
+  double nb = 0;
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    dot += static_cast<double>(a[k]) * b[k];
+    na += static_cast<double>(a[k]) * a[k];
+    nb += static_cast<double>(b[k]) * b[k];
+  }
+  return dot / std::sqrt(na * nb);
+}
+
+class EncoderDeploymentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* model = std::getenv("GANTRY_MODEL_PATH");
+    if (model == nullptr || !std::ifstream(std::string(model) + "/model.safetensors")) {
+      GTEST_SKIP() << "model missing: set GANTRY_MODEL_PATH (run scripts/fetch_model.sh)";
+    }
+    model_path_ = model;
+  }
+
+  std::string model_path_;
+};
+
+TEST_F(EncoderDeploymentTest, EmbeddingsEqualBareModelInInputOrder) {
+  const std::vector<std::string> texts = MakeTexts();
+
+  sentence_encoder::EmbedderOptions bare_options;
+  bare_options.model_path = model_path_;
+  StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> bare =
+      sentence_encoder::SentenceEmbedder::Load(bare_options);
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  const std::vector<std::string_view> views(texts.begin(), texts.end());
+  const at::Tensor expected = (*bare)->Encode(views).contiguous();
+  ASSERT_EQ(expected.size(0), kNumDocs);
+  ASSERT_EQ(expected.size(1), kDimension);
+  const float* expected_data = expected.data_ptr<float>();
+
+  // Two replicas: requests are spread over both, and the answers must
+  // still come back in input order.
+  DeploymentOptions options{.uses = "SentenceEncoder", .name = "encoder", .replicas = 2};
+  options.uses_with.insert_or_assign("model_path", Value(model_path_));
+  Deployment dep(std::move(options));
+  ASSERT_TRUE(dep.ok()) << dep.status();
+
+  DocList docs;
+  for (const std::string& text : texts) {
+    docs.emplace_back(text);
+  }
+  StatusOr<DocList> result =
+      dep.Post("/encode", docs, {.request_size = 32, .timeout = std::chrono::seconds(50)});
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->size(), docs.size());
+
+  int mismatches = 0;
+  double worst = 1.0;
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    const Doc& doc = (*result)[i];
+    ASSERT_EQ(doc.id(), docs[i].id()) << "document " << i;
+    ASSERT_EQ(doc.text(), texts[i]) << "document " << i;
+    const Tensor* embedding = doc.embedding();
+    ASSERT_NE(embedding, nullptr) << "document " << i << " has no embedding";
+    ASSERT_EQ(embedding->shape(), std::vector<std::int64_t>{kDimension}) << "document " << i;
+    const double cosine = Cosine(embedding->Values<float>(),
+                                 expected_data + static_cast<std::int64_t>(i) * kDimension);
+    worst = std::min(worst, std::isfinite(cosine) ? cosine : -1.0);
+    if (!(cosine >= 0.99999) && ++mismatches <= 10) {
+      ADD_FAILURE() << "document " << i << ": cosine with the bare model " << cosine;
+    }
+  }
+  std::uint64_t served_by_all = 0;
+  for (const ReplicaInfo& replica : dep.replicas()) {
+    served_by_all += replica.requests;
+  }
+  std::printf("%zu documents through 2 replicas (%llu requests): worst cosine %.8f\n", docs.size(),
+              static_cast<unsigned long long>(served_by_all), worst);
+  EXPECT_EQ(mismatches, 0);
+}
+
+}  // namespace
+}  // namespace gantry
+
+int main(int argc, char** argv) {
+  // The Deployment re-executes this binary as its workers; Init runs them.
+  gantry::Init(argc, argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

