@@ -257,14 +257,13 @@ bool IsExecutorRegistered(std::string_view name);
 // Beside a handler's GANTRY_REQUESTS line: batches its endpoints'
 // requests. The second argument is a gantry::DynamicBatching initializer,
 // e.g. {.preferred_batch_size = 32, .timeout_ms = 10}.
-#define GANTRY_DYNAMIC_BATCHING(method, ...)                                                 \
-  static void GantryBatching_##method(                                                       \
-      ::gantry::internal::RouteCollector<GantrySelf>& routes) {                              \
-    static_cast<void>(&GantrySelf::method); /* names a member handler */                     \
-    routes.SetBatching(#method, ::gantry::DynamicBatching __VA_ARGS__);                      \
-  }                                                                                          \
+#define GANTRY_DYNAMIC_BATCHING(method, ...)                                                       \
+  static void GantryBatching_##method(::gantry::internal::RouteCollector<GantrySelf>& routes) {    \
+    static_cast<void>(&GantrySelf::method); /* names a member handler */                           \
+    routes.SetBatching(#method, ::gantry::DynamicBatching __VA_ARGS__);                            \
+  }                                                                                                \
   inline static const ::gantry::internal::BatchingHook<GantrySelf> gantry_batching_hook_##method { \
-    &GantrySelf::GantryBatching_##method                                                     \
+    &GantrySelf::GantryBatching_##method                                                           \
   }
 
 // In one .cc file per executor: adds the type to the registry at start-up.

@@ -34,12 +34,11 @@ constexpr std::string_view kMetasKeys[] = {"name", "description", "workspace",
                                            "url",  "keywords",    "libs"};
 constexpr std::string_view kDeploymentKeys[] = {"jtype", "version", "with"};
 constexpr std::string_view kDeploymentWithKeys[] = {
-    "uses", "uses_with", "uses_metas", "name",          "replicas",
-    "port", "host",      "env",        "timeout_ready", "log_level",
-    "gpus", "uses_dynamic_batching"};
+    "uses", "uses_with", "uses_metas",    "name",      "replicas", "port",
+    "host", "env",       "timeout_ready", "log_level", "gpus",     "uses_dynamic_batching"};
 // Jina's batching keys, plus Triton-style caps of ours.
 constexpr std::string_view kBatchingKeys[] = {
-    "preferred_batch_size", "timeout",        "flush_all",    "use_dynamic_batching",
+    "preferred_batch_size", "timeout",        "flush_all",     "use_dynamic_batching",
     "max_batch_size",       "max_queue_size", "custom_metric", "use_custom_metric"};
 constexpr std::string_view kLogLevels[] = {"debug", "info", "warning", "error"};
 
@@ -746,7 +745,7 @@ class Parser {
   // `dynamic_batching:` / `uses_dynamic_batching:` in Jina's shape:
   // {"/endpoint" or handler: {preferred_batch_size: 32, timeout: 10}}.
   StatusOr<std::map<std::string, DynamicBatching>> ParseBatching(const Entry& e,
-                                                                const std::string& path) const {
+                                                                 const std::string& path) const {
     std::map<std::string, DynamicBatching> out;
     if (e.value.IsNull()) {
       return out;

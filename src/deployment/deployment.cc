@@ -336,8 +336,8 @@ Status Deployment::Impl::SpawnReplicas(const std::string& program) {
     replica.lifeline->CloseRead();
     replica.status_fd = status_pipe.read_fd;
     status_pipe.read_fd = -1;
-    spdlog::debug("spawned {} pid={} device={} placement={}", replica.name,
-                  replica.process->pid(), replica.device, replica.placement);
+    spdlog::debug("spawned {} pid={} device={} placement={}", replica.name, replica.process->pid(),
+                  replica.device, replica.placement);
     if (placement.cuda_visible_devices && !placement.cuda_visible_devices->empty()) {
       spdlog::info("{} placed on {}: CUDA_VISIBLE_DEVICES={} device={}", replica.name,
                    replica.placement, replica.cuda_visible_devices, replica.device);
@@ -513,9 +513,7 @@ const Status& Deployment::status() const { return impl_->status_; }
 
 int Deployment::port() const { return impl_->gateway_ ? impl_->gateway_->port() : 0; }
 
-int Deployment::http_port() const {
-  return impl_->gateway_ ? impl_->gateway_->http_port() : -1;
-}
+int Deployment::http_port() const { return impl_->gateway_ ? impl_->gateway_->http_port() : -1; }
 
 std::string Deployment::address() const {
   return impl_->client_ ? impl_->client_->address() : std::string();

@@ -82,8 +82,8 @@ StatusOr<WorkerSpec> WorkerSpecFromJson(std::string_view json) {
     spec.port = j.value("port", 0);
     spec.log_level = j.value("log_level", "");
     spec.port_file = j.value("port_file", "");
-    const nlohmann::json& batching = j.contains("dynamic_batching") ? j.at("dynamic_batching")
-                                                                    : nlohmann::json::object();
+    const nlohmann::json& batching =
+        j.contains("dynamic_batching") ? j.at("dynamic_batching") : nlohmann::json::object();
     for (auto it = batching.begin(); batching.is_object() && it != batching.end(); ++it) {
       const nlohmann::json& b = it.value();
       DynamicBatching& out = spec.dynamic_batching[it.key()];

@@ -18,8 +18,8 @@ TEST(TensorInteropTest, ViewSharesTheDocumentsBytes) {
 }
 
 TEST(TensorInteropTest, RoundTripsEveryNumpyDtypeTorchHas) {
-  for (auto type : {at::kFloat, at::kDouble, at::kHalf, at::kLong, at::kInt, at::kShort,
-                    at::kChar, at::kByte, at::kBool}) {
+  for (auto type : {at::kFloat, at::kDouble, at::kHalf, at::kLong, at::kInt, at::kShort, at::kChar,
+                    at::kByte, at::kBool}) {
     at::Tensor original = at::arange(6).reshape({2, 3}).to(type);
     Tensor doc_tensor = FromTorch(original);
     EXPECT_EQ(doc_tensor.shape(), std::vector<std::int64_t>({2, 3}));

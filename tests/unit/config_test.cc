@@ -507,9 +507,10 @@ TEST(DeploymentConfigTest, RejectsBadJtype) {
 TEST(DeploymentConfigTest, RejectsUnknownKeys) {
   EXPECT_EQ(DeploymentError("jtype: Deployment\nexecutors: []\n"),
             "dep.yml:2:1: executors: unknown key; allowed keys: jtype, version, with");
-  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  replica: 2\n"),
-            "dep.yml:4:3: with.replica: unknown key; allowed keys: uses, uses_with, uses_metas, "
-            "name, replicas, port, host, env, timeout_ready, log_level, gpus, uses_dynamic_batching");
+  EXPECT_EQ(
+      DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  replica: 2\n"),
+      "dep.yml:4:3: with.replica: unknown key; allowed keys: uses, uses_with, uses_metas, "
+      "name, replicas, port, host, env, timeout_ready, log_level, gpus, uses_dynamic_batching");
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  uses_metas: {size: 1}\n"),
             "dep.yml:4:16: with.uses_metas.size: unknown key; allowed keys: name, description, "
             "workspace, url, keywords, libs");

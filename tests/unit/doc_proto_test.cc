@@ -1,9 +1,9 @@
 // Documents through docarray's protobufs and back: what a worker receives and
 // what a client gets.
+#include "core/doc_proto.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include "core/doc_proto.h"
 
 namespace gantry::internal {
 namespace {
@@ -14,7 +14,8 @@ DocList RichDocs() {
   DocList docs;
   Doc a("first");
   a.set_embedding(Tensor::FromValues<float>({3}, std::vector<float>{0.5f, 1.0f, -1.0f}));
-  a.set_tensor("ids", Tensor::FromValues<std::int64_t>({2, 2}, std::vector<std::int64_t>{1, 2, 3, 4}));
+  a.set_tensor("ids",
+               Tensor::FromValues<std::int64_t>({2, 2}, std::vector<std::int64_t>{1, 2, 3, 4}));
   a.set_tensor("mask", Tensor::FromValues<std::uint8_t>({2}, std::vector<std::uint8_t>{0, 1}));
   a.Set("blob", Value(Blob{std::string("\0\1\2", 3)}));
   a.Set("nothing", Value());

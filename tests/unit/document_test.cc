@@ -85,8 +85,8 @@ TEST(DocumentTest, ValueEqualityAndCopiesAreDeep) {
 }
 
 TEST(DocumentTest, ParametersAccessors) {
-  Parameters parameters(Value::Dict{
-      {"name", Value("x")}, {"n", Value(4.0)}, {"i", Value(3)}, {"flag", Value(true)}});
+  Parameters parameters(
+      Value::Dict{{"name", Value("x")}, {"n", Value(4.0)}, {"i", Value(3)}, {"flag", Value(true)}});
   EXPECT_EQ(parameters.GetString("name"), "x");
   EXPECT_EQ(parameters.GetString("missing", "d"), "d");
   EXPECT_EQ(parameters.GetNumber("n"), 4.0);

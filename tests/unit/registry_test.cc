@@ -1,9 +1,9 @@
 // The executor registry and the routing macros, without processes.
+#include "core/registry.h"
+
 #include <gantry/executor.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include "core/registry.h"
 
 namespace registry_test {
 

@@ -1,5 +1,7 @@
 // The worker's request logic in-process: routing, Jina's error contract,
 // parameters, dry runs and endpoint discovery.
+#include "worker/request_handler.h"
+
 #include <gantry/executor.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,7 +9,6 @@
 #include <stdexcept>
 
 #include "core/doc_proto.h"
-#include "worker/request_handler.h"
 
 namespace handler_test {
 
@@ -141,8 +142,7 @@ TEST(RequestHandlerTest, ConstructorFailureIsAStatus) {
   EXPECT_EQ(handler.status().message(),
             "executor 'EchoUnitExec' failed to initialise on cpu: std::runtime_error: weights "
             "missing");
-  EXPECT_EQ(RequestHandler::Create("Missing", context, "x").status().code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(RequestHandler::Create("Missing", context, "x").status().code(), StatusCode::kNotFound);
 }
 
 TEST(RequestHandlerTest, EndpointDiscoveryListsDryRunAndSchemas) {
@@ -152,8 +152,7 @@ TEST(RequestHandlerTest, EndpointDiscoveryListsDryRunAndSchemas) {
   EXPECT_THAT(endpoints.endpoints(),
               ::testing::ElementsAre("_jina_dry_run_", "/explode", "/upper"));
   const auto& schema = endpoints.schemas().fields().at("/upper").struct_value().fields();
-  EXPECT_EQ(schema.at("input").struct_value().fields().at("name").string_value(),
-            "LegacyDocument");
+  EXPECT_EQ(schema.at("input").struct_value().fields().at("name").string_value(), "LegacyDocument");
   EXPECT_TRUE(schema.at("input").struct_value().fields().at("model").has_struct_value());
 }
 
