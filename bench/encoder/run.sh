@@ -11,10 +11,14 @@
 # figures are the medians of the rounds. Throughput counts the encoding /
 # post only, not model loading or process start-up (printed separately).
 #
-#   bash bench/encoder/run.sh [--docs N] [--rounds R] [--build-dir DIR]
-#                             [--modes abc] [--out FILE.tsv]
-# Defaults: --docs 1000, --rounds 3, --build-dir $GANTRY_BUILD_DIR or
-# <repo>/build, --modes abc. Needs: encode_10k and encoder_bare built
+#   bash bench/encoder/run.sh [--docs N] [--rounds R] [--threads T]
+#                             [--build-dir DIR] [--modes abc] [--out FILE.tsv]
+# Defaults: --docs 1000, --rounds 3, --threads 1, --build-dir
+# $GANTRY_BUILD_DIR or <repo>/build, --modes abc. --threads sets
+# OMP_NUM_THREADS/MKL_NUM_THREADS (torch's intra-op threads) for all three
+# sides alike; 0 leaves torch's default (one per core). One thread is the
+# default because on a shared, busy machine OpenMP threads that wait for a
+# descheduled peer make the figures swing by 3x or more. Needs: encode_10k and encoder_bare built
 #   cmake --build <build-dir> --target encode_10k encoder_bare
 # the model (scripts/fetch_model.sh, or $GANTRY_MODEL_PATH) and, for (c),
 # the venv that bench/encoder/venv.sh creates (run here when missing).
@@ -23,6 +27,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "${here}/../.." && pwd)"
 docs=1000
 rounds=3
+threads=1
 build="${GANTRY_BUILD_DIR:-${root}/build}"
 modes=abc
 out=""
@@ -30,15 +35,17 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --docs) docs="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
     --build-dir) build="$2"; shift 2 ;;
     --modes) modes="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    *) echo "usage: $0 [--docs N] [--rounds R] [--build-dir DIR] [--modes abc] [--out FILE]" >&2
+    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abc] [--out FILE]" >&2
        exit 2 ;;
   esac
 done
-if ! [[ "${docs}" =~ ^[1-9][0-9]*$ && "${rounds}" =~ ^[1-9][0-9]?$ && "${modes}" =~ ^[abc]+$ ]]; then
-  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --modes letters of abc" >&2
+if ! [[ "${docs}" =~ ^[1-9][0-9]*$ && "${rounds}" =~ ^[1-9][0-9]?$ && "${modes}" =~ ^[abc]+$ &&
+        "${threads}" =~ ^[0-9]+$ ]]; then
+  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --threads >= 0, --modes letters of abc" >&2
   exit 2
 fi
 
@@ -81,6 +88,10 @@ trap 'exit 130' INT TERM
 limit=$((180 + docs / 5))
 # No downloads or telemetry: the model is a local folder.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 JINA_OPTOUT_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
+if [[ "${threads}" -gt 0 ]]; then
+  # Inherited by Gantry's workers and Jina's executor process alike.
+  export OMP_NUM_THREADS="${threads}" MKL_NUM_THREADS="${threads}"
+fi
 
 RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
   # Runs in this shell, not in $(...), so that Cleanup sees `child`.
@@ -111,7 +122,8 @@ RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
   fi
 }
 
-echo "encoder benchmark: N=${docs} docs, ${rounds} rounds, request_size 32, cpu, $(nproc) cores," \
+echo "encoder benchmark: N=${docs} docs, ${rounds} rounds, request_size 32, cpu," \
+     "torch threads ${threads/#0/default}, $(getconf _NPROCESSORS_ONLN) cores," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 results="${work}/results.tsv"
 : >"${results}"
