@@ -154,12 +154,7 @@ int main(int argc, char** argv) {
 
   gantry::DeploymentOptions deployment_options{
       .uses = "SentenceEncoder", .name = "encoder", .replicas = options.replicas};
-  // Workers run on the CPU unless `with.device` says otherwise. It is left
-  // out for cpu because SentenceEncoder currently rejects `device` as an
-  // unknown `with:` key (reported; cuda needs that fixed).
-  if (options.device != "cpu") {
-    deployment_options.uses_with.insert_or_assign("device", gantry::Value(options.device));
-  }
+  deployment_options.uses_with.insert_or_assign("device", gantry::Value(options.device));
   if (!options.model_path.empty()) {
     deployment_options.uses_with.insert_or_assign("model_path", gantry::Value(options.model_path));
   }

@@ -14,7 +14,10 @@
 namespace gantry {
 namespace {
 
-constexpr std::string_view kKeys[] = {"model_path", "batch_size", "max_seq_length", "dtype"};
+// `device` is read by the worker (it becomes context.device), but users pass
+// it under `with:` like every other constructor argument.
+constexpr std::string_view kKeys[] = {"model_path", "batch_size", "max_seq_length", "dtype",
+                                      "device"};
 
 std::string WithError(const ExecutorContext& context, std::string_view key,
                       const std::string& what) {

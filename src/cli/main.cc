@@ -110,9 +110,10 @@ int RunDeployment(const std::string& uses, int port, int http_port, const std::s
   return 0;
 }
 
-int RunExecutor(const std::string& uses, int port, const std::string& port_file,
-                const std::string& device, const std::string& name, const std::string& uses_with,
-                const std::vector<std::string>& libs, const std::string& log_level) {
+int RunExecutor(const std::string& uses, const std::string& host, int port,
+                const std::string& port_file, const std::string& device, const std::string& name,
+                const std::string& uses_with, const std::vector<std::string>& libs,
+                const std::string& log_level) {
   gantry::internal::WorkerSpec spec;
   bool is_yaml = uses.ends_with(".yml") || uses.ends_with(".yaml");
   if (is_yaml) {
@@ -169,16 +170,18 @@ int RunExecutor(const std::string& uses, int port, const std::string& port_file,
   spec.port = port < 0 ? 0 : port;
   spec.port_file = port_file;
   spec.log_level = log_level;
-  // The host of a standalone executor is reachable from outside, as Jina's.
-  spec.host = "0.0.0.0";
+  // Jina's default host is 0.0.0.0 (reachable from outside, as a container
+  // needs); tests and local use pass --host 127.0.0.1.
+  spec.host = host;
   return ExecWorker(gantry::internal::WorkerArguments(spec));
 }
 
-int RunGateway(const std::string& addresses, int port, int http_port, const std::string& name,
-               const std::string& port_file, const std::string& log_level) {
+int RunGateway(const std::string& addresses, const std::string& host, int port, int http_port,
+               const std::string& name, const std::string& port_file,
+               const std::string& log_level) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   gantry::internal::GatewayOptions options;
-  options.host = "0.0.0.0";
+  options.host = host;
   options.port = port < 0 ? 0 : port;
   options.http_port = http_port;
   options.deployment_name = name;
@@ -195,7 +198,7 @@ int RunGateway(const std::string& addresses, int port, int http_port, const std:
   if (!gateway.ok()) {
     return Fail(gateway.status());
   }
-  spdlog::info("ready and listening on 0.0.0.0:{}", (*gateway)->port());
+  spdlog::info("ready and listening on {}:{}", host, (*gateway)->port());
   if ((*gateway)->http_port() >= 0) {
     spdlog::info("HTTP gateway on 0.0.0.0:{}", (*gateway)->http_port());
   }
@@ -264,6 +267,8 @@ int main(int argc, char** argv) {
   auto* executor = app.add_subcommand("executor", "Run one executor as a gRPC worker, no gateway");
   executor->add_option("--uses", uses, "executor YAML (jtype/with/metas) or an executor type name")
       ->required();
+  std::string host = "0.0.0.0";
+  executor->add_option("--host", host, "address to listen on (default 0.0.0.0, as Jina)");
   executor->add_option("--port", port, "port to listen on (0 = any free)");
   executor->add_option("--port-file", port_file, "write the port here when ready");
   executor->add_option("--device", device, "cpu, cuda, cuda:N or auto (overrides with.device)");
@@ -279,6 +284,7 @@ int main(int argc, char** argv) {
   auto* gateway = app.add_subcommand("gateway", "Run a gateway in front of running workers");
   gateway->add_option("--replica-addresses", addresses, "comma-separated HOST:PORT of replicas")
       ->required();
+  gateway->add_option("--host", host, "address to listen on (default 0.0.0.0, as Jina)");
   gateway->add_option("--port", port, "port to listen on (0 = any free)");
   gateway->add_option("--http-port", http_port,
                       "also serve HTTP/JSON on this port (0 = any free; default: no HTTP)");
@@ -310,11 +316,11 @@ int main(int argc, char** argv) {
     return RunDeployment(uses, port, http_port, port_file, log_level);
   }
   if (executor->parsed()) {
-    return RunExecutor(uses, port, port_file, device, name, uses_with, libs, log_level);
+    return RunExecutor(uses, host, port, port_file, device, name, uses_with, libs, log_level);
   }
   if (gateway->parsed()) {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    return RunGateway(addresses, port, http_port, gateway_name, port_file, log_level);
+    return RunGateway(addresses, host, port, http_port, gateway_name, port_file, log_level);
   }
   if (ping->parsed()) {
     return RunPing(address, timeout_ms, attempts);

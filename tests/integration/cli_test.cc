@@ -99,7 +99,7 @@ TEST(CliTest, ExecutorFromYamlServesDirectly) {
   std::string port_file = dir.File("port");
   ChildProcessPtr cli =
       StartCli({"executor", "--uses", testing::SourceDir() + "/examples/seed/executor.yml",
-                "--port", "0", "--port-file", port_file},
+                "--host", "127.0.0.1", "--port", "0", "--port-file", port_file},
                dir.File("cli.log"));
   ASSERT_NE(cli, nullptr);
   auto port = testing::WaitForFile(port_file, kReadyTimeout);

@@ -268,8 +268,8 @@ TEST_F(PluginDeploymentTest, GatewayReflectionListsJinaAndHealth) {
 
 TEST(PluginWorkerTest, WorkerReflectionListsExactlyWhatJinaKnows) {
   TempDir dir;
-  Process worker({GANTRY_TEST_CLI, "executor", "--uses", "InteropExec", "--lib", GANTRY_TEST_PLUGIN,
-                  "--port", "0", "--port-file", dir.File("port")},
+  Process worker({GANTRY_TEST_CLI, "executor", "--host", "127.0.0.1", "--uses", "InteropExec",
+                  "--lib", GANTRY_TEST_PLUGIN, "--port", "0", "--port-file", dir.File("port")},
                  dir.File("log"));
   auto port = WaitForPort(dir.File("port"), std::chrono::seconds(60));
   ASSERT_TRUE(port.has_value()) << ReadAll(dir.File("log"));
@@ -282,8 +282,8 @@ TEST(PluginWorkerTest, WorkerReflectionListsExactlyWhatJinaKnows) {
 
 TEST(PluginWorkerTest, MissingPluginIsAClearError) {
   TempDir dir;
-  Process worker({GANTRY_TEST_CLI, "executor", "--uses", "InteropExec", "--lib",
-                  "/nonexistent/libnope.so", "--port", "0"},
+  Process worker({GANTRY_TEST_CLI, "executor", "--host", "127.0.0.1", "--uses", "InteropExec",
+                  "--lib", "/nonexistent/libnope.so", "--port", "0"},
                  dir.File("log"));
   auto code = worker.Wait(std::chrono::seconds(30));
   ASSERT_TRUE(code.has_value());
@@ -316,8 +316,8 @@ TEST(PluginWorkerTest, BrokenPluginFromDeploymentYamlIsAClearError) {
 
 TEST(PluginWorkerTest, PluginWithMissingSymbolIsAClearError) {
   TempDir dir;
-  Process worker({GANTRY_TEST_CLI, "executor", "--uses", "InteropExec", "--lib",
-                  GANTRY_TEST_BROKEN_PLUGIN, "--port", "0"},
+  Process worker({GANTRY_TEST_CLI, "executor", "--host", "127.0.0.1", "--uses", "InteropExec",
+                  "--lib", GANTRY_TEST_BROKEN_PLUGIN, "--port", "0"},
                  dir.File("log"));
   auto code = worker.Wait(std::chrono::seconds(30));
   ASSERT_TRUE(code.has_value());

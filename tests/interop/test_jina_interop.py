@@ -212,7 +212,7 @@ class JinaGatewayInFrontOfGantryWorker(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.worker = GantryProcess(
-            ["executor", "--uses", "InteropExec", "--lib", PLUGIN, "--port", "0"],
+            ["executor", "--host", "127.0.0.1", "--uses", "InteropExec", "--lib", PLUGIN, "--port", "0"],
             cls.tmp.name, "worker")
 
     @classmethod
