@@ -34,8 +34,9 @@ constexpr std::string_view kMetasKeys[] = {"name", "description", "workspace",
                                            "url",  "keywords",    "libs"};
 constexpr std::string_view kDeploymentKeys[] = {"jtype", "version", "with"};
 constexpr std::string_view kDeploymentWithKeys[] = {
-    "uses", "uses_with", "uses_metas",    "name",      "replicas", "port",
-    "host", "env",       "timeout_ready", "log_level", "gpus",     "uses_dynamic_batching"};
+    "uses",     "uses_with", "uses_metas",    "name",      "replicas", "port",
+    "host",     "env",       "timeout_ready", "log_level", "gpus",     "uses_dynamic_batching",
+    "http_port"};
 // Jina's batching keys, plus Triton-style caps of ours.
 constexpr std::string_view kBatchingKeys[] = {
     "preferred_batch_size", "timeout",        "flush_all",     "use_dynamic_batching",
@@ -649,6 +650,11 @@ class Parser {
         GANTRY_ASSIGN_OR_RETURN(std::int64_t port,
                                 ReadInt(e, path, 0, 65535, "an integer from 0 to 65535"));
         options.port = static_cast<int>(port);
+      } else if (e.key == "http_port") {
+        // A second gateway port serving HTTP/JSON, as Jina's multi-protocol gateway.
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t port,
+                                ReadInt(e, path, 0, 65535, "an integer from 0 to 65535"));
+        options.http_port = static_cast<int>(port);
       } else if (e.key == "host") {
         GANTRY_ASSIGN_OR_RETURN(options.host, ReadName(e, path));
       } else if (e.key == "env") {

@@ -303,6 +303,7 @@ with:
   name: encoder
   replicas: 2
   port: 12345
+  http_port: 12346
   host: 0.0.0.0
   env: {A: x, B: 1, C: true, D: 1.50}
   timeout_ready: 5000
@@ -316,6 +317,7 @@ with:
   EXPECT_EQ(options->name, "encoder");
   EXPECT_EQ(options->replicas, 2);
   EXPECT_EQ(options->port, 12345);
+  EXPECT_EQ(options->http_port, 12346);
   EXPECT_EQ(options->host, "0.0.0.0");
   std::map<std::string, std::string> want_env{{"A", "x"}, {"B", "1"}, {"C", "true"}, {"D", "1.50"}};
   EXPECT_EQ(options->env, want_env);
@@ -510,7 +512,8 @@ TEST(DeploymentConfigTest, RejectsUnknownKeys) {
   EXPECT_EQ(
       DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  replica: 2\n"),
       "dep.yml:4:3: with.replica: unknown key; allowed keys: uses, uses_with, uses_metas, "
-      "name, replicas, port, host, env, timeout_ready, log_level, gpus, uses_dynamic_batching");
+      "name, replicas, port, host, env, timeout_ready, log_level, gpus, uses_dynamic_batching, "
+      "http_port");
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  uses_metas: {size: 1}\n"),
             "dep.yml:4:16: with.uses_metas.size: unknown key; allowed keys: name, description, "
             "workspace, url, keywords, libs");
