@@ -4,6 +4,7 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/InferenceMode.h>
+#include <gantry/torch_cuda.h>
 #include <gantry/torch_tensor.h>
 
 #include <algorithm>
@@ -274,7 +275,8 @@ at::Tensor SentenceEmbedder::Encode(const std::vector<std::string_view>& texts) 
 }
 
 at::Tensor SentenceEmbedder::EncodeIds(const std::vector<std::vector<std::int64_t>>& ids) const {
-  c10::InferenceMode guard;
+  // InferenceMode, and on CUDA this worker's own stream (not the default one).
+  InferenceScope scope(device_);
   const auto n = static_cast<std::int64_t>(ids.size());
   at::Tensor out = at::empty({n, dimension()}, at::TensorOptions().dtype(at::kFloat));
   if (n == 0) {
@@ -301,8 +303,10 @@ at::Tensor SentenceEmbedder::EncodeIds(const std::vector<std::vector<std::int64_
       std::copy(seq.begin(), seq.end(), id_ptr + row * length);
       std::fill_n(mask_ptr + row * length, seq.size(), 1);
     }
-    batch_ids = batch_ids.to(torch_device_);
-    batch_mask = batch_mask.to(torch_device_);
+    // Through pinned host memory, asynchronously on the scope's stream; the
+    // pooled result stays on the device until the single copy back below.
+    batch_ids = ToDeviceAsync(batch_ids, device_);
+    batch_mask = ToDeviceAsync(batch_mask, device_);
     const at::Tensor hidden = model_.Forward(batch_ids, batch_mask);
     const at::Tensor pooled =
         BertModel::MeanPoolNormalize(hidden, batch_mask, normalize_).to(at::kCPU).contiguous();

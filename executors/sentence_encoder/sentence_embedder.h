@@ -66,6 +66,10 @@ class SentenceEmbedder {
   at::Tensor EncodeIds(const std::vector<std::vector<std::int64_t>>& ids) const;
 
   std::int64_t dimension() const { return model_.config().hidden_size; }
+  // The model's parameters by checkpoint key, for the worker's device check.
+  std::vector<std::pair<std::string, at::Tensor>> NamedParameters() const {
+    return model_.NamedParameters();
+  }
   std::int64_t max_seq_length() const { return max_seq_length_; }
   std::int64_t batch_size() const { return batch_size_; }
   const Device& device() const { return device_; }

@@ -1,6 +1,7 @@
 #include "sentence_encoder.h"
 
 #include <ATen/core/Tensor.h>
+#include <gantry/torch_cuda.h>
 
 #include <cmath>
 #include <span>
@@ -61,7 +62,8 @@ SentenceEncoder::SentenceEncoder(const ExecutorContext& context) {
     }
     if (!known) {
       throw std::runtime_error(WithError(
-          context, key, "unknown key (allowed: model_path, batch_size, max_seq_length, dtype)"));
+          context, key,
+          "unknown key (allowed: model_path, batch_size, max_seq_length, dtype, device)"));
     }
   }
   sentence_encoder::EmbedderOptions options;
@@ -77,6 +79,8 @@ SentenceEncoder::SentenceEncoder(const ExecutorContext& context) {
                              context.device.ToString() + ": " + embedder.status().message());
   }
   embedder_ = std::move(embedder).value();
+  device_check_ = RegisterTensorsForDeviceCheck(
+      "SentenceEncoder", [embedder = embedder_.get()] { return embedder->NamedParameters(); });
 }
 
 SentenceEncoder::~SentenceEncoder() = default;

@@ -17,6 +17,7 @@
 #ifndef GANTRY_EXECUTORS_SENTENCE_ENCODER_SENTENCE_ENCODER_H_
 #define GANTRY_EXECUTORS_SENTENCE_ENCODER_SENTENCE_ENCODER_H_
 
+#include <gantry/device_report.h>
 #include <gantry/executor.h>
 
 #include <memory>
@@ -42,6 +43,9 @@ class SentenceEncoder final : public Executor {
 
  private:
   std::unique_ptr<sentence_encoder::SentenceEmbedder> embedder_;
+  // Lets the worker verify, after construction, that every weight is on the
+  // assigned device.
+  DeviceCheckRegistration device_check_;
 };
 
 }  // namespace gantry
