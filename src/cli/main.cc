@@ -26,6 +26,7 @@
 #include "cli/scaffold.h"
 #include "core/logging.h"
 #include "core/value_json.h"
+#include "deployment/worker_program.h"
 #include "gateway/gateway.h"
 #include "worker/worker_spec.h"
 
@@ -48,27 +49,12 @@ void WritePortFile(const std::string& path, int port) {
   std::rename(tmp.c_str(), path.c_str());
 }
 
-std::string WorkerProgram() {
-  if (const char* env = std::getenv("GANTRY_WORKER_PROGRAM"); env != nullptr && *env != '\0') {
-    return env;
-  }
-  char self[4096];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n > 0) {
-    self[n] = '\0';
-    std::string dir(self);
-    dir = dir.substr(0, dir.rfind('/'));
-    std::string candidate = dir + "/gantry-worker";
-    if (::access(candidate.c_str(), X_OK) == 0) {
-      return candidate;
-    }
-  }
-  return "gantry-worker";
-}
-
 // Replaces this process with gantry-worker so that signals reach it directly.
 int ExecWorker(const std::vector<std::string>& args) {
-  std::string program = WorkerProgram();
+  std::string program = gantry::internal::FindWorkerProgram();
+  if (program.empty()) {
+    program = "gantry-worker";  // execvp reports that it is missing
+  }
   std::vector<std::string> storage = {program};
   storage.insert(storage.end(), args.begin(), args.end());
   std::vector<char*> argv;

@@ -20,6 +20,7 @@
 #include "core/registry.h"
 #include "deployment/child_process.h"
 #include "deployment/placement.h"
+#include "deployment/worker_program.h"
 #include "gateway/gateway.h"
 #include "worker/worker_spec.h"
 
@@ -84,7 +85,25 @@ std::string SelfExecutable() {
 
 bool IsExecutable(const std::string& path) { return ::access(path.c_str(), X_OK) == 0; }
 
-// gantry-worker next to this program, in its ../bin, or on $PATH.
+bool EndsWith(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
+// Self-pipe for Block(): written by the signal handler and by Stop().
+std::atomic<int> g_block_write_fd{-1};
+
+void OnShutdownSignal(int /*signal*/) {
+  int fd = g_block_write_fd.load();
+  if (fd >= 0) {
+    char byte = 1;
+    (void)!::write(fd, &byte, 1);
+  }
+}
+
+}  // namespace
+
+namespace internal {
+
 std::string FindWorkerProgram() {
   if (const char* env = std::getenv("GANTRY_WORKER_PROGRAM"); env != nullptr && *env != '\0') {
     return env;
@@ -111,22 +130,7 @@ std::string FindWorkerProgram() {
   return "";
 }
 
-bool EndsWith(std::string_view text, std::string_view suffix) {
-  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
-}
-
-// Self-pipe for Block(): written by the signal handler and by Stop().
-std::atomic<int> g_block_write_fd{-1};
-
-void OnShutdownSignal(int /*signal*/) {
-  int fd = g_block_write_fd.load();
-  if (fd >= 0) {
-    char byte = 1;
-    (void)!::write(fd, &byte, 1);
-  }
-}
-
-}  // namespace
+}  // namespace internal
 
 class Deployment::Impl {
  public:
@@ -247,7 +251,7 @@ Status Deployment::Impl::Start() {
       // Re-execute this program: gantry::Init turns it into the worker.
       program = SelfExecutable();
     } else {
-      program = FindWorkerProgram();
+      program = internal::FindWorkerProgram();
       if (program.empty()) {
         return internal::UnknownExecutorError(options_.uses)
             .WithPrefix(
