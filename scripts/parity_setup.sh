@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Creates the Python venv used only to produce parity expectations
-# (tokenizers + sentence-transformers; torch is reused from the system
-# interpreter). Gantry itself never runs Python.
+# Adds tokenizers and sentence-transformers to the project venv of
+# scripts/setup.sh (which holds torch), used only to produce parity
+# expectations. Gantry itself never runs Python. Idempotent.
 #
-#   scripts/parity_setup.sh [VENV_DIR]      (default: <repo>/.venv-parity)
+#   scripts/parity_setup.sh [VENV_DIR]      (default: $GANTRY_VENV or <repo>/.venv)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv="${1:-${root}/.venv-parity}"
+venv="${1:-${GANTRY_VENV:-${root}/.venv}}"
 if [[ ! -x "${venv}/bin/python" ]]; then
-  python3 -m venv --system-site-packages "${venv}"
+  echo "parity_setup: error: no venv at ${venv} (run scripts/setup.sh first)" >&2
+  exit 1
 fi
-"${venv}/bin/python" -m pip install --quiet tokenizers sentence-transformers
+if ! "${venv}/bin/python" -c 'import tokenizers, sentence_transformers' 2>/dev/null; then
+  "${venv}/bin/python" -m pip install --quiet tokenizers sentence-transformers
+fi
 "${venv}/bin/python" -c 'import tokenizers, sentence_transformers, torch; print("parity venv ok:", tokenizers.__version__, sentence_transformers.__version__, torch.__version__)'

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Installs what Gantry needs on a fresh Debian 12 machine: the Debian build
-# dependencies and libtorch 2.x from the PyPI `torch` wheel. Idempotent:
+# dependencies with apt, and libtorch 2.x (the PyPI `torch` wheel) into the
+# project's own virtual environment <repo>/.venv (git-ignored), because
+# Debian's python3 has no pip and refuses system-wide installs (PEP 668).
+# CMake finds libtorch in that venv (cmake/GantryTorch.cmake). Idempotent:
 # skips what is already there.
 #
-#   scripts/setup.sh
+#   scripts/setup.sh            GANTRY_VENV=DIR overrides <repo>/.venv
 set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 packages=(
-  build-essential cmake ninja-build ccache pkg-config git python3-venv
+  build-essential cmake ninja-build ccache pkg-config git ca-certificates
+  python3 python3-venv
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libutf8proc-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
@@ -26,9 +31,18 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-python=${PYTHON:-python3}
-if ! "$python" -c 'import torch, sys; sys.exit(0 if int(torch.__version__.split(".")[0]) >= 2 else 1)' 2>/dev/null; then
-  echo "setup: installing libtorch 2.x (the PyPI torch wheel) for $("$python" --version)"
-  "$python" -m pip install --quiet 'torch>=2.4' numpy
+# Debian's own interpreter, not whatever python3 is first on PATH: the venv
+# must work on a stock machine, where /usr/bin/python3 is the only one.
+base_python=/usr/bin/python3
+[[ -x "${base_python}" ]] || base_python="$(command -v python3)"
+venv="${GANTRY_VENV:-${root}/.venv}"
+if [[ ! -x "${venv}/bin/python" ]]; then
+  echo "setup: creating the project venv ${venv}"
+  "${base_python}" -m venv "${venv}"
 fi
-echo "setup: ok (torch $("$python" -c 'import torch; print(torch.__version__)'))"
+if ! "${venv}/bin/python" -c 'import torch, sys; sys.exit(0 if int(torch.__version__.split(".")[0]) >= 2 else 1)' 2>/dev/null; then
+  echo "setup: installing libtorch 2.x (the PyPI torch wheel) into ${venv}"
+  "${venv}/bin/python" -m pip install --quiet --upgrade pip
+  "${venv}/bin/python" -m pip install --quiet 'torch>=2.4' numpy
+fi
+echo "setup: ok (torch $("${venv}/bin/python" -c 'import torch; print(torch.__version__)') in ${venv})"

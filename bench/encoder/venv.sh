@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # Creates .venv-bench-encoder: Jina (the same pin as scripts/jina_venv.sh) plus
-# sentence-transformers, for the Jina side of the encoder benchmark. It sees
-# the system interpreter's packages so the system torch (the one Gantry's
-# libtorch comes from) is reused instead of downloading another. Separate from .venv-jina so that venv stays
-# as the interop tests expect it. Idempotent; prints the venv on the last line.
+# sentence-transformers, for the Jina side of the encoder benchmark. A .pth
+# file makes the project venv's packages (scripts/setup.sh: the torch that
+# Gantry's libtorch comes from) visible in it, so no second torch is
+# downloaded. Separate from .venv-jina so that venv stays as the interop
+# tests expect it. Idempotent; prints the venv on the last line.
 #
 #   bench/encoder/venv.sh [VENV_DIR]      (default: <repo>/.venv-bench-encoder)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 venv="${1:-${root}/.venv-bench-encoder}"
-if [[ ! -x "${venv}/bin/python" ]]; then
-  python3 -m venv --system-site-packages "${venv}"
+project_venv="${GANTRY_VENV:-${root}/.venv}"
+if [[ ! -x "${project_venv}/bin/python" ]]; then
+  echo "venv.sh: error: no project venv at ${project_venv} (run scripts/setup.sh first)" >&2
+  exit 1
 fi
+if [[ ! -x "${venv}/bin/python" ]]; then
+  "$(readlink -f "${project_venv}/bin/python")" -m venv "${venv}"
+fi
+project_site="$("${project_venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+own_site="$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+# Appended after the venv's own site-packages: Jina's pins win, torch comes from the project venv.
+echo "${project_site}" >"${own_site}/gantry-project-venv.pth"
 if ! "${venv}/bin/python" -c 'import jina, docarray, sentence_transformers, torch' 2>/dev/null; then
   "${venv}/bin/python" -m pip install --quiet --upgrade pip
   constraints=()
@@ -28,7 +38,7 @@ if ! "${venv}/bin/python" -c 'import jina, docarray, sentence_transformers, torc
     'setuptools<70'
   # sentence-transformers without its torch requirement: pip would
   # otherwise install another torch (plus ~4 GB of CUDA wheels) over the
-  # system one that Gantry's libtorch comes from. Its other requirements
+  # project venv's one that Gantry's libtorch comes from. Its other requirements
   # by name; none of them needs torch.
   "${venv}/bin/python" -m pip install --quiet --no-deps sentence-transformers
   "${venv}/bin/python" -m pip install --quiet transformers huggingface-hub tokenizers safetensors \
@@ -38,6 +48,6 @@ if ! "${venv}/bin/python" -c 'import jina, docarray, sentence_transformers, torc
 fi
 "${venv}/bin/python" -c 'import jina, docarray, sentence_transformers, torch; print("bench-encoder venv ok: jina", jina.__version__, "docarray", docarray.__version__, "sentence-transformers", sentence_transformers.__version__, "torch", torch.__version__, "from", torch.__file__)' >&2
 if [[ -d "$(echo "${venv}"/lib/python3*/site-packages/torch)" ]]; then
-  echo "venv.sh: warning: ${venv} has its own torch, not the system one Gantry links" >&2
+  echo "venv.sh: warning: ${venv} has its own torch, not the project venv one Gantry links" >&2
 fi
 echo "${venv}"

