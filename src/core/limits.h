@@ -1,0 +1,24 @@
+// Bounds on what a client can make Gantry allocate or recurse over. Every
+// size computed from client data is checked against these (or the
+// configured message cap) before anything is allocated.
+#pragma once
+
+#include <cstdint>
+
+namespace gantry::internal {
+
+// Default cap on one request or reply message, gateway and workers alike
+// (YAML `max_message_bytes`, CLI `--max-message-bytes`). Tens of MB, in line
+// with TEI's payload limit and Triton's practice; never unlimited.
+inline constexpr std::int64_t kDefaultMaxMessageBytes = std::int64_t{64} << 20;
+
+// Deepest nesting accepted in client data: JSON bodies, `tags` and
+// `parameters` Structs, nested documents (chunks, matches). protobuf's own
+// parser stops at 100 levels of message nesting too.
+inline constexpr int kMaxNestingDepth = 100;
+
+// Upper bound on a client's `__prefetch__` (requests in flight on one Call
+// stream); larger values are clamped.
+inline constexpr int kMaxPrefetch = 1000;
+
+}  // namespace gantry::internal
