@@ -10,6 +10,7 @@
 #include "client/progress_bar.h"
 #include "common/grpc_options.h"
 #include "core/doc_proto.h"
+#include "core/limits.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "jina/jina.grpc.pb.h"
 
@@ -24,7 +25,7 @@ class Client::Impl {
   std::shared_ptr<grpc::Channel> channel() {
     std::lock_guard lock(mutex_);
     if (!channel_) {
-      channel_ = internal::MakeChannel(address_);
+      channel_ = internal::MakeChannel(address_, internal::kDefaultMaxMessageBytes);
     }
     return channel_;
   }

@@ -1,10 +1,23 @@
 #include "common/grpc_options.h"
 
+#include <algorithm>
+#include <limits>
+
 namespace gantry::internal {
 
-void ConfigureServerBuilder(grpc::ServerBuilder& builder) {
-  builder.SetMaxReceiveMessageSize(-1);
-  builder.SetMaxSendMessageSize(-1);
+namespace {
+
+// gRPC takes an int; larger caps are clamped to its 2 GB ceiling.
+int MessageCapForGrpc(std::int64_t max_message_bytes) {
+  return static_cast<int>(
+      std::clamp<std::int64_t>(max_message_bytes, 1, std::numeric_limits<int>::max()));
+}
+
+}  // namespace
+
+void ConfigureServerBuilder(grpc::ServerBuilder& builder, std::int64_t max_message_bytes) {
+  builder.SetMaxReceiveMessageSize(MessageCapForGrpc(max_message_bytes));
+  builder.SetMaxSendMessageSize(MessageCapForGrpc(max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 9999);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 4999);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -15,10 +28,11 @@ void ConfigureServerBuilder(grpc::ServerBuilder& builder) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           std::int64_t max_message_bytes) {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(-1);
+  args.SetMaxReceiveMessageSize(MessageCapForGrpc(max_message_bytes));
+  args.SetMaxSendMessageSize(MessageCapForGrpc(max_message_bytes));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 9999);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 4999);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);

@@ -1,20 +1,23 @@
-// gRPC settings shared by every Gantry server and channel: no message size
-// limits and keepalive that tolerates Jina's Python clients (pings every
-// ~10 s, also without calls), as Jina's own servers do.
+// gRPC settings shared by every Gantry server and channel: a message size
+// cap (never unlimited: core/limits.h has the default) and keepalive that tolerates Jina's Python
+// clients (pings every ~10 s, also without calls), as Jina's own servers do.
 #ifndef GANTRY_COMMON_GRPC_OPTIONS_H_
 #define GANTRY_COMMON_GRPC_OPTIONS_H_
 
 #include <gantry/status.h>
 #include <grpcpp/grpcpp.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 
 namespace gantry::internal {
 
-void ConfigureServerBuilder(grpc::ServerBuilder& builder);
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+// `max_message_bytes` caps every message received and sent, both ways.
+void ConfigureServerBuilder(grpc::ServerBuilder& builder, std::int64_t max_message_bytes);
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           std::int64_t max_message_bytes);
 
 inline grpc::Status ToGrpcStatus(const Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());

@@ -352,7 +352,7 @@ Status Gateway::Impl::Init() {
     replica->name = i < options_.replica_names.size()
                         ? options_.replica_names[i]
                         : options_.deployment_name + "/rep-" + std::to_string(i);
-    replica->channel = MakeChannel(replica->address);
+    replica->channel = MakeChannel(replica->address, options_.max_message_bytes);
     replica->stub = std::make_unique<grpc::GenericStub>(replica->channel);
     replicas_.push_back(std::move(replica));
   }
@@ -368,7 +368,7 @@ Status Gateway::Impl::Init() {
       "jina.JinaInfoRPC", "grpc.health.v1.Health", ReflectionService::Name()});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  ConfigureServerBuilder(builder);
+  ConfigureServerBuilder(builder, options_.max_message_bytes);
   std::string address = JoinHostPort(options_.host, options_.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(dry_run_service_.get());

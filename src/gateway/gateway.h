@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "core/limits.h"
+
 namespace gantry::internal {
 
 struct GatewayOptions {
@@ -43,6 +45,8 @@ struct GatewayOptions {
   int prefetch = 1000;
   // Deadline for one forwarded request; zero means none (Jina's timeout_send).
   std::chrono::milliseconds timeout_send{0};
+  // Cap on one request or reply message, to clients and to workers.
+  std::int64_t max_message_bytes = kDefaultMaxMessageBytes;
   // HTTP/JSON port next to the gRPC one: -1 for none, 0 for any free port.
   int http_port = -1;
 };

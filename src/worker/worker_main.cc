@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/limits.h"
 #include "core/logging.h"
 #include "core/registry.h"
 #include "core/value_json.h"
@@ -266,7 +267,8 @@ int RunWorker(const WorkerFlags& flags) {
                  info["device"], info["device_name"], info["device_memory_used_bytes"],
                  info["device_memory_total_bytes"], info["device_tensors"]);
   }
-  auto server = WorkerServer::Start(handler->get(), spec->host, spec->port);
+  auto server =
+      WorkerServer::Start(handler->get(), spec->host, spec->port, kDefaultMaxMessageBytes);
   if (!server.ok()) {
     return report_error(server.status().WithPrefix(spec->runtime_name));
   }

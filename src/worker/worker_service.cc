@@ -128,12 +128,13 @@ struct WorkerServer::Services {
 };
 
 StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(RequestHandler* handler,
-                                                            const std::string& host, int port) {
+                                                            const std::string& host, int port,
+                                                            std::int64_t max_message_bytes) {
   std::unique_ptr<WorkerServer> server(new WorkerServer());
   server->services_ = std::make_unique<Services>(handler);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  ConfigureServerBuilder(builder);
+  ConfigureServerBuilder(builder, max_message_bytes);
   std::string address = JoinHostPort(host, port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(&server->services_->single);

@@ -6,6 +6,7 @@
 #include <gantry/status.h>
 #include <grpcpp/grpcpp.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -17,8 +18,10 @@ class WorkerServer {
  public:
   // Binds host:port (0 picks a free port) and starts serving. `handler` must
   // outlive the server.
+  // `max_message_bytes` caps requests received and replies sent.
   static StatusOr<std::unique_ptr<WorkerServer>> Start(RequestHandler* handler,
-                                                       const std::string& host, int port);
+                                                       const std::string& host, int port,
+                                                       std::int64_t max_message_bytes);
   ~WorkerServer();
 
   int port() const { return port_; }
