@@ -57,8 +57,8 @@ if ! docker info >/dev/null 2>&1; then
 fi
 
 if ! docker image inspect "${image}" >/dev/null 2>&1; then
-  mirror="$(grep -hoE '^(URIs:|deb) +https?://[^ ]+/debian/?' /etc/apt/sources.list.d/*.sources \
-    /etc/apt/sources.list 2>/dev/null | head -n 1 | awk '{print $2}')"
+  mirror="$(cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null |
+    grep -oE '^(URIs:|deb) +https?://[^ ]+/debian/?' | head -n 1 | awk '{print $2}' || true)"
   mirror="${mirror:-http://deb.debian.org/debian}"
   rootfs="$(mktemp -d /tmp/gantry-rootfs.XXXXXX)"
   step "debootstrap --variant=minbase bookworm from ${mirror}"
@@ -89,7 +89,7 @@ done < <(env | grep -E '^PIP_' || true)
 # cpu-shares: yield to interactive work on a shared 2-core machine.
 container="$(docker run -d --network host --cpu-shares 512 "${pip_env[@]}" -e CI="${CI:-}" \
   -w /root/gantry "${image}" sleep infinity)"
-docker cp "${clone}/gantry" "${container}:/root/gantry"
+docker cp "${clone}/gantry/." "${container}:/root/gantry"
 for f in /etc/apt/sources.list.d/debian.sources /usr/local/share/ca-certificates/*.crt; do
   [[ -f "${f}" ]] || continue
   docker exec "${container}" mkdir -p "$(dirname "${f}")"
