@@ -40,6 +40,7 @@
 #include <gantry/device.h>
 #include <gantry/document.h>
 #include <gantry/status.h>
+#include <gantry/version.h>
 
 #include <functional>
 #include <memory>
@@ -191,9 +192,33 @@ struct ExecutorType {
 // not input).
 void RegisterExecutorType(ExecutorType type);
 
+}  // namespace internal
+}  // namespace gantry
+
+// Called by every registrar before it touches any other Gantry symbol, with
+// the ABI version its code was compiled against: a plugin built against
+// another Gantry must not call into this one with differently laid out
+// types. C linkage and C types, so that the call itself is version-proof.
+// Returns false (and records why, for the plugin loader) on a mismatch.
+extern "C" bool gantry_accept_executor_abi(const char* abi_version, const char* source_file);
+
+// The ABI version, exported from every program and plugin that registers an
+// executor (weak, so one copy per library), for the loader's dlsym.
+extern "C" __attribute__((weak, used,
+                          visibility("default"))) inline const char gantry_plugin_abi_version[] =
+    GANTRY_PLUGIN_ABI_VERSION;
+
+namespace gantry {
+namespace internal {
+
 template <typename T>
 struct ExecutorRegistrar {
   explicit ExecutorRegistrar(const char* source_file) {
+    // The literal, not the exported array: in a plugin, a reference to the
+    // array would bind to the loading program's copy.
+    if (!gantry_accept_executor_abi(GANTRY_PLUGIN_ABI_VERSION, source_file)) {
+      return;
+    }
     static_assert(std::is_base_of_v<Executor, T>,
                   "GANTRY_REGISTER_EXECUTOR: the class must derive publicly from gantry::Executor");
     static_assert(std::is_constructible_v<T, const ExecutorContext&>,
@@ -266,9 +291,9 @@ bool IsExecutorRegistered(std::string_view name);
     &GantrySelf::GantryBatching_##method                                                           \
   }
 
-// In one .cc file per executor: adds the type to the registry at start-up.
-#define GANTRY_REGISTER_EXECUTOR(Type)                                                        \
-  static const ::gantry::internal::ExecutorRegistrar<Type> gantry_registrar_##Type(__FILE__); \
-  void GantryForceLink_##Type() {}
+// In one .cc file per executor: adds the type to the registry at start-up
+// (and so exports gantry_plugin_abi_version from the library).
+#define GANTRY_REGISTER_EXECUTOR(Type) \
+  static const ::gantry::internal::ExecutorRegistrar<Type> gantry_registrar_##Type(__FILE__)
 
 #endif  // GANTRY_EXECUTOR_H_

@@ -14,6 +14,9 @@
 namespace at {
 class Tensor;
 }  // namespace at
+namespace c10 {
+struct Device;
+}  // namespace c10
 
 namespace gantry {
 
@@ -39,6 +42,11 @@ Status CheckTorchDevice(const Device& device);
 
 // Resolves "auto" to cuda when a device is visible, else cpu.
 Device ResolveTorchDevice(const Device& device);
+
+// The torch device for `device` ("auto" resolved as above; "cuda" without an
+// index is cuda:0, the first device this process sees). Executors move
+// their model with it: `model.to(gantry::ToTorchDevice(context.device))`.
+c10::Device ToTorchDevice(const Device& device);
 
 }  // namespace gantry
 

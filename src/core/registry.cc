@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <utility>
 
 namespace gantry {
 namespace internal {
@@ -24,7 +26,23 @@ Registry& GlobalRegistry() {
   return *registry;
 }
 
+struct RefusedRegistrations {
+  std::mutex mutex;
+  std::vector<std::string> messages;
+};
+
+RefusedRegistrations& GlobalRefused() {
+  static RefusedRegistrations* refused = new RefusedRegistrations();  // used at exit too
+  return *refused;
+}
+
 }  // namespace
+
+std::vector<std::string> TakeRefusedRegistrations() {
+  RefusedRegistrations& refused = GlobalRefused();
+  std::lock_guard lock(refused.mutex);
+  return std::exchange(refused.messages, {});
+}
 
 void RegisterExecutorType(ExecutorType type) {
   Registry& registry = GlobalRegistry();
@@ -93,3 +111,16 @@ bool IsExecutorRegistered(std::string_view name) {
 }
 
 }  // namespace gantry
+
+extern "C" bool gantry_accept_executor_abi(const char* abi_version, const char* source_file) {
+  if (abi_version != nullptr && std::strcmp(abi_version, GANTRY_PLUGIN_ABI_VERSION) == 0) {
+    return true;
+  }
+  gantry::internal::RefusedRegistrations& refused = gantry::internal::GlobalRefused();
+  std::lock_guard lock(refused.mutex);
+  refused.messages.push_back(std::string(source_file != nullptr ? source_file : "(unknown file)") +
+                             " was compiled against Gantry " +
+                             (abi_version != nullptr ? abi_version : "(unknown)") +
+                             ", this program is Gantry " GANTRY_VERSION_STRING);
+  return false;
+}

@@ -17,6 +17,10 @@ std::vector<std::string> RegisteredExecutorNames();
 // NotFound: "unknown executor type (jtype) 'X'; registered types: A, B".
 Status UnknownExecutorError(std::string_view name);
 
+// The registrations gantry_accept_executor_abi refused since the last call,
+// one message each (source file and both versions); clears the list.
+std::vector<std::string> TakeRefusedRegistrations();
+
 }  // namespace gantry::internal
 
 #endif  // GANTRY_CORE_REGISTRY_H_

@@ -20,14 +20,6 @@ namespace {
 
 bool CudaUsable() { return at::detail::getCUDAHooks().isBuilt() && at::hasCUDA(); }
 
-at::Device ToAt(const Device& device) {
-  if (!device.is_cuda()) {
-    return at::Device(at::kCPU);
-  }
-  return at::Device(at::kCUDA,
-                    static_cast<c10::DeviceIndex>(device.has_index() ? device.index() : 0));
-}
-
 // This process's stream on `device`: taken from the pool once, so every
 // forward pass of the worker runs on the same non-default stream.
 c10::Stream OwnStream(const at::Device& device) {
@@ -52,7 +44,7 @@ struct InferenceScope::State {
 
 InferenceScope::InferenceScope(const Device& device) : state_(std::make_unique<State>()) {
   if (device.is_cuda() && CudaUsable()) {
-    state_->stream = OwnStream(ToAt(device));
+    state_->stream = OwnStream(ToTorchDevice(device));
     state_->guard.emplace(*state_->stream);
   }
 }
@@ -69,12 +61,12 @@ void InferenceScope::Synchronize() {
 
 at::Tensor ToDeviceAsync(const at::Tensor& host, const Device& device) {
   if (!device.is_cuda() || !CudaUsable() || !host.device().is_cpu()) {
-    return device.is_cuda() ? host.to(ToAt(device)) : host;
+    return device.is_cuda() ? host.to(ToTorchDevice(device)) : host;
   }
   // Pinned memory lets the copy run asynchronously; the caching host
   // allocator keeps the buffer alive until the stream has used it.
   at::Tensor pinned = host.is_pinned() ? host : host.pin_memory();
-  return pinned.to(ToAt(device), /*non_blocking=*/true);
+  return pinned.to(ToTorchDevice(device), /*non_blocking=*/true);
 }
 
 std::vector<Tensor> RowsFromTorch(const at::Tensor& batch) {

@@ -38,14 +38,6 @@ at::ScalarType ScalarTypeOf(std::string_view dtype) {
                               "c8 c16)");
 }
 
-at::Device TorchDeviceOf(const Device& device) {
-  const Device resolved = ResolveTorchDevice(device);
-  if (resolved.is_cpu()) {
-    return at::Device(at::kCPU);
-  }
-  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(resolved.index()));
-}
-
 }  // namespace
 
 at::Tensor AsTorchView(Tensor& tensor) {
@@ -59,7 +51,7 @@ at::Tensor ToTorch(const Tensor& tensor, const Device& device) {
   // The view never outlives this call: `to(..., copy=true)` owns its result.
   const at::Tensor view = at::from_blob(const_cast<char*>(tensor.data()), tensor.shape(),
                                         at::TensorOptions().dtype(type).device(at::kCPU));
-  return view.to(TorchDeviceOf(device), type, /*non_blocking=*/false, /*copy=*/true);
+  return view.to(ToTorchDevice(device), type, /*non_blocking=*/false, /*copy=*/true);
 }
 
 Tensor FromTorch(const at::Tensor& tensor) {
@@ -116,6 +108,15 @@ std::string_view NumpyDTypeOf(const at::Tensor& tensor) {
     default:
       return "";
   }
+}
+
+c10::Device ToTorchDevice(const Device& device) {
+  const Device resolved = ResolveTorchDevice(device);
+  if (!resolved.is_cuda()) {
+    return at::Device(at::kCPU);
+  }
+  return at::Device(at::kCUDA,
+                    static_cast<c10::DeviceIndex>(resolved.has_index() ? resolved.index() : 0));
 }
 
 }  // namespace gantry

@@ -1,11 +1,17 @@
 #include "worker/plugin_loader.h"
 
 #include <dlfcn.h>
+#include <gantry/version.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <climits>
 #include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/registry.h"
 
 namespace gantry::internal {
 
@@ -26,8 +32,23 @@ Status LoadExecutorPlugin(const std::string& path, const std::string& subject) {
     return FailedPreconditionError(subject + ": cannot load executor plugin '" + path +
                                    "': " + (why != nullptr ? why : "unknown dlopen error"));
   }
-  // Never dlclose: executors and their registrars live as long as the process.
-  spdlog::info("loaded executor plugin {}", path);
+  // Never dlclose: executors and their registrars live as long as the
+  // process. A plugin whose version differs was not registered (its
+  // registrars asked gantry_accept_executor_abi first), so it is inert.
+  std::vector<std::string> refused = TakeRefusedRegistrations();
+  const auto* plugin_abi = static_cast<const char*>(::dlsym(handle, "gantry_plugin_abi_version"));
+  if (plugin_abi == nullptr) {
+    spdlog::warn("{}: plugin '{}' exports no gantry_plugin_abi_version: it registers no executor",
+                 subject, path);
+  } else if (std::strcmp(plugin_abi, GANTRY_PLUGIN_ABI_VERSION) != 0 || !refused.empty()) {
+    return FailedPreconditionError(
+        subject + ": executor plugin '" + path + "' was built against Gantry " + plugin_abi +
+        ", this worker is Gantry " GANTRY_VERSION_STRING " (ABI " GANTRY_PLUGIN_ABI_VERSION
+        "); rebuild the plugin against this Gantry" +
+        (refused.empty() ? std::string() : " (refused: " + refused.front() + ")"));
+  }
+  spdlog::info("loaded executor plugin {} (Gantry ABI {})", path,
+               plugin_abi != nullptr ? plugin_abi : "none");
   return OkStatus();
 }
 

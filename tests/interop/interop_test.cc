@@ -4,6 +4,7 @@
 // Processes run on 127.0.0.1 with ports read back; all are killed and reaped.
 #include <fcntl.h>
 #include <gantry/client.h>
+#include <gantry/version.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -30,6 +31,7 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
@@ -326,6 +328,24 @@ TEST(PluginWorkerTest, PluginWithMissingSymbolIsAClearError) {
   EXPECT_THAT(log, HasSubstr(std::string("metas.libs[0]: cannot load executor plugin '") +
                              GANTRY_TEST_BROKEN_PLUGIN + "': " + GANTRY_TEST_BROKEN_PLUGIN +
                              ": undefined symbol: _Z35GantryInteropSymbolThatDoesNotExistv"));
+}
+
+TEST(PluginWorkerTest, PluginBuiltAgainstAnotherVersionIsRefusedNamingBoth) {
+  TempDir dir;
+  Process worker({GANTRY_TEST_CLI, "executor", "--host", "127.0.0.1", "--uses", "InteropExec",
+                  "--lib", GANTRY_TEST_ABI_MISMATCH_PLUGIN, "--port", "0"},
+                 dir.File("log"));
+  auto code = worker.Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_NE(*code, 0);
+  std::string log = ReadAll(dir.File("log"));
+  EXPECT_THAT(log, HasSubstr(std::string("metas.libs[0]: executor plugin '") +
+                             GANTRY_TEST_ABI_MISMATCH_PLUGIN +
+                             "' was built against Gantry 99.0, this worker is Gantry " +
+                             GANTRY_VERSION_STRING " (ABI " GANTRY_PLUGIN_ABI_VERSION
+                                                   "); rebuild the plugin against this Gantry"));
+  // Refused before registration: the type was never added.
+  EXPECT_THAT(log, Not(HasSubstr("registered twice")));
 }
 
 }  // namespace
