@@ -22,12 +22,7 @@ void MyGPUExec::Encode(gantry::DocList& docs) {
   // InferenceMode, and on a GPU this worker's own CUDA stream.
   gantry::InferenceScope scope(device_);
   const std::string where = device_.is_cuda() ? "GPU" : "CPU";
-  at::Device device =
-      device_.is_cuda()
-          ? at::Device(at::kCUDA,
-                       static_cast<c10::DeviceIndex>(device_.has_index() ? device_.index() : 0))
-          : at::Device(at::kCPU);
-  auto options = at::TensorOptions().dtype(at::kFloat).device(device);
+  auto options = at::TensorOptions().dtype(at::kFloat).device(gantry::ToTorchDevice(device_));
   // One kernel for the whole batch; the result stays on the device until
   // the single copy back in RowsFromTorch.
   at::Tensor embeddings = at::rand({static_cast<std::int64_t>(docs.size()), 5}, options);

@@ -248,11 +248,7 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
   embedder->batch_size_ = options.batch_size;
   embedder->normalize_ = pipeline.normalize;
   embedder->device_ = device;
-  embedder->torch_device_ =
-      device.is_cpu()
-          ? at::Device(at::kCPU)
-          : at::Device(at::kCUDA,
-                       static_cast<c10::DeviceIndex>(device.has_index() ? device.index() : 0));
+  embedder->torch_device_ = gantry::ToTorchDevice(device);
   embedder->model_.To(embedder->torch_device_, dtype);
   if (options.warm_up) {
     embedder->Encode({"Warm-up pass so that the first request does not pay for it."});

@@ -59,5 +59,14 @@ TEST(TensorInteropTest, DeviceChecksOnThisMachine) {
   }
 }
 
+TEST(TensorInteropTest, ToTorchDeviceMapsEveryDeviceString) {
+  EXPECT_EQ(ToTorchDevice(Device::Cpu()), at::Device(at::kCPU));
+  EXPECT_EQ(ToTorchDevice(Device::Cuda(2)), at::Device(at::kCUDA, 2));
+  EXPECT_EQ(ToTorchDevice(Device::Cuda()), at::Device(at::kCUDA, 0));
+  if (!CheckTorchDevice(Device::Cuda(0)).ok()) {
+    EXPECT_EQ(ToTorchDevice(Device::Auto()), at::Device(at::kCPU));
+  }
+}
+
 }  // namespace
 }  // namespace gantry
