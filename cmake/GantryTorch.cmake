@@ -29,23 +29,77 @@ if(NOT Torch_DIR)
     endif()
   endif()
 endif()
-# Name the GPU architectures, or torch's CMake probes for a GPU with try_run,
-# which fails on machines without one (and under C++20 dialect settings).
-if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
-  set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
+# torch's CMake package (TorchConfig) insists on a CUDA toolkit when the wheel
+# is a CUDA build, and a stock Debian machine has none: there, the wheel's
+# libraries are used directly. libtorch_cuda is linked all the same, so CUDA
+# works at run time wherever a driver is present; only code compiled with
+# GANTRY_WITH_CUDA (CUDA headers and nvcc) needs the toolkit.
+#   GANTRY_TORCH_CMAKE_PACKAGE: AUTO (TorchConfig when nvcc is found), ON, OFF
+set(GANTRY_TORCH_CMAKE_PACKAGE AUTO CACHE STRING
+  "Use torch's CMake package (ON), the wheel's libraries directly (OFF), or ON when nvcc is found (AUTO)")
+find_program(GANTRY_NVCC nvcc HINTS ENV CUDA_HOME ENV CUDA_PATH /usr/local/cuda PATH_SUFFIXES bin)
+if(GANTRY_TORCH_CMAKE_PACKAGE STREQUAL "AUTO")
+  if(GANTRY_NVCC OR Torch_DIR)
+    set(_gantry_use_torch_config ON)
+  else()
+    set(_gantry_use_torch_config OFF)
+  endif()
+else()
+  set(_gantry_use_torch_config ${GANTRY_TORCH_CMAKE_PACKAGE})
 endif()
-find_package(Torch REQUIRED)
+
+add_library(gantry_libtorch INTERFACE)
+if(_gantry_use_torch_config)
+  # Name the GPU architectures, or torch's CMake probes for a GPU with
+  # try_run, which fails on machines without one (and under C++20).
+  if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+    set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
+  endif()
+  find_package(Torch REQUIRED)
+  set(_gantry_torch_root "${TORCH_INSTALL_PREFIX}")
+  target_link_libraries(gantry_libtorch INTERFACE ${TORCH_LIBRARIES})
+  target_include_directories(gantry_libtorch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+else()
+  if(GANTRY_WITH_CUDA)
+    message(FATAL_ERROR "GANTRY_WITH_CUDA=ON needs the CUDA toolkit (nvcc); none was found")
+  endif()
+  if(NOT _gantry_python)
+    message(FATAL_ERROR "no Python with the torch wheel: run scripts/setup.sh or set GANTRY_PYTHON")
+  endif()
+  execute_process(
+    COMMAND ${_gantry_python} -c
+      "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"
+    OUTPUT_VARIABLE _gantry_torch_facts OUTPUT_STRIP_TRAILING_WHITESPACE
+    RESULT_VARIABLE _gantry_torch_rc)
+  if(NOT _gantry_torch_rc EQUAL 0)
+    message(FATAL_ERROR "${_gantry_python} cannot import torch: run scripts/setup.sh")
+  endif()
+  string(REPLACE "\n" ";" _gantry_torch_facts "${_gantry_torch_facts}")
+  list(GET _gantry_torch_facts 0 _gantry_torch_root)
+  list(GET _gantry_torch_facts 1 _gantry_torch_abi)
+  message(STATUS "libtorch: the wheel's libraries in ${_gantry_torch_root} (no CUDA toolkit found, "
+                 "so not torch's CMake package; GPU use at run time is unaffected)")
+  target_include_directories(gantry_libtorch SYSTEM INTERFACE
+    ${_gantry_torch_root}/include ${_gantry_torch_root}/include/torch/csrc/api/include)
+  target_compile_definitions(gantry_libtorch INTERFACE _GLIBCXX_USE_CXX11_ABI=${_gantry_torch_abi})
+  set(_gantry_torch_libs
+    ${_gantry_torch_root}/lib/libtorch.so ${_gantry_torch_root}/lib/libtorch_cpu.so
+    ${_gantry_torch_root}/lib/libc10.so)
+  # As TorchConfig does: libtorch_cuda registers the CUDA backend from its
+  # static initialisers, so it must stay linked though no symbol is used.
+  foreach(lib torch_cuda c10_cuda)
+    if(EXISTS ${_gantry_torch_root}/lib/lib${lib}.so)
+      list(APPEND _gantry_torch_libs
+        "-Wl,--no-as-needed,${_gantry_torch_root}/lib/lib${lib}.so,--as-needed")
+    endif()
+  endforeach()
+  target_link_libraries(gantry_libtorch INTERFACE ${_gantry_torch_libs})
+  target_link_options(gantry_libtorch INTERFACE "LINKER:-rpath,${_gantry_torch_root}/lib")
+endif()
 # The wheel's libtorch_cuda.so needs the NCCL/cuDNN/... of the `nvidia-*`
 # wheels beside it; the linker must look there, not in /usr/local/cuda.
-get_filename_component(_gantry_site "${TORCH_INSTALL_PREFIX}/.." ABSOLUTE)
+get_filename_component(_gantry_site "${_gantry_torch_root}/.." ABSOLUTE)
 file(GLOB _gantry_nvidia_libs LIST_DIRECTORIES true "${_gantry_site}/nvidia/*/lib")
-set(GANTRY_TORCH_LINK_OPTIONS "")
 foreach(dir IN LISTS _gantry_nvidia_libs)
-  list(APPEND GANTRY_TORCH_LINK_OPTIONS "LINKER:-rpath-link,${dir}")
+  target_link_options(gantry_libtorch INTERFACE "LINKER:-rpath-link,${dir}")
 endforeach()
-# One imported target so that torch's include path is SYSTEM and reaches only
-# what links it.
-add_library(gantry_libtorch INTERFACE)
-target_link_libraries(gantry_libtorch INTERFACE ${TORCH_LIBRARIES})
-target_include_directories(gantry_libtorch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
-target_link_options(gantry_libtorch INTERFACE ${GANTRY_TORCH_LINK_OPTIONS})
