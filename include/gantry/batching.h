@@ -1,4 +1,5 @@
-// File: gantry/batching.h
+// File: gantry/batching.h   (implemented by the worker's BatchQueue,
+// src/worker/batch_queue.cc)
 //
 // Dynamic batching of one endpoint (Jina's @dynamic_batching): requests from
 // concurrent callers are queued, merged into one handler call and split back,

@@ -1,4 +1,5 @@
-// File: gantry/executor.h
+// File: gantry/executor.h   (the registry behind GANTRY_REGISTER_EXECUTOR is
+// src/core/registry.cc)
 //
 // Executors: user classes whose methods serve endpoints, the C++ counterpart
 // of Jina's Executor and `@requests`.

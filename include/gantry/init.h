@@ -1,4 +1,5 @@
-// File: gantry/init.h
+// File: gantry/init.h   (implemented in src/worker/worker_main.cc, beside the
+// worker main loop that Init runs)
 //
 // gantry::Init must be the first call in main() of any program that defines
 // executors and starts a Deployment of them. A Deployment re-executes the
