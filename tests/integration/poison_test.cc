@@ -70,8 +70,17 @@ TEST(PoisonTest, PoisonRequestIsTriedOnTwoReplicasNotAll) {
   EXPECT_EQ(CallsWith(log, "poison"), 2) << testing::ReadFile(log);
 
   // Two replicas died and left rotation; the third serves on, and the
-  // deployment is still healthy.
+  // deployment is still healthy. (A socket closes a moment before its
+  // process is gone.)
   std::vector<ReplicaInfo> replicas = dep.replicas();
+  auto count_dead = [&] {
+    int n = 0;
+    for (const ReplicaInfo& r : replicas) {
+      n += testing::ProcessAlive(r.pid) ? 0 : 1;
+    }
+    return n;
+  };
+  EXPECT_TRUE(WaitUntil([&] { return count_dead() == 2; }, Ms(5000)));
   int dead = 0;
   for (const ReplicaInfo& r : replicas) {
     if (!testing::ProcessAlive(r.pid)) {
