@@ -13,6 +13,7 @@
 #include <gantry/status.h>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -28,16 +29,25 @@ struct PostOptions {
   Parameters parameters{};
   // Requests in flight on the stream before waiting for replies.
   int prefetch = 64;
-  // Deadline for the whole post; zero means none.
+  // Deadline for the whole post; zero means none. The gateway passes it on
+  // to the workers: past it, requests are neither run nor retried.
   std::chrono::milliseconds timeout{0};
   // Only executors whose name matches this regex (Jina's target_executor).
   std::string target_executor{};
+};
+
+struct ClientOptions {
+  // Cap on one request sent or reply received, in bytes (1 to 2^31-1). A
+  // reply over it fails with RESOURCE_EXHAUSTED; raise it together with the
+  // server's `max_message_bytes`. Default: 64 MiB, the servers' default.
+  std::int64_t max_message_bytes = std::int64_t{64} << 20;
 };
 
 class Client {
  public:
   // `address` is "host:port"; the connection is made lazily.
   explicit Client(std::string address);
+  Client(std::string address, ClientOptions options);
   ~Client();
   Client(Client&&) noexcept;
   Client& operator=(Client&&) noexcept;

@@ -14,6 +14,7 @@
 //     port: 12345
 //     gpus: 0.5                   # or 1, all, "0,2"
 //     uses_dynamic_batching: {/encode: {preferred_batch_size: 32, timeout: 10}}
+//     max_message_bytes: 67108864 # cap on one request or reply (default 64 MiB)
 //
 // `${{ ENV.NAME }}` is replaced by the environment variable NAME. Files are
 // validated whole before anything starts: unknown keys, wrong types and bad

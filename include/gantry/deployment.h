@@ -77,6 +77,11 @@ struct DeploymentOptions {
   // Dynamic batching per endpoint ("/encode") or handler name ("Encode");
   // overrides the executor's GANTRY_DYNAMIC_BATCHING and YAML.
   std::map<std::string, DynamicBatching> uses_dynamic_batching{};
+  // Cap on one request or reply message, in bytes (1 to 2^31-1), for the
+  // gateway, its calls to the workers, the workers and Post()'s client. A
+  // larger request is refused with RESOURCE_EXHAUSTED before it is read
+  // whole. Default: 64 MiB.
+  std::int64_t max_message_bytes = std::int64_t{64} << 20;
 };
 
 struct ReplicaInfo {
@@ -86,6 +91,12 @@ struct ReplicaInfo {
   std::string device;   // "cpu", "cuda:0", ...
   // Requests the gateway forwarded to this replica and got an answer for.
   std::uint64_t requests = 0;
+  // Requests forwarded to it and not yet answered, failed or cancelled.
+  int in_flight = 0;
+  // False while the gateway keeps it out of rotation: it failed at the
+  // transport level (crashed, unreachable) and its health check has not
+  // passed since.
+  bool available = true;
   // The replica's CUDA_VISIBLE_DEVICES when Gantry placed it on GPUs, and
   // what the placement was ("GPU 1 (NVIDIA H100 80GB) x0.5"); else empty.
   std::string cuda_visible_devices{};

@@ -1,8 +1,11 @@
 // The `gantry` command line: argument parsing and wiring only.
 //
 //   gantry deployment --uses deployment.yml [--port N] [--http-port N] [--port-file F]
+//                     [--max-message-bytes N]
 //   gantry executor --uses executor.yml|JTYPE [--lib PLUGIN.so]... [--port N] [--port-file F]
+//                   [--max-message-bytes N]
 //   gantry gateway --replica-addresses H:P,H:P [--port N] [--http-port N]
+//                  [--max-message-bytes N]
 //   gantry new NAME [--dir DIR]
 //   gantry ping HOST:PORT [--timeout MS] [--attempts N]
 //   gantry executors
@@ -16,6 +19,7 @@
 
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -68,7 +72,7 @@ int ExecWorker(const std::vector<std::string>& args) {
 }
 
 int RunDeployment(const std::string& uses, int port, int http_port, const std::string& port_file,
-                  const std::string& log_level) {
+                  const std::string& log_level, std::int64_t max_message_bytes) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   auto options = gantry::LoadDeploymentConfig(uses);
   if (!options.ok()) {
@@ -82,6 +86,9 @@ int RunDeployment(const std::string& uses, int port, int http_port, const std::s
   }
   if (!log_level.empty()) {
     options->log_level = log_level;
+  }
+  if (max_message_bytes > 0) {
+    options->max_message_bytes = max_message_bytes;
   }
   gantry::Deployment deployment(std::move(options).value());
   if (!deployment.ok()) {
@@ -99,7 +106,7 @@ int RunDeployment(const std::string& uses, int port, int http_port, const std::s
 int RunExecutor(const std::string& uses, const std::string& host, int port,
                 const std::string& port_file, const std::string& device, const std::string& name,
                 const std::string& uses_with, const std::vector<std::string>& libs,
-                const std::string& log_level) {
+                const std::string& log_level, std::int64_t max_message_bytes) {
   gantry::internal::WorkerSpec spec;
   bool is_yaml = uses.ends_with(".yml") || uses.ends_with(".yaml");
   if (is_yaml) {
@@ -156,6 +163,9 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
   spec.port = port < 0 ? 0 : port;
   spec.port_file = port_file;
   spec.log_level = log_level;
+  if (max_message_bytes > 0) {
+    spec.max_message_bytes = max_message_bytes;
+  }
   // Jina's default host is 0.0.0.0 (reachable from outside, as a container
   // needs); tests and local use pass --host 127.0.0.1.
   spec.host = host;
@@ -163,14 +173,17 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
 }
 
 int RunGateway(const std::string& addresses, const std::string& host, int port, int http_port,
-               const std::string& name, const std::string& port_file,
-               const std::string& log_level) {
+               const std::string& name, const std::string& port_file, const std::string& log_level,
+               std::int64_t max_message_bytes) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   gantry::internal::GatewayOptions options;
   options.host = host;
   options.port = port < 0 ? 0 : port;
   options.http_port = http_port;
   options.deployment_name = name;
+  if (max_message_bytes > 0) {
+    options.max_message_bytes = max_message_bytes;
+  }
   std::string rest = addresses;
   while (!rest.empty()) {
     std::size_t comma = rest.find(',');
@@ -246,6 +259,14 @@ int main(int argc, char** argv) {
                          "also serve HTTP/JSON on this port (0 = any free; default: no HTTP)");
   deployment->add_option("--port-file", port_file, "write the gateway's port here when ready");
   deployment->add_option("--log-level", log_level, "debug, info, warning or error");
+  // 0: not given (the YAML's or the default, 64 MiB).
+  std::int64_t max_message_bytes = 0;
+  constexpr const char* kMaxMessageHelp =
+      "cap on one request or reply in bytes, 1 to 2147483647 (default 64 MiB)";
+  deployment
+      ->add_option("--max-message-bytes", max_message_bytes,
+                   std::string(kMaxMessageHelp) + "; overrides the YAML's")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{2147483647}));
 
   std::string device;
   std::string name;
@@ -265,6 +286,8 @@ int main(int argc, char** argv) {
                        "executor plugin library to load before the type lookup (repeatable; "
                        "added to metas.libs)");
   executor->add_option("--log-level", log_level, "debug, info, warning or error");
+  executor->add_option("--max-message-bytes", max_message_bytes, kMaxMessageHelp)
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{2147483647}));
 
   std::string addresses;
   auto* gateway = app.add_subcommand("gateway", "Run a gateway in front of running workers");
@@ -278,6 +301,8 @@ int main(int argc, char** argv) {
   gateway->add_option("--name", gateway_name, "deployment name for messages");
   gateway->add_option("--port-file", port_file, "write the port here when ready");
   gateway->add_option("--log-level", log_level, "debug, info, warning or error");
+  gateway->add_option("--max-message-bytes", max_message_bytes, kMaxMessageHelp)
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{2147483647}));
 
   std::string address;
   int timeout_ms = 3000;
@@ -299,14 +324,16 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (deployment->parsed()) {
-    return RunDeployment(uses, port, http_port, port_file, log_level);
+    return RunDeployment(uses, port, http_port, port_file, log_level, max_message_bytes);
   }
   if (executor->parsed()) {
-    return RunExecutor(uses, host, port, port_file, device, name, uses_with, libs, log_level);
+    return RunExecutor(uses, host, port, port_file, device, name, uses_with, libs, log_level,
+                       max_message_bytes);
   }
   if (gateway->parsed()) {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    return RunGateway(addresses, host, port, http_port, gateway_name, port_file, log_level);
+    return RunGateway(addresses, host, port, http_port, gateway_name, port_file, log_level,
+                      max_message_bytes);
   }
   if (ping->parsed()) {
     return RunPing(address, timeout_ms, attempts);

@@ -18,14 +18,15 @@ namespace gantry {
 
 class Client::Impl {
  public:
-  explicit Impl(std::string address) : address_(std::move(address)) {}
+  Impl(std::string address, ClientOptions options)
+      : address_(std::move(address)), options_(options) {}
 
   const std::string& address() const { return address_; }
 
   std::shared_ptr<grpc::Channel> channel() {
     std::lock_guard lock(mutex_);
     if (!channel_) {
-      channel_ = internal::MakeChannel(address_, internal::kDefaultMaxMessageBytes);
+      channel_ = internal::MakeChannel(address_, options_.max_message_bytes);
     }
     return channel_;
   }
@@ -35,6 +36,7 @@ class Client::Impl {
 
  private:
   std::string address_;
+  ClientOptions options_;
   std::mutex mutex_;
   std::shared_ptr<grpc::Channel> channel_;
 };
@@ -185,8 +187,9 @@ StatusOr<DocList> Client::Impl::Post(std::string_view endpoint, const DocList& d
       progress->Update(received_docs);
     }
   }
-  if (!error.ok() || received_batches < batches) {
-    // Stop the writer and abandon the stream.
+  if (!error.ok()) {
+    // Stop the writer and abandon the stream. Not when the server ended it:
+    // cancelling then would replace the server's status with CANCELLED.
     context.TryCancel();
   }
   {
@@ -224,7 +227,9 @@ StatusOr<DocList> Client::Impl::Post(std::string_view endpoint, const DocList& d
   return out;
 }
 
-Client::Client(std::string address) : impl_(std::make_unique<Impl>(std::move(address))) {}
+Client::Client(std::string address) : Client(std::move(address), ClientOptions{}) {}
+Client::Client(std::string address, ClientOptions options)
+    : impl_(std::make_unique<Impl>(std::move(address), options)) {}
 Client::~Client() = default;
 Client::Client(Client&&) noexcept = default;
 Client& Client::operator=(Client&&) noexcept = default;

@@ -33,10 +33,13 @@ constexpr std::string_view kExecutorKeys[] = {"jtype", "with", "metas", "request
 constexpr std::string_view kMetasKeys[] = {"name", "description", "workspace",
                                            "url",  "keywords",    "libs"};
 constexpr std::string_view kDeploymentKeys[] = {"jtype", "version", "with"};
-constexpr std::string_view kDeploymentWithKeys[] = {
-    "uses",     "uses_with", "uses_metas",    "name",      "replicas", "port",
-    "host",     "env",       "timeout_ready", "log_level", "gpus",     "uses_dynamic_batching",
-    "http_port"};
+constexpr std::string_view kDeploymentWithKeys[] = {"uses",          "uses_with",
+                                                    "uses_metas",    "name",
+                                                    "replicas",      "port",
+                                                    "host",          "env",
+                                                    "timeout_ready", "log_level",
+                                                    "gpus",          "uses_dynamic_batching",
+                                                    "http_port",     "max_message_bytes"};
 // Jina's batching keys, plus Triton-style caps of ours.
 constexpr std::string_view kBatchingKeys[] = {
     "preferred_batch_size", "timeout",        "flush_all",     "use_dynamic_batching",
@@ -655,6 +658,10 @@ class Parser {
         GANTRY_ASSIGN_OR_RETURN(std::int64_t port,
                                 ReadInt(e, path, 0, 65535, "an integer from 0 to 65535"));
         options.http_port = static_cast<int>(port);
+      } else if (e.key == "max_message_bytes") {
+        GANTRY_ASSIGN_OR_RETURN(options.max_message_bytes,
+                                ReadInt(e, path, 1, std::numeric_limits<std::int32_t>::max(),
+                                        "a size in bytes from 1 to 2147483647 (gRPC's limit)"));
       } else if (e.key == "host") {
         GANTRY_ASSIGN_OR_RETURN(options.host, ReadName(e, path));
       } else if (e.key == "env") {

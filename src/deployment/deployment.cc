@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -171,6 +172,12 @@ Status Deployment::Impl::Validate() {
     return InvalidArgumentError("deployment '" + options_.name + "': port " +
                                 std::to_string(options_.port) + " is outside 0..65535");
   }
+  if (options_.max_message_bytes < 1 ||
+      options_.max_message_bytes > std::numeric_limits<std::int32_t>::max()) {
+    return InvalidArgumentError("deployment '" + options_.name + "': max_message_bytes " +
+                                std::to_string(options_.max_message_bytes) +
+                                " is outside 1..2147483647");
+  }
   if (options_.name.empty() || options_.name.find('/') != std::string::npos) {
     return InvalidArgumentError("deployment name '" + options_.name +
                                 "' must be non-empty and contain no '/'");
@@ -269,13 +276,16 @@ Status Deployment::Impl::Start() {
   gateway_options.port = options_.port;
   gateway_options.deployment_name = options_.name;
   gateway_options.http_port = options_.http_port;
+  gateway_options.max_message_bytes = options_.max_message_bytes;
   for (const Replica& replica : replicas_) {
     gateway_options.replica_addresses.push_back("127.0.0.1:" + std::to_string(replica.port));
     gateway_options.replica_names.push_back(replica.name);
   }
   GANTRY_ASSIGN_OR_RETURN(gateway_, internal::Gateway::Start(std::move(gateway_options)));
-  client_ = std::make_unique<Client>(internal::JoinHostPort(
-      options_.host == "0.0.0.0" ? "127.0.0.1" : options_.host, gateway_->port()));
+  client_ = std::make_unique<Client>(
+      internal::JoinHostPort(options_.host == "0.0.0.0" ? "127.0.0.1" : options_.host,
+                             gateway_->port()),
+      ClientOptions{.max_message_bytes = options_.max_message_bytes});
 
   std::string address = internal::JoinHostPort(options_.host, gateway_->port());
   std::string line(48, '-');
@@ -308,6 +318,7 @@ Status Deployment::Impl::SpawnReplicas(const std::string& program) {
     replica.device = spec.device;
     replica.placement = placement.description;
     spec.log_level = options_.log_level;
+    spec.max_message_bytes = options_.max_message_bytes;
 
     Pipe status_pipe;
     replica.lifeline = std::make_unique<Pipe>();
@@ -525,9 +536,9 @@ std::string Deployment::address() const {
 
 std::vector<ReplicaInfo> Deployment::replicas() const {
   std::vector<ReplicaInfo> out;
-  std::vector<std::uint64_t> counts;
+  std::vector<internal::ReplicaState> states;
   if (impl_->gateway_) {
-    counts = impl_->gateway_->ReplicaRequestCounts();
+    states = impl_->gateway_->ReplicaStates();
   }
   for (std::size_t i = 0; i < impl_->replicas_.size(); ++i) {
     const Replica& replica = impl_->replicas_[i];
@@ -536,7 +547,11 @@ std::vector<ReplicaInfo> Deployment::replicas() const {
     info.pid = replica.process ? replica.process->pid() : 0;
     info.address = "127.0.0.1:" + std::to_string(replica.port);
     info.device = replica.device;
-    info.requests = i < counts.size() ? counts[i] : 0;
+    if (i < states.size()) {
+      info.requests = states[i].requests;
+      info.in_flight = states[i].in_flight;
+      info.available = states[i].available;
+    }
     info.cuda_visible_devices = replica.cuda_visible_devices;
     info.placement = replica.placement;
     out.push_back(std::move(info));

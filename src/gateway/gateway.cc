@@ -7,15 +7,20 @@
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
+#include <charconv>
+#include <condition_variable>
 #include <functional>
 #include <future>
 #include <map>
 #include <mutex>
-#include <random>
+#include <optional>
+#include <thread>
 
 #include "common/grpc_options.h"
 #include "gateway/http_gateway.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "jina/jina.grpc.pb.h"
 #include "worker/reflection_service.h"
 
@@ -24,36 +29,38 @@ namespace {
 
 constexpr char kCallMethod[] = "/jina.JinaRPC/Call";
 constexpr char kSingleMethod[] = "/jina.JinaSingleDataRequestRPC/process_single_data";
+// How often replicas are health-checked, and how long one check may take. A
+// replica out of rotation is back within about one interval of recovering.
+constexpr std::chrono::milliseconds kProbeInterval{250};
+constexpr std::chrono::milliseconds kProbeTimeout{500};
+// Tries of one request that may end with its replica dropping the
+// connection: the second such end is final (see gateway.h).
+constexpr int kMaxReplicasKilledPerRequest = 2;
+
+using Clock = std::chrono::system_clock;
 
 struct Replica {
   std::string address;
   std::string name;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<grpc::GenericStub> stub;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health;
   std::atomic<int> in_flight{0};
   std::atomic<std::uint64_t> served{0};
+  // In rotation: cleared by a transport failure, set by a passing probe.
+  std::atomic<bool> available{true};
+
+  std::string Describe() const { return name + " (" + address + ")"; }
 };
 
-struct ForwardResult {
-  grpc::Status status;
-  grpc::ByteBuffer reply;
-  bool is_error = false;
-};
-using ForwardDone = std::function<void(ForwardResult)>;
-
-// One request on its way to a replica, across retries.
-struct ForwardState {
-  grpc::ByteBuffer request;
-  grpc::ByteBuffer reply;
-  std::unique_ptr<grpc::ClientContext> context;
-  int attempt = 0;
-  std::size_t replica = 0;
-  ForwardDone done;
-};
-
-bool IsRetryable(grpc::StatusCode code) {
-  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED ||
-         code == grpc::StatusCode::NOT_FOUND;
+// gRPC reports a replica it could not connect to ("failed to connect to all
+// addresses", "Connection refused") with the same code as one that dropped
+// a call mid-way; only the latter may have been killed by the request.
+bool NeverConnected(const grpc::Status& status) {
+  const std::string& message = status.error_message();
+  return message.find("failed to connect") != std::string::npos ||
+         message.find("Failed to connect") != std::string::npos ||
+         message.find("Connection refused") != std::string::npos;
 }
 
 grpc::ByteBuffer SerializeToByteBuffer(const google::protobuf::Message& message) {
@@ -69,24 +76,107 @@ bool ParseFromByteBuffer(grpc::ByteBuffer* buffer, google::protobuf::Message* me
 
 }  // namespace
 
+int ParsePrefetch(std::string_view text, int fallback) {
+  long long value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec == std::errc::result_out_of_range && ptr == end) {
+    return kMaxPrefetch;
+  }
+  if (ec != std::errc() || ptr != end) {
+    return fallback;
+  }
+  if (value <= 0 || value > kMaxPrefetch) {
+    return kMaxPrefetch;
+  }
+  return static_cast<int>(value);
+}
+
+struct ForwardResult {
+  grpc::Status status;
+  grpc::ByteBuffer reply;
+  bool is_error = false;
+};
+using ForwardDone = std::function<void(ForwardResult)>;
+
+// One request on its way to a replica, across retries. Cancel() may come
+// from any thread; the rest is touched by one attempt at a time.
+class ForwardCall {
+ public:
+  // Cancels the attempt in flight and prevents further ones.
+  void Cancel() {
+    std::lock_guard lock(mutex_);
+    cancelled_ = true;
+    if (context_) {
+      context_->TryCancel();
+    }
+  }
+
+ private:
+  friend class Gateway::Impl;
+
+  // A fresh context for the next attempt, or null once cancelled.
+  grpc::ClientContext* NewContext() {
+    std::lock_guard lock(mutex_);
+    if (cancelled_) {
+      return nullptr;
+    }
+    context_ = std::make_unique<grpc::ClientContext>();
+    return context_.get();
+  }
+  bool cancelled() {
+    std::lock_guard lock(mutex_);
+    return cancelled_;
+  }
+
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer reply_;
+  // The client's deadline; time_point::max() when it set none.
+  Clock::time_point client_deadline_ = Clock::time_point::max();
+  // Whether the attempt in flight runs under timeout_send rather than the
+  // client's deadline.
+  bool send_timeout_bound_ = false;
+  int attempt_ = 0;
+  std::size_t replica_ = 0;
+  // Replicas that dropped the connection in the middle of this request.
+  std::vector<std::size_t> killed_;
+  ForwardDone done_;
+
+  std::mutex mutex_;
+  std::unique_ptr<grpc::ClientContext> context_;  // guarded by mutex_
+  bool cancelled_ = false;                        // guarded by mutex_
+};
+
 class Gateway::Impl {
  public:
   explicit Impl(GatewayOptions options) : options_(std::move(options)) {}
 
   Status Init();
-  void Forward(grpc::ByteBuffer request, ForwardDone done);
+  // Sends `request` to a replica; `done` runs once, on a gRPC thread or
+  // (for a request that fails before any call) on the caller's. The handle
+  // cancels it.
+  std::shared_ptr<ForwardCall> Forward(grpc::ByteBuffer request, Clock::time_point deadline,
+                                       ForwardDone done);
   int prefetch() const { return options_.prefetch; }
   int port() const { return port_; }
   int http_port() const { return http_ ? http_->port() : -1; }
-  std::vector<std::uint64_t> Counts() const {
-    std::vector<std::uint64_t> out;
+  std::vector<ReplicaState> States() const {
+    std::vector<ReplicaState> out;
     for (const auto& r : replicas_) {
-      out.push_back(r->served.load());
+      out.push_back({r->served.load(), r->in_flight.load(), r->available.load()});
     }
     return out;
   }
   void Shutdown(std::chrono::milliseconds grace) {
     std::call_once(shutdown_once_, [&] {
+      {
+        std::lock_guard lock(probe_mutex_);
+        stop_probing_ = true;
+      }
+      probe_wake_.notify_all();
+      if (prober_.joinable()) {
+        prober_.join();
+      }
       if (http_) {
         http_->Shutdown();
       }
@@ -96,7 +186,7 @@ class Gateway::Impl {
       if (auto* health = server_->GetHealthCheckService()) {
         health->Shutdown();
       }
-      server_->Shutdown(std::chrono::system_clock::now() + grace);
+      server_->Shutdown(Clock::now() + grace);
       server_->Wait();
     });
   }
@@ -106,9 +196,17 @@ class Gateway::Impl {
   class DryRunService;
   class InfoService;
 
-  void Attempt(std::shared_ptr<ForwardState> state);
+  void Attempt(std::shared_ptr<ForwardCall> call);
+  void OnAttemptDone(std::shared_ptr<ForwardCall> call, grpc::Status status);
+  void Finish(const std::shared_ptr<ForwardCall>& call, grpc::Status status);
   HttpForwardResult ForwardAndWait(std::string request);
-  std::size_t PickReplica(const ForwardState& state);
+  // An available replica other than those `call` already failed on, or
+  // nullopt when none is left.
+  std::optional<std::size_t> PickReplica(const ForwardCall& call);
+  void MarkOut(Replica& replica, const std::string& why);
+  void UpdateHealth();
+  void ProbeLoop();
+  std::string NoReplicaMessage() const;
 
   GatewayOptions options_;
   std::vector<std::unique_ptr<Replica>> replicas_;
@@ -122,6 +220,14 @@ class Gateway::Impl {
   std::unique_ptr<HttpGateway> http_;
   int port_ = 0;
   std::once_flag shutdown_once_;
+
+  // Serialises SetServingStatus so that the last answer set is current.
+  std::mutex health_mutex_;
+  bool serving_ = true;  // guarded by health_mutex_
+  std::mutex probe_mutex_;
+  std::condition_variable probe_wake_;
+  bool stop_probing_ = false;  // guarded by probe_mutex_
+  std::thread prober_;
 };
 
 // ---- Data path: Call and process_single_data as raw bytes -------------------
@@ -142,10 +248,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     prefetch_ = gateway->prefetch();
     const auto& metadata = context->client_metadata();
     if (auto it = metadata.find("__prefetch__"); it != metadata.end()) {
-      int value = std::atoi(std::string(it->second.data(), it->second.size()).c_str());
-      if (value > 0) {
-        prefetch_ = value;
-      }
+      prefetch_ = ParsePrefetch(std::string_view(it->second.data(), it->second.size()), prefetch_);
     }
     if (auto it = metadata.find("__results_in_order__"); it != metadata.end()) {
       in_order_ = it->second == "true";
@@ -155,7 +258,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
   }
 
   void OnReadDone(bool ok) override {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     reading_ = false;
     if (!ok || failed_) {
       reads_done_ = true;
@@ -164,29 +267,59 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     }
     std::uint64_t sequence = next_sequence_++;
     ++in_flight_;
+    calls_[sequence] = nullptr;  // its handle is stored once Forward returns
     grpc::ByteBuffer request = std::move(read_buffer_);
-    gateway_->Forward(std::move(request), [this, sequence](ForwardResult result) {
-      OnForwardDone(sequence, std::move(result));
-    });
     if (unary_) {
       reads_done_ = true;
-    } else {
-      StartReadLocked();
     }
+    // Forward may complete inline (no replica available): not under mutex_.
+    lock.unlock();
+    std::shared_ptr<ForwardCall> call = gateway_->Forward(
+        std::move(request), context_->deadline(),
+        [this, sequence](ForwardResult result) { OnForwardDone(sequence, std::move(result)); });
+    lock.lock();
+    if (auto it = calls_.find(sequence); it != calls_.end()) {
+      it->second = call;
+      if (failed_) {
+        lock.unlock();
+        call->Cancel();
+        lock.lock();
+      }
+    }
+    StartReadLocked();
+    MaybeFinishLocked();
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard lock(mutex_);
-    writing_ = false;
-    if (!ok) {
-      // The client is gone; drop what is queued and wind down.
-      failed_ = true;
-      write_queue_.clear();
-      pending_in_order_.clear();
+    std::vector<std::shared_ptr<ForwardCall>> to_cancel;
+    {
+      std::lock_guard lock(mutex_);
+      writing_ = false;
+      if (!ok) {
+        // The client is gone: drop what is queued, stop its requests on the
+        // workers and wind down.
+        failed_ = true;
+        write_queue_.clear();
+        pending_in_order_.clear();
+        to_cancel = TakeCallsLocked();
+      }
+      StartWriteLocked();
+      StartReadLocked();
+      MaybeFinishLocked();
     }
-    StartWriteLocked();
-    StartReadLocked();
-    MaybeFinishLocked();
+    CancelAll(to_cancel);
+  }
+
+  // The client cancelled or its deadline passed: its requests in flight on
+  // the workers are cancelled so that they stop occupying replicas.
+  void OnCancel() override {
+    std::vector<std::shared_ptr<ForwardCall>> to_cancel;
+    {
+      std::lock_guard lock(mutex_);
+      failed_ = true;
+      to_cancel = TakeCallsLocked();
+    }
+    CancelAll(to_cancel);
   }
 
   void OnDone() override {
@@ -197,33 +330,57 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
 
  private:
   void OnForwardDone(std::uint64_t sequence, ForwardResult result) {
-    std::lock_guard lock(mutex_);
-    --in_flight_;
-    if (!result.status.ok()) {
-      // As Jina's gateway: the call ends with the worker's error code.
-      if (final_status_.ok()) {
-        final_status_ = result.status;
-      }
-      failed_ = true;
-    } else if (!failed_) {
-      if (unary_ && result.is_error) {
-        context_->AddTrailingMetadata("is-error", "true");
-      }
-      if (in_order_) {
-        pending_in_order_.emplace(sequence, std::move(result.reply));
-        while (!pending_in_order_.empty() &&
-               pending_in_order_.begin()->first == next_write_sequence_) {
-          write_queue_.push_back(std::move(pending_in_order_.begin()->second));
-          pending_in_order_.erase(pending_in_order_.begin());
-          ++next_write_sequence_;
+    std::vector<std::shared_ptr<ForwardCall>> to_cancel;
+    {
+      std::lock_guard lock(mutex_);
+      --in_flight_;
+      calls_.erase(sequence);
+      if (!result.status.ok()) {
+        // As Jina's gateway: the call ends with the worker's error code, and
+        // the other requests of the stream are not worth finishing.
+        if (final_status_.ok()) {
+          final_status_ = result.status;
         }
-      } else {
-        write_queue_.push_back(std::move(result.reply));
+        failed_ = true;
+        to_cancel = TakeCallsLocked();
+      } else if (!failed_) {
+        if (unary_ && result.is_error) {
+          context_->AddTrailingMetadata("is-error", "true");
+        }
+        if (in_order_) {
+          pending_in_order_.emplace(sequence, std::move(result.reply));
+          while (!pending_in_order_.empty() &&
+                 pending_in_order_.begin()->first == next_write_sequence_) {
+            write_queue_.push_back(std::move(pending_in_order_.begin()->second));
+            pending_in_order_.erase(pending_in_order_.begin());
+            ++next_write_sequence_;
+          }
+        } else {
+          write_queue_.push_back(std::move(result.reply));
+        }
+      }
+      StartWriteLocked();
+      StartReadLocked();
+      MaybeFinishLocked();
+    }
+    CancelAll(to_cancel);
+  }
+
+  std::vector<std::shared_ptr<ForwardCall>> TakeCallsLocked() {
+    std::vector<std::shared_ptr<ForwardCall>> out;
+    for (auto& [sequence, call] : calls_) {
+      if (call) {
+        out.push_back(call);
       }
     }
-    StartWriteLocked();
-    StartReadLocked();
-    MaybeFinishLocked();
+    return out;
+  }
+
+  // Outside mutex_: a cancelled call may complete inline.
+  static void CancelAll(const std::vector<std::shared_ptr<ForwardCall>>& calls) {
+    for (const auto& call : calls) {
+      call->Cancel();
+    }
   }
 
   void StartReadLocked() {
@@ -245,11 +402,13 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
   }
 
   void MaybeFinishLocked() {
-    if (finished_ || !reads_done_ || reading_ || in_flight_ > 0 || writing_ ||
-        !write_queue_.empty()) {
+    if (finished_ || in_flight_ > 0 || writing_ || !write_queue_.empty()) {
       return;
     }
-    if (!failed_ && !pending_in_order_.empty()) {
+    // A failed stream ends without waiting for the client's next message: a
+    // client whose prefetch window is full would wait for replies forever.
+    // A read still pending then completes with ok=false.
+    if (!failed_ && (!reads_done_ || reading_ || !pending_in_order_.empty())) {
       return;
     }
     finished_ = true;
@@ -260,13 +419,15 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
   grpc::GenericCallbackServerContext* context_;
   bool unary_ = false;
   bool in_order_ = false;
-  int prefetch_ = 1000;
+  int prefetch_ = kMaxPrefetch;
 
   std::mutex mutex_;
   grpc::ByteBuffer read_buffer_;
   grpc::ByteBuffer current_write_;
   std::vector<grpc::ByteBuffer> write_queue_;
   std::map<std::uint64_t, grpc::ByteBuffer> pending_in_order_;
+  // Requests in flight, by sequence; null until Forward has returned.
+  std::map<std::uint64_t, std::shared_ptr<ForwardCall>> calls_;
   std::uint64_t next_sequence_ = 0;
   std::uint64_t next_write_sequence_ = 0;
   int in_flight_ = 0;
@@ -307,19 +468,20 @@ class Gateway::Impl::DryRunService final : public jina::JinaGatewayDryRunRPC::Ca
     probe.mutable_header()->set_request_id("dry-run");
     probe.mutable_header()->set_exec_endpoint("_jina_dry_run_");
     probe.mutable_data()->mutable_docs()->add_docs();
-    gateway_->Forward(SerializeToByteBuffer(probe), [reactor, reply](ForwardResult result) {
-      if (!result.status.ok()) {
-        reply->set_code(jina::StatusProto::ERROR);
-        reply->set_description(result.status.error_message());
-      } else if (result.is_error) {
-        jina::DataRequestProto answer;
-        ParseFromByteBuffer(&result.reply, &answer);
-        *reply = answer.header().status();
-      } else {
-        reply->set_code(jina::StatusProto::SUCCESS);
-      }
-      reactor->Finish(grpc::Status::OK);
-    });
+    gateway_->Forward(SerializeToByteBuffer(probe), context->deadline(),
+                      [reactor, reply](ForwardResult result) {
+                        if (!result.status.ok()) {
+                          reply->set_code(jina::StatusProto::ERROR);
+                          reply->set_description(result.status.error_message());
+                        } else if (result.is_error) {
+                          jina::DataRequestProto answer;
+                          ParseFromByteBuffer(&result.reply, &answer);
+                          *reply = answer.header().status();
+                        } else {
+                          reply->set_code(jina::StatusProto::SUCCESS);
+                        }
+                        reactor->Finish(grpc::Status::OK);
+                      });
     return reactor;
   }
 
@@ -354,9 +516,11 @@ Status Gateway::Impl::Init() {
                         : options_.deployment_name + "/rep-" + std::to_string(i);
     replica->channel = MakeChannel(replica->address, options_.max_message_bytes);
     replica->stub = std::make_unique<grpc::GenericStub>(replica->channel);
+    replica->health = grpc::health::v1::Health::NewStub(replica->channel);
     replicas_.push_back(std::move(replica));
   }
   max_attempts_ = std::max<int>(3, static_cast<int>(replicas_.size())) + 1;
+  options_.prefetch = std::clamp(options_.prefetch, 1, kMaxPrefetch);
 
   data_service_ = std::make_unique<DataService>(this);
   dry_run_service_ = std::make_unique<DryRunService>(this);
@@ -390,6 +554,7 @@ Status Gateway::Impl::Init() {
     }
     http_ = std::move(http).value();
   }
+  prober_ = std::thread([this] { ProbeLoop(); });
   return OkStatus();
 }
 
@@ -397,7 +562,7 @@ HttpForwardResult Gateway::Impl::ForwardAndWait(std::string request) {
   grpc::Slice slice(request);
   auto promise = std::make_shared<std::promise<HttpForwardResult>>();
   std::future<HttpForwardResult> future = promise->get_future();
-  Forward(grpc::ByteBuffer(&slice, 1), [promise](ForwardResult result) {
+  Forward(grpc::ByteBuffer(&slice, 1), Clock::time_point::max(), [promise](ForwardResult result) {
     HttpForwardResult out;
     out.grpc_code = static_cast<int>(result.status.error_code());
     out.grpc_message = result.status.error_message();
@@ -413,72 +578,233 @@ HttpForwardResult Gateway::Impl::ForwardAndWait(std::string request) {
   return future.get();
 }
 
-std::size_t Gateway::Impl::PickReplica(const ForwardState& state) {
+std::optional<std::size_t> Gateway::Impl::PickReplica(const ForwardCall& call) {
   std::size_t n = replicas_.size();
   std::size_t start = round_robin_.fetch_add(1, std::memory_order_relaxed) % n;
-  std::size_t best = n;
+  std::optional<std::size_t> best;
+  std::optional<std::size_t> previous;
   for (std::size_t k = 0; k < n; ++k) {
     std::size_t i = (start + k) % n;
-    // A retry goes to another replica when there is one.
-    if (state.attempt > 0 && n > 1 && i == state.replica) {
+    if (!replicas_[i]->available.load()) {
       continue;
     }
-    if (best == n || replicas_[i]->in_flight.load() < replicas_[best]->in_flight.load()) {
+    // A retry goes to another replica when there is one.
+    if (call.attempt_ > 0 && i == call.replica_) {
+      previous = i;
+      continue;
+    }
+    if (!best || replicas_[i]->in_flight.load() < replicas_[*best]->in_flight.load()) {
       best = i;
     }
   }
-  return best == n ? start : best;
+  return best ? best : previous;
 }
 
-void Gateway::Impl::Forward(grpc::ByteBuffer request, ForwardDone done) {
-  auto state = std::make_shared<ForwardState>();
-  state->request = std::move(request);
-  state->done = std::move(done);
-  Attempt(std::move(state));
+std::string Gateway::Impl::NoReplicaMessage() const {
+  return "deployment '" + options_.deployment_name + "': no replica is available (all " +
+         std::to_string(replicas_.size()) +
+         " are out of rotation after failing; they rejoin when their health check passes)";
 }
 
-void Gateway::Impl::Attempt(std::shared_ptr<ForwardState> state) {
-  state->replica = PickReplica(*state);
-  Replica& replica = *replicas_[state->replica];
-  replica.in_flight.fetch_add(1);
-  state->context = std::make_unique<grpc::ClientContext>();
-  if (options_.timeout_send.count() > 0) {
-    state->context->set_deadline(std::chrono::system_clock::now() + options_.timeout_send);
+void Gateway::Impl::MarkOut(Replica& replica, const std::string& why) {
+  if (replica.available.exchange(false)) {
+    spdlog::warn("deployment '{}': replica {} leaves rotation: {}", options_.deployment_name,
+                 replica.Describe(), why);
+    UpdateHealth();
   }
-  state->reply.Clear();
-  ForwardState* raw = state.get();
-  replica.stub->UnaryCall(
-      raw->context.get(), kSingleMethod, grpc::StubOptions(), &raw->request, &raw->reply,
-      [this, state = std::move(state)](grpc::Status status) mutable {
-        Replica& replica = *replicas_[state->replica];
-        replica.in_flight.fetch_sub(1);
-        if (!status.ok() && IsRetryable(status.error_code()) &&
-            state->attempt + 1 < max_attempts_) {
-          spdlog::warn("request to {} at {} failed ({}); retrying on another replica", replica.name,
-                       replica.address, status.error_message());
-          ++state->attempt;
-          Attempt(std::move(state));
-          return;
+}
+
+void Gateway::Impl::UpdateHealth() {
+  std::lock_guard lock(health_mutex_);
+  bool any = false;
+  for (const auto& r : replicas_) {
+    any = any || r->available.load();
+  }
+  if (any == serving_ || !server_) {
+    return;
+  }
+  serving_ = any;
+  if (auto* health = server_->GetHealthCheckService()) {
+    health->SetServingStatus(any);
+  }
+  if (!any) {
+    spdlog::error("{}; health is NOT_SERVING", NoReplicaMessage());
+  } else {
+    spdlog::info("deployment '{}': a replica is available again; health is SERVING",
+                 options_.deployment_name);
+  }
+}
+
+// Health-checks every replica: one out of rotation rejoins when it answers
+// SERVING; one in rotation leaves when it cannot be reached or answers
+// NOT_SERVING (a slow answer from a busy replica is not a failure).
+void Gateway::Impl::ProbeLoop() {
+  std::unique_lock lock(probe_mutex_);
+  while (!probe_wake_.wait_for(lock, kProbeInterval, [this] { return stop_probing_; })) {
+    lock.unlock();
+    for (auto& replica : replicas_) {
+      grpc::ClientContext context;
+      context.set_deadline(Clock::now() + kProbeTimeout);
+      grpc::health::v1::HealthCheckRequest request;
+      grpc::health::v1::HealthCheckResponse response;
+      grpc::Status status = replica->health->Check(&context, request, &response);
+      bool serving =
+          status.ok() && response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+      if (serving && !replica->available.load()) {
+        replica->available.store(true);
+        spdlog::info("deployment '{}': replica {} passed its health check; back in rotation",
+                     options_.deployment_name, replica->Describe());
+        UpdateHealth();
+      } else if (!serving &&
+                 (status.ok() || status.error_code() == grpc::StatusCode::UNAVAILABLE)) {
+        MarkOut(*replica, status.ok() ? "health check answered NOT_SERVING"
+                                      : "health check failed: " + status.error_message());
+      }
+    }
+    lock.lock();
+  }
+}
+
+std::shared_ptr<ForwardCall> Gateway::Impl::Forward(grpc::ByteBuffer request,
+                                                    Clock::time_point deadline, ForwardDone done) {
+  auto call = std::make_shared<ForwardCall>();
+  call->request_ = std::move(request);
+  call->client_deadline_ = deadline;
+  call->done_ = std::move(done);
+  Attempt(call);
+  return call;
+}
+
+void Gateway::Impl::Finish(const std::shared_ptr<ForwardCall>& call, grpc::Status status) {
+  ForwardResult result;
+  result.status = std::move(status);
+  call->done_(std::move(result));
+}
+
+void Gateway::Impl::Attempt(std::shared_ptr<ForwardCall> call) {
+  std::optional<std::size_t> picked = PickReplica(*call);
+  if (!picked) {
+    std::string message = NoReplicaMessage();
+    if (!call->killed_.empty()) {
+      message += "; this request's replica " + replicas_[call->killed_.front()]->Describe() +
+                 " dropped the connection while processing it";
+    }
+    Finish(call, grpc::Status(grpc::StatusCode::UNAVAILABLE, message));
+    return;
+  }
+  Clock::time_point now = Clock::now();
+  if (call->client_deadline_ <= now) {
+    Finish(call, grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                              "deployment '" + options_.deployment_name +
+                                  "': the request's deadline passed before it could be sent"));
+    return;
+  }
+  grpc::ClientContext* context = call->NewContext();
+  if (context == nullptr) {
+    Finish(call, grpc::Status(grpc::StatusCode::CANCELLED,
+                              "deployment '" + options_.deployment_name +
+                                  "': the request was cancelled by its client"));
+    return;
+  }
+  call->replica_ = *picked;
+  Replica& replica = *replicas_[call->replica_];
+  replica.in_flight.fetch_add(1);
+  Clock::time_point deadline = call->client_deadline_;
+  call->send_timeout_bound_ = false;
+  if (options_.timeout_send.count() > 0 && now + options_.timeout_send < deadline) {
+    deadline = now + options_.timeout_send;
+    call->send_timeout_bound_ = true;
+  }
+  if (deadline != Clock::time_point::max()) {
+    context->set_deadline(deadline);
+  }
+  call->reply_.Clear();
+  ForwardCall* raw = call.get();
+  replica.stub->UnaryCall(context, kSingleMethod, grpc::StubOptions(), &raw->request_, &raw->reply_,
+                          [this, call = std::move(call)](grpc::Status status) mutable {
+                            OnAttemptDone(std::move(call), std::move(status));
+                          });
+}
+
+void Gateway::Impl::OnAttemptDone(std::shared_ptr<ForwardCall> call, grpc::Status status) {
+  Replica& replica = *replicas_[call->replica_];
+  replica.in_flight.fetch_sub(1);
+  const std::string where = "deployment '" + options_.deployment_name + "': ";
+  if (status.ok()) {
+    replica.served.fetch_add(1);
+    ForwardResult result;
+    const auto& trailers = call->context_->GetServerTrailingMetadata();
+    auto it = trailers.find("is-error");
+    result.is_error = it != trailers.end() && it->second == "true";
+    result.reply = std::move(call->reply_);
+    call->done_(std::move(result));
+    return;
+  }
+  if (call->cancelled()) {
+    Finish(call, grpc::Status(grpc::StatusCode::CANCELLED,
+                              where + "the request was cancelled by its client"));
+    return;
+  }
+  const bool past_deadline = Clock::now() >= call->client_deadline_;
+  const bool can_try_again = call->attempt_ + 1 < max_attempts_ && !past_deadline;
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE: {
+      // A transport failure: the replica is down or dying.
+      MarkOut(replica, status.error_message());
+      if (!NeverConnected(status)) {
+        call->killed_.push_back(call->replica_);
+      }
+      if (call->killed_.size() >= static_cast<std::size_t>(kMaxReplicasKilledPerRequest)) {
+        std::string names;
+        for (std::size_t i = 0; i < call->killed_.size(); ++i) {
+          names += i == 0 ? "" : (i + 1 == call->killed_.size() ? " and " : ", ");
+          names += replicas_[call->killed_[i]]->Describe();
         }
-        ForwardResult result;
-        if (status.ok()) {
-          replica.served.fetch_add(1);
-          const auto& trailers = state->context->GetServerTrailingMetadata();
-          auto it = trailers.find("is-error");
-          result.is_error = it != trailers.end() && it->second == "true";
-          result.reply = std::move(state->reply);
-        } else {
-          status =
-              grpc::Status(status.error_code(),
-                           "gateway: communication error with deployment '" +
-                               options_.deployment_name + "' at " + replica.address + " (" +
-                               replica.name + ") after " + std::to_string(state->attempt + 1) +
-                               " tries: " + status.error_message() + "; the worker may be down");
-          spdlog::error("{}", status.error_message());
-        }
-        result.status = std::move(status);
-        state->done(std::move(result));
-      });
+        status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              where + "the request killed replica " + names +
+                                  " (each dropped the connection while processing it); "
+                                  "not retried again");
+        spdlog::error("{}", status.error_message());
+        Finish(call, std::move(status));
+        return;
+      }
+      if (can_try_again) {
+        spdlog::warn("{}request to {} failed ({}); retrying on another replica", where,
+                     replica.Describe(), status.error_message());
+        ++call->attempt_;
+        Attempt(std::move(call));
+        return;
+      }
+      status = grpc::Status(grpc::StatusCode::UNAVAILABLE, where + "replica " + replica.Describe() +
+                                                               " failed after " +
+                                                               std::to_string(call->attempt_ + 1) +
+                                                               " tries: " + status.error_message());
+      spdlog::error("{}", status.error_message());
+      break;
+    }
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      // Only timeout_send is retried (Jina's rule); the client's own
+      // deadline is final.
+      if (call->send_timeout_bound_ && can_try_again) {
+        spdlog::warn("{}request to {} took longer than timeout_send ({} ms); retrying", where,
+                     replica.Describe(), options_.timeout_send.count());
+        ++call->attempt_;
+        Attempt(std::move(call));
+        return;
+      }
+      status =
+          grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                       where + "replica " + replica.Describe() + " did not answer within " +
+                           (call->send_timeout_bound_ ? "timeout_send" : "the request's deadline") +
+                           ": " + status.error_message());
+      break;
+    default:
+      // The worker's own answer (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...):
+      // it reached the replica and was refused, so it passes through as is.
+      replica.served.fetch_add(1);
+      break;
+  }
+  Finish(call, std::move(status));
 }
 
 // ---- Gateway ---------------------------------------------------------------
@@ -497,7 +823,7 @@ int Gateway::port() const { return impl_->port(); }
 
 int Gateway::http_port() const { return impl_->http_port(); }
 
-std::vector<std::uint64_t> Gateway::ReplicaRequestCounts() const { return impl_->Counts(); }
+std::vector<ReplicaState> Gateway::ReplicaStates() const { return impl_->States(); }
 
 void Gateway::Shutdown(std::chrono::milliseconds grace) { impl_->Shutdown(grace); }
 

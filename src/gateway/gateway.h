@@ -12,10 +12,25 @@
 // (so that grpcurl can list, describe and call them). With `http_port` set,
 // an HTTP/JSON gateway (gateway/http_gateway.h) forwards on the same path.
 //
-// Replica choice: the replica with the fewest requests in flight, ties broken
-// round-robin. A request that fails with UNAVAILABLE, DEADLINE_EXCEEDED or
-// NOT_FOUND is retried on the next replica, max(3, replicas) + 1 tries in
-// all (Jina's rule).
+// Replica choice: among replicas in rotation, the one with the fewest
+// requests in flight, ties broken round-robin.
+//
+// Failures. Only transport failures (UNAVAILABLE) blame a replica: it leaves
+// rotation until its grpc.health.v1 Check passes again (probed every
+// kProbeInterval), and the gateway's own health answers NOT_SERVING while no
+// replica is in rotation; a request then fails fast with UNAVAILABLE. Any
+// other status from a worker (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...)
+// reaches the client with the worker's code and message, unretried.
+// A request is retried on another replica when its replica could not be
+// reached, or at most once when its replica dropped the connection mid-call
+// (it may have killed the replica: a poison request must not kill them all;
+// Ray Serve and Triton bound this too), or when `timeout_send` ran out
+// before the client's deadline (Jina's rule); never past the client's
+// deadline, and in all at most max(3, replicas) + 1 tries.
+//
+// Deadlines and cancellation: each worker call carries the client's
+// deadline (or `timeout_send`, when sooner); a client that cancels, or whose
+// Call stream fails, cancels its requests in flight on the workers.
 //
 // Thread safety: safe for concurrent use.
 #ifndef GANTRY_GATEWAY_GATEWAY_H_
@@ -27,6 +42,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/limits.h"
@@ -41,14 +57,30 @@ struct GatewayOptions {
   // One "host:port" per replica, and their runtime names for messages.
   std::vector<std::string> replica_addresses;
   std::vector<std::string> replica_names;
-  // Default requests in flight per Call stream (`__prefetch__` overrides).
-  int prefetch = 1000;
+  // Default requests in flight per Call stream (`__prefetch__` overrides);
+  // both are bounded to [1, kMaxPrefetch].
+  int prefetch = kMaxPrefetch;
   // Deadline for one forwarded request; zero means none (Jina's timeout_send).
   std::chrono::milliseconds timeout_send{0};
   // Cap on one request or reply message, to clients and to workers.
   std::int64_t max_message_bytes = kDefaultMaxMessageBytes;
   // HTTP/JSON port next to the gRPC one: -1 for none, 0 for any free port.
   int http_port = -1;
+};
+
+// A client's `__prefetch__` metadata as a bound on requests in flight:
+// `fallback` when it is not a decimal number, kMaxPrefetch for 0 and less
+// (Jina's "no limit") and above kMaxPrefetch, else the number.
+int ParsePrefetch(std::string_view text, int fallback);
+
+// What the gateway knows of one replica, for Deployment::replicas().
+struct ReplicaState {
+  // Requests the replica answered (errors from the executor included).
+  std::uint64_t requests = 0;
+  // Requests forwarded to it and not yet answered, failed or cancelled.
+  int in_flight = 0;
+  // False while it is out of rotation after a transport failure.
+  bool available = true;
 };
 
 class Gateway {
@@ -59,8 +91,8 @@ class Gateway {
   int port() const;
   // The HTTP port, or -1 when the gateway serves no HTTP.
   int http_port() const;
-  // Requests each replica answered (errors from the executor included).
-  std::vector<std::uint64_t> ReplicaRequestCounts() const;
+  // One entry per replica, in the order of `replica_addresses`.
+  std::vector<ReplicaState> ReplicaStates() const;
   // Stops accepting calls, waits up to `grace` for those in flight.
   void Shutdown(std::chrono::milliseconds grace);
 

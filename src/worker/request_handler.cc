@@ -199,11 +199,16 @@ void RequestHandler::SetError(jina::DataRequestProto* request, const std::string
 }
 
 HandlerOutcome RequestHandler::Invoke(const Route& route, DocList& docs,
-                                      const Parameters& parameters) {
+                                      const Parameters& parameters,
+                                      const std::function<bool()>* abandoned) {
   HandlerOutcome outcome;
   std::lock_guard lock(executor_mutex_);
   if (closed_) {
     outcome.status = UnavailableError("the executor is shutting down");
+    return outcome;
+  }
+  if (abandoned != nullptr && *abandoned && (*abandoned)()) {
+    outcome.status = CancelledError("cancelled or past its deadline before the handler ran");
     return outcome;
   }
   try {
@@ -241,7 +246,8 @@ BatchQueue* RequestHandler::QueueFor(const std::string& endpoint, std::size_t ro
   return it->second.get();
 }
 
-bool RequestHandler::Handle(jina::DataRequestProto* request) {
+bool RequestHandler::Handle(jina::DataRequestProto* request,
+                            const std::function<bool()>& abandoned) {
   auto* route_proto = request->add_routes();
   route_proto->set_executor(executor_name_);
   SetTimestamp(route_proto->mutable_start_time());
@@ -306,7 +312,7 @@ bool RequestHandler::Handle(jina::DataRequestProto* request) {
       outcome.status = UnavailableError("the executor is shutting down");
     }
   } else {
-    outcome = Invoke(route, *docs, parameters);
+    outcome = Invoke(route, *docs, parameters, &abandoned);
   }
   Status status = std::move(outcome.status);
   const bool threw = !outcome.exception_name.empty();

@@ -15,6 +15,7 @@
 #include <gantry/executor.h>
 #include <gantry/status.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,7 +42,9 @@ class RequestHandler {
 
   // Processes `request` in place: on return it is the reply. Returns true if
   // the reply carries an error (the caller sets trailing `is-error: true`).
-  bool Handle(jina::DataRequestProto* request);
+  // `abandoned`, if set, is asked once the handler could run (unbatched
+  // endpoints): true skips it, as nobody waits for the answer any more.
+  bool Handle(jina::DataRequestProto* request, const std::function<bool()>& abandoned = {});
 
   // Endpoints (with "_jina_dry_run_") and their JSON schemas, for
   // endpoint_discovery.
@@ -69,7 +72,8 @@ class RequestHandler {
   void SetError(jina::DataRequestProto* request, const std::string& exception_name,
                 const std::string& message) const;
   // One serialised handler call; exceptions become the outcome.
-  HandlerOutcome Invoke(const Route& route, DocList& docs, const Parameters& parameters);
+  HandlerOutcome Invoke(const Route& route, DocList& docs, const Parameters& parameters,
+                        const std::function<bool()>* abandoned = nullptr);
   // Null once Close has begun.
   BatchQueue* QueueFor(const std::string& endpoint, std::size_t route_index,
                        const Parameters& parameters, const std::string& where);

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -59,6 +60,7 @@ std::string WorkerSpecToJson(const WorkerSpec& spec) {
                      {"enabled", b.enabled}};
   }
   j["dynamic_batching"] = std::move(batching);
+  j["max_message_bytes"] = spec.max_message_bytes;
   return j.dump();
 }
 
@@ -83,6 +85,13 @@ StatusOr<WorkerSpec> WorkerSpecFromJson(std::string_view json) {
     spec.port = j.value("port", 0);
     spec.log_level = j.value("log_level", "");
     spec.port_file = j.value("port_file", "");
+    spec.max_message_bytes = j.value("max_message_bytes", kDefaultMaxMessageBytes);
+    if (spec.max_message_bytes < 1 ||
+        spec.max_message_bytes > std::numeric_limits<std::int32_t>::max()) {
+      return InvalidArgumentError("worker spec: max_message_bytes " +
+                                  std::to_string(spec.max_message_bytes) +
+                                  " is outside 1..2147483647");
+    }
     const nlohmann::json& batching =
         j.contains("dynamic_batching") ? j.at("dynamic_batching") : nlohmann::json::object();
     for (auto it = batching.begin(); batching.is_object() && it != batching.end(); ++it) {
@@ -268,7 +277,7 @@ int RunWorker(const WorkerFlags& flags) {
                  info["device_memory_total_bytes"], info["device_tensors"]);
   }
   auto server =
-      WorkerServer::Start(handler->get(), spec->host, spec->port, kDefaultMaxMessageBytes);
+      WorkerServer::Start(handler->get(), spec->host, spec->port, spec->max_message_bytes);
   if (!server.ok()) {
     return report_error(server.status().WithPrefix(spec->runtime_name));
   }

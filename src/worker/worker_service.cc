@@ -15,11 +15,21 @@ class SingleDataService final : public jina::JinaSingleDataRequestRPC::Service {
   grpc::Status process_single_data(grpc::ServerContext* context,
                                    const jina::DataRequestProto* request,
                                    jina::DataRequestProto* reply) override {
+    // A request its caller gave up on (cancelled, or past the deadline the
+    // gateway passed on) does not run the handler, also after waiting for it.
+    auto abandoned = [context] {
+      return context->IsCancelled() || context->deadline() <= std::chrono::system_clock::now();
+    };
+    if (abandoned()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED,
+                          "request " + request->header().request_id() +
+                              " was cancelled or past its deadline before it started");
+    }
     // The reply is the request, processed in place. gRPC's sync handler owns
     // a non-const request object that it only destroys after this returns, so
     // taking its contents (instead of a deep copy of every document) is safe.
     reply->Swap(const_cast<jina::DataRequestProto*>(request));
-    if (handler_->Handle(reply)) {
+    if (handler_->Handle(reply, abandoned)) {
       context->AddTrailingMetadata("is-error", "true");
     }
     return grpc::Status::OK;

@@ -7,9 +7,12 @@
 #include <gantry/document.h>
 #include <gantry/status.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "core/limits.h"
 
 namespace gantry::internal {
 
@@ -34,6 +37,8 @@ struct WorkerSpec {
   std::string port_file;
   // uses_dynamic_batching / YAML dynamic_batching, by endpoint or handler.
   std::map<std::string, DynamicBatching> dynamic_batching;
+  // Cap on one request received or reply sent (1 to 2^31-1).
+  std::int64_t max_message_bytes = kDefaultMaxMessageBytes;
 };
 
 std::string WorkerSpecToJson(const WorkerSpec& spec);

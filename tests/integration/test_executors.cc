@@ -1,11 +1,14 @@
 // Executors that exist only in the integration test binary, which proves that
 // executors defined in a user's own program are served.
+#include <fcntl.h>
 #include <gantry/executor.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace gantry_test {
 
@@ -127,5 +130,42 @@ class BatchCountExec final : public gantry::Executor {
   std::int64_t calls_ = 0;
 };
 GANTRY_REGISTER_EXECUTOR(BatchCountExec);
+
+// For failure tests: each handler call appends "<pid> <text of doc 0>" to
+// the file `with.log` (so that tests count calls across processes), then
+// sleeps `parameters.sleep_ms`, then dies abruptly, as a crash would, if a
+// document's text is "poison".
+class ChaosExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(ChaosExec);
+  explicit ChaosExec(const gantry::ExecutorContext& context)
+      : log_(context.with.GetString("log", "")) {}
+
+  GANTRY_REQUESTS(Work, "/work");
+  void Work(gantry::DocList& docs, const gantry::Parameters& parameters) {
+    if (!log_.empty()) {
+      std::string line = std::to_string(::getpid()) + " " +
+                         (docs.empty() ? std::string() : std::string(docs[0].text())) + "\n";
+      int fd = ::open(log_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        (void)!::write(fd, line.data(), line.size());
+        ::close(fd);
+      }
+    }
+    auto sleep =
+        std::chrono::milliseconds(static_cast<std::int64_t>(parameters.GetNumber("sleep_ms", 0)));
+    std::this_thread::sleep_for(sleep);
+    for (gantry::Doc& doc : docs) {
+      if (doc.text() == "poison") {
+        std::_Exit(3);
+      }
+      doc.mutable_tags()["pid"] = gantry::Value(static_cast<std::int64_t>(::getpid()));
+      doc.set_text("done:" + std::string(doc.text()));
+    }
+  }
+
+ private:
+  std::string log_;
+};
+GANTRY_REGISTER_EXECUTOR(ChaosExec);
 
 }  // namespace gantry_test

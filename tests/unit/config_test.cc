@@ -391,6 +391,23 @@ TEST(DeploymentConfigTest, TimeoutReadyMinusOneWaitsForever) {
             "forever, got -2");
 }
 
+TEST(DeploymentConfigTest, MaxMessageBytesIsBounded) {
+  StatusOr<DeploymentOptions> options = ParseDeploymentConfig(
+      "jtype: Deployment\nwith:\n  uses: MyExec\n  max_message_bytes: 1048576\n", "dep.yml");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->max_message_bytes, 1048576);
+  EXPECT_EQ(DeploymentOptions().max_message_bytes, std::int64_t{64} << 20);
+  const std::string expected = "expected a size in bytes from 1 to 2147483647 (gRPC's limit), got ";
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  max_message_bytes: 0\n"),
+            "dep.yml:4:22: with.max_message_bytes: " + expected + "0");
+  EXPECT_EQ(DeploymentError(
+                "jtype: Deployment\nwith:\n  uses: MyExec\n  max_message_bytes: 2147483648\n"),
+            "dep.yml:4:22: with.max_message_bytes: " + expected + "2147483648");
+  EXPECT_THAT(
+      DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  max_message_bytes: 1MB\n"),
+      HasSubstr("dep.yml:4:22: with.max_message_bytes: " + expected));
+}
+
 TEST(DeploymentConfigTest, FlattensInlineUsesAndOverridesWith) {
   StatusOr<DeploymentOptions> options = ParseDeploymentConfig(R"(jtype: Deployment
 with:
@@ -513,7 +530,7 @@ TEST(DeploymentConfigTest, RejectsUnknownKeys) {
       DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  replica: 2\n"),
       "dep.yml:4:3: with.replica: unknown key; allowed keys: uses, uses_with, uses_metas, "
       "name, replicas, port, host, env, timeout_ready, log_level, gpus, uses_dynamic_batching, "
-      "http_port");
+      "http_port, max_message_bytes");
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  uses_metas: {size: 1}\n"),
             "dep.yml:4:16: with.uses_metas.size: unknown key; allowed keys: name, description, "
             "workspace, url, keywords, libs");
