@@ -125,7 +125,8 @@ class HttpGateway::Impl {
     }
     StatusOr<json> parsed = ParseJsonBounded(text);
     if (!parsed.ok()) {
-      ReplyError(res, 400, "request body: " + std::string(parsed.status().message()));
+      ReplyError(res, 400,
+                 "request body must be a JSON object: " + std::string(parsed.status().message()));
       return;
     }
     json body = std::move(parsed).value();
