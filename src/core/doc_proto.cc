@@ -4,6 +4,8 @@
 #include <string>
 #include <utility>
 
+#include "core/checked_size.h"
+
 namespace gantry::internal {
 namespace {
 
@@ -101,11 +103,50 @@ void ValueToNode(const Value& value, docarray::NodeProto* node) {
   }
 }
 
-StatusOr<Doc> TakeDoc(docarray::DocProto* proto);
+// `label` names the document in errors ("docs[3]").
+StatusOr<Doc> TakeDoc(docarray::DocProto* proto, const DecodeLimits& limits, int depth,
+                      std::string_view label);
+StatusOr<DocList> TakeDocList(docarray::DocListProto* proto, const DecodeLimits& limits, int depth);
+
+// Client-chosen ids can be long; errors quote at most this much of one.
+constexpr std::size_t kMaxQuotedId = 64;
+
+// " (id 'abc')" or " (no id)" for a document that failed to decode: the id
+// is in the decoded fields if it was taken already, else still in the proto.
+std::string IdForError(const Doc& partial, const docarray::DocProto& proto) {
+  const std::string* id = nullptr;
+  if (auto it = partial.fields().find("id"); it != partial.fields().end()) {
+    id = it->second.AsText();
+  } else if (auto node = proto.data().find("id");
+             node != proto.data().end() &&
+             node->second.content_case() == docarray::NodeProto::kText) {
+    id = &node->second.text();
+  }
+  if (id == nullptr) {
+    return " (no id)";
+  }
+  return " (id '" + id->substr(0, kMaxQuotedId) + (id->size() > kMaxQuotedId ? "...'" : "'") + ")";
+}
+
+StatusOr<Tensor> TakeTensor(docarray::NodeProto* node, const DecodeLimits& limits) {
+  auto* dense = node->mutable_ndarray()->mutable_dense();
+  std::vector<std::int64_t> shape(dense->shape().begin(), dense->shape().end());
+  // Checked here, before Tensor::FromBytes, so that the message carries the
+  // message cap; an empty buffer is no longer read as zeros (a 90-byte
+  // request could ask for gigabytes that way).
+  GANTRY_RETURN_IF_ERROR(
+      CheckTensorBuffer(shape, dense->dtype(), dense->buffer().size(), limits.max_tensor_bytes));
+  GANTRY_ASSIGN_OR_RETURN(Tensor tensor,
+                          Tensor::FromBytes(std::move(*dense->mutable_dtype()), std::move(shape),
+                                            std::move(*dense->mutable_buffer())));
+  tensor.set_type_name(node->type());
+  return tensor;
+}
 
 // Errors are built bottom-up: each level prefixes its key, so the happy path
-// allocates no location strings.
-StatusOr<Value> TakeNode(docarray::NodeProto* node) {
+// allocates no location strings. `depth` counts nested containers (lists,
+// dicts, documents) from the top-level document's fields (0).
+StatusOr<Value> TakeNode(docarray::NodeProto* node, const DecodeLimits& limits, int depth) {
   Value value;
   switch (node->content_case()) {
     case docarray::NodeProto::CONTENT_NOT_SET:
@@ -126,46 +167,24 @@ StatusOr<Value> TakeNode(docarray::NodeProto* node) {
       value = Value(Blob{std::move(*node->mutable_blob())});
       break;
     case docarray::NodeProto::kNdarray: {
-      auto* dense = node->mutable_ndarray()->mutable_dense();
-      std::vector<std::int64_t> shape(dense->shape().begin(), dense->shape().end());
-      std::string buffer = std::move(*dense->mutable_buffer());
-      if (buffer.empty()) {
-        // docarray decodes an empty buffer with a shape as zeros.
-        std::int64_t numel = 1;
-        for (std::int64_t d : shape) {
-          numel *= d;
-        }
-        std::size_t itemsize = DTypeItemSize(dense->dtype());
-        if (itemsize > 0 && numel > 0) {
-          buffer.assign(static_cast<std::size_t>(numel) * itemsize, '\0');
-        }
-      }
-      auto tensor = Tensor::FromBytes(dense->dtype(), std::move(shape), std::move(buffer));
-      if (!tensor.ok()) {
-        return tensor.status();
-      }
-      tensor->set_type_name(node->type());
-      return Value(std::move(tensor).value());
+      GANTRY_ASSIGN_OR_RETURN(Tensor tensor, TakeTensor(node, limits));
+      return Value(std::move(tensor));
     }
     case docarray::NodeProto::kDoc: {
-      auto doc = TakeDoc(node->mutable_doc());
-      if (!doc.ok()) {
-        return doc.status();
-      }
-      value = Value(std::move(doc).value());
+      GANTRY_ASSIGN_OR_RETURN(Doc doc, TakeDoc(node->mutable_doc(), limits, depth + 1, "doc"));
+      value = Value(std::move(doc));
       break;
     }
     case docarray::NodeProto::kDocArray: {
-      auto docs = TakeDocListFromProto(node->mutable_doc_array());
-      if (!docs.ok()) {
-        return docs.status();
-      }
-      value = Value(std::move(docs).value());
+      GANTRY_ASSIGN_OR_RETURN(DocList docs,
+                              TakeDocList(node->mutable_doc_array(), limits, depth + 1));
+      value = Value(std::move(docs));
       break;
     }
     case docarray::NodeProto::kList:
     case docarray::NodeProto::kSet:
     case docarray::NodeProto::kTuple: {
+      GANTRY_RETURN_IF_ERROR(CheckDepth(depth + 1, "", limits.max_depth));
       docarray::ListOfAnyProto* list =
           node->content_case() == docarray::NodeProto::kList  ? node->mutable_list()
           : node->content_case() == docarray::NodeProto::kSet ? node->mutable_set()
@@ -177,7 +196,7 @@ StatusOr<Value> TakeNode(docarray::NodeProto* node) {
       Value::List items;
       items.reserve(static_cast<std::size_t>(list->data_size()));
       for (int i = 0; i < list->data_size(); ++i) {
-        auto item = TakeNode(list->mutable_data(i));
+        auto item = TakeNode(list->mutable_data(i), limits, depth + 1);
         if (!item.ok()) {
           return item.status().WithPrefix("[" + std::to_string(i) + "]");
         }
@@ -187,9 +206,10 @@ StatusOr<Value> TakeNode(docarray::NodeProto* node) {
       break;
     }
     case docarray::NodeProto::kDict: {
+      GANTRY_RETURN_IF_ERROR(CheckDepth(depth + 1, "", limits.max_depth));
       Value::Dict dict;
       for (auto& [key, item_node] : *node->mutable_dict()->mutable_data()) {
-        auto item = TakeNode(&item_node);
+        auto item = TakeNode(&item_node, limits, depth + 1);
         if (!item.ok()) {
           return item.status().WithPrefix(key);
         }
@@ -205,55 +225,81 @@ StatusOr<Value> TakeNode(docarray::NodeProto* node) {
   return value;
 }
 
-StatusOr<Doc> TakeDoc(docarray::DocProto* proto) {
+StatusOr<Doc> TakeDoc(docarray::DocProto* proto, const DecodeLimits& limits, int depth,
+                      std::string_view label) {
+  GANTRY_RETURN_IF_ERROR(CheckDepth(depth, label, limits.max_depth));
   Doc doc = Doc::Empty();
   for (auto& [key, node] : *proto->mutable_data()) {
-    auto value = TakeNode(&node);
+    auto value = TakeNode(&node, limits, depth);
     if (!value.ok()) {
-      return value.status().WithPrefix(key);
+      return value.status().WithPrefix(std::string(label) + IdForError(doc, *proto) + ": field '" +
+                                       key + "'");
     }
     doc.mutable_fields().emplace(key, std::move(value).value());
   }
   return doc;
 }
 
-void StructValueToValue(const google::protobuf::Value& in, Value* out);
+StatusOr<DocList> TakeDocList(docarray::DocListProto* proto, const DecodeLimits& limits,
+                              int depth) {
+  GANTRY_RETURN_IF_ERROR(CheckDepth(depth, "", limits.max_depth));
+  DocList docs;
+  docs.reserve(static_cast<std::size_t>(proto->docs_size()));
+  for (int i = 0; i < proto->docs_size(); ++i) {
+    auto doc = TakeDoc(proto->mutable_docs(i), limits, depth, "docs[" + std::to_string(i) + "]");
+    if (!doc.ok()) {
+      return doc.status();
+    }
+    docs.push_back(std::move(doc).value());
+  }
+  return docs;
+}
 
-Value::Dict StructFieldsToDict(const google::protobuf::Struct& proto) {
+StatusOr<Value> StructValueToValue(const google::protobuf::Value& in, int depth);
+
+StatusOr<Value::Dict> StructFieldsToDict(const google::protobuf::Struct& proto, int depth) {
+  GANTRY_RETURN_IF_ERROR(CheckDepth(depth, ""));
   Value::Dict dict;
   for (const auto& [key, item] : proto.fields()) {
-    StructValueToValue(item, &dict[key]);
+    auto value = StructValueToValue(item, depth);
+    if (!value.ok()) {
+      return value.status().WithPrefix(key);
+    }
+    dict.emplace(key, std::move(value).value());
   }
   return dict;
 }
 
-void StructValueToValue(const google::protobuf::Value& in, Value* out) {
+StatusOr<Value> StructValueToValue(const google::protobuf::Value& in, int depth) {
   switch (in.kind_case()) {
     case google::protobuf::Value::kNullValue:
     case google::protobuf::Value::KIND_NOT_SET:
-      *out = Value();
-      break;
+      return Value();
     case google::protobuf::Value::kNumberValue:
-      *out = Value(in.number_value());
-      break;
+      return Value(in.number_value());
     case google::protobuf::Value::kStringValue:
-      *out = Value(in.string_value());
-      break;
+      return Value(in.string_value());
     case google::protobuf::Value::kBoolValue:
-      *out = Value(in.bool_value());
-      break;
-    case google::protobuf::Value::kStructValue:
-      *out = Value(StructFieldsToDict(in.struct_value()));
-      break;
+      return Value(in.bool_value());
+    case google::protobuf::Value::kStructValue: {
+      GANTRY_ASSIGN_OR_RETURN(Value::Dict dict, StructFieldsToDict(in.struct_value(), depth + 1));
+      return Value(std::move(dict));
+    }
     case google::protobuf::Value::kListValue: {
+      GANTRY_RETURN_IF_ERROR(CheckDepth(depth + 1, ""));
       Value::List list;
-      for (const auto& item : in.list_value().values()) {
-        StructValueToValue(item, &list.emplace_back());
+      const auto& values = in.list_value().values();
+      for (int i = 0; i < values.size(); ++i) {
+        auto item = StructValueToValue(values[i], depth + 1);
+        if (!item.ok()) {
+          return item.status().WithPrefix("[" + std::to_string(i) + "]");
+        }
+        list.push_back(std::move(item).value());
       }
-      *out = Value(std::move(list));
-      break;
+      return Value(std::move(list));
     }
   }
+  return Value();
 }
 
 void ValueToStructValue(const Value& in, google::protobuf::Value* out) {
@@ -304,29 +350,22 @@ void DocListToProto(const DocList& docs, docarray::DocListProto* proto) {
   }
 }
 
-StatusOr<DocList> TakeDocListFromProto(docarray::DocListProto* proto) {
-  DocList docs;
-  docs.reserve(static_cast<std::size_t>(proto->docs_size()));
-  for (int i = 0; i < proto->docs_size(); ++i) {
-    auto doc = TakeDoc(proto->mutable_docs(i));
-    if (!doc.ok()) {
-      return doc.status().WithPrefix("docs[" + std::to_string(i) + "]");
-    }
-    docs.push_back(std::move(doc).value());
-  }
-  return docs;
+StatusOr<DocList> TakeDocListFromProto(docarray::DocListProto* proto, const DecodeLimits& limits) {
+  return TakeDocList(proto, limits, 0);
 }
 
-StatusOr<DocList> DocListFromBytes(const std::string& bytes) {
+StatusOr<DocList> DocListFromBytes(const std::string& bytes, const DecodeLimits& limits) {
   docarray::DocListProto proto;
   if (!proto.ParseFromString(bytes)) {
-    return InvalidArgumentError("docs_bytes is not a serialized docarray.DocListProto");
+    return InvalidArgumentError(
+        "docs_bytes is not a serialized docarray.DocListProto (or is nested deeper than "
+        "protobuf's 100-level limit)");
   }
-  return TakeDocListFromProto(&proto);
+  return TakeDocListFromProto(&proto, limits);
 }
 
-Value::Dict StructToDict(const google::protobuf::Struct& proto) {
-  return StructFieldsToDict(proto);
+StatusOr<Value::Dict> StructToDict(const google::protobuf::Struct& proto) {
+  return StructFieldsToDict(proto, 0);
 }
 
 void DictToStruct(const Value::Dict& dict, google::protobuf::Struct* proto) {

@@ -6,6 +6,11 @@
 #include <gantry/document.h>
 #include <gantry/status.h>
 
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "core/limits.h"
 #include "docarray/docarray.pb.h"
 #include "google/protobuf/struct.pb.h"
 
@@ -14,17 +19,33 @@ namespace gantry::internal {
 // Appends every document of `docs` to `proto`.
 void DocListToProto(const DocList& docs, docarray::DocListProto* proto);
 
-// Decodes `proto`, moving its strings and bytes out (the proto is left in a
-// valid but unspecified state). Bad tensors (unknown dtype, buffer size not
-// matching the shape) are InvalidArgument naming the document and field.
-StatusOr<DocList> TakeDocListFromProto(docarray::DocListProto* proto);
+// Bounds on decoding client data.
+struct DecodeLimits {
+  // Largest tensor buffer accepted (the worker passes its message cap; the
+  // buffer has to be in the message anyway, so this mostly names the cap in
+  // errors).
+  std::uint64_t max_tensor_bytes = std::numeric_limits<std::uint64_t>::max();
+  // Deepest nesting of documents (chunks, matches, doc fields), lists and
+  // dicts, counted from the top-level document (0).
+  int max_depth = kMaxNestingDepth;
+};
 
-// Parses a serialized DocListProto (Jina's `docs_bytes`).
-StatusOr<DocList> DocListFromBytes(const std::string& bytes);
+// Decodes `proto`, moving its strings and bytes out (the proto is left in a
+// valid but unspecified state). Bad tensors (unknown dtype, negative or
+// overflowing shape, buffer size not exactly the shape's, over the cap) and
+// nesting past `limits.max_depth` are InvalidArgument naming the document's
+// index and id and the field: "docs[3] (id 'abc'): field 'embedding': shape
+// [1000000000] of float32 needs 4000000000 bytes, buffer has 0".
+StatusOr<DocList> TakeDocListFromProto(docarray::DocListProto* proto,
+                                       const DecodeLimits& limits = {});
+
+// Parses a serialized DocListProto (Jina's `docs_bytes`), then as above.
+StatusOr<DocList> DocListFromBytes(const std::string& bytes, const DecodeLimits& limits = {});
 
 // google.protobuf.Struct <-> Value::Dict. Struct numbers are doubles; on the
 // way in, whole numbers stay doubles (as Python's json would give them).
-Value::Dict StructToDict(const google::protobuf::Struct& proto);
+// Nesting deeper than kMaxNestingDepth is InvalidArgument naming the key path.
+StatusOr<Value::Dict> StructToDict(const google::protobuf::Struct& proto);
 void DictToStruct(const Value::Dict& dict, google::protobuf::Struct* proto);
 
 }  // namespace gantry::internal

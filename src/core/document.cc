@@ -1,8 +1,11 @@
 #include <gantry/document.h>
 
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <sstream>
+
+#include "core/checked_size.h"
 
 namespace gantry {
 
@@ -39,22 +42,9 @@ StatusOr<Tensor> Tensor::FromBytes(std::string dtype, std::vector<std::int64_t> 
   Tensor t;
   t.dtype_ = std::move(dtype);
   t.shape_ = std::move(shape);
-  std::size_t itemsize = DTypeItemSize(t.dtype_);
-  if (itemsize == 0) {
-    return InvalidArgumentError("tensor dtype \"" + t.dtype_ +
-                                "\" is not a numpy dtype string such as \"<f4\"");
-  }
-  for (std::int64_t d : t.shape_) {
-    if (d < 0) {
-      return InvalidArgumentError("tensor shape " + t.ShapeString() + " has a negative dimension");
-    }
-  }
-  std::size_t expected = static_cast<std::size_t>(t.numel()) * itemsize;
-  if (bytes.size() != expected) {
-    return InvalidArgumentError("tensor of dtype " + t.dtype_ + " and shape " + t.ShapeString() +
-                                " needs " + std::to_string(expected) + " bytes, got " +
-                                std::to_string(bytes.size()));
-  }
+  // Overflow-checked: a wrapped-around product could match a short buffer.
+  GANTRY_RETURN_IF_ERROR(internal::CheckTensorBuffer(t.shape_, t.dtype_, bytes.size(),
+                                                     std::numeric_limits<std::uint64_t>::max()));
   t.bytes_ = std::move(bytes);
   return t;
 }

@@ -377,13 +377,33 @@ std::string ValueDictToJson(const Value::Dict& dict) {
 }
 
 StatusOr<Value::Dict> ValueDictFromJson(std::string_view json) {
-  Json parsed;
-  try {
-    parsed = Json::parse(json);
-  } catch (const Json::exception& e) {
-    return JsonError("", e.what());
+  StatusOr<Json> parsed = ParseJsonBounded(json);
+  if (!parsed.ok()) {
+    return JsonError("", parsed.status().message());
   }
-  return DictFromJson(parsed, "");
+  return DictFromJson(*parsed, "");
+}
+
+StatusOr<nlohmann::json> ParseJsonBounded(std::string_view text, int max_depth) {
+  // nlohmann's parser is iterative, but it only tells the depth to a
+  // callback, which cannot stop the parse but by throwing; the exception
+  // stays inside this function.
+  struct TooDeep {};
+  Json::parser_callback_t callback = [max_depth](int depth, Json::parse_event_t event, Json&) {
+    // `depth` is the number of containers already open around this one.
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
+        depth >= max_depth) {
+      throw TooDeep{};
+    }
+    return true;
+  };
+  try {
+    return Json::parse(text.begin(), text.end(), callback);
+  } catch (const TooDeep&) {
+    return InvalidArgumentError("JSON nested deeper than " + std::to_string(max_depth) + " levels");
+  } catch (const Json::exception& e) {
+    return InvalidArgumentError(std::string("JSON does not parse: ") + e.what());
+  }
 }
 
 }  // namespace gantry::internal

@@ -27,8 +27,11 @@
 #include <gantry/document.h>
 #include <gantry/status.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+
+#include "core/limits.h"
 
 namespace gantry::internal {
 
@@ -36,8 +39,16 @@ namespace gantry::internal {
 std::string ValueDictToJson(const Value::Dict& dict);
 
 // Parses a JSON object. Malformed JSON, a top level that is not an object,
-// integers outside int64 and malformed tagged objects are InvalidArgument.
+// integers outside int64, malformed tagged objects and nesting deeper than
+// kMaxNestingDepth are InvalidArgument.
 StatusOr<Value::Dict> ValueDictFromJson(std::string_view json);
+
+// Parses JSON text from a client, refusing nesting deeper than `max_depth`
+// arrays and objects while parsing (not after: a 100,000-deep document
+// would overflow the stack of whatever walks it next). Malformed JSON and
+// empty text are InvalidArgument with the parser's message; too deep is
+// InvalidArgument "JSON nested deeper than 100 levels".
+StatusOr<nlohmann::json> ParseJsonBounded(std::string_view text, int max_depth = kMaxNestingDepth);
 
 }  // namespace gantry::internal
 

@@ -548,7 +548,8 @@ Status Gateway::Impl::Init() {
     auto http = HttpGateway::Start(
         options_.host, options_.http_port,
         [this](std::string request) { return ForwardAndWait(std::move(request)); },
-        {{"gantry", GANTRY_VERSION}, {"protocol", "jina-3.x/docarray-v2"}});
+        {{"gantry", GANTRY_VERSION}, {"protocol", "jina-3.x/docarray-v2"}},
+        options_.max_message_bytes);
     if (!http.ok()) {
       return http.status().WithPrefix("gateway");
     }

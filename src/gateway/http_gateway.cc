@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "core/value_json.h"
 #include "gateway/json_docs.h"
 #include "jina/jina.pb.h"
 
@@ -17,8 +18,10 @@ namespace {
 using nlohmann::json;
 
 // grpc::StatusCode numbers, without including gRPC here.
+constexpr int kInvalidArgument = 3;
 constexpr int kDeadlineExceeded = 4;
 constexpr int kNotFound = 5;
+constexpr int kResourceExhausted = 8;
 constexpr int kUnavailable = 14;
 
 std::string RandomRequestId() {
@@ -54,11 +57,31 @@ void ReplyError(httplib::Response& res, int http_status, const std::string& deta
 
 class HttpGateway::Impl {
  public:
-  Impl(HttpForwardFn forward, std::map<std::string, std::string> info)
-      : forward_(std::move(forward)), info_(std::move(info)) {}
+  Impl(HttpForwardFn forward, std::map<std::string, std::string> info,
+       std::int64_t max_message_bytes)
+      : forward_(std::move(forward)),
+        info_(std::move(info)),
+        max_message_bytes_(max_message_bytes > 0
+                               ? static_cast<std::uint64_t>(max_message_bytes)
+                               : static_cast<std::uint64_t>(kDefaultMaxMessageBytes)) {}
   ~Impl() { Shutdown(); }
 
   Status Start(const std::string& host, int port) {
+    // Bodies over the cap are refused (413) before they are read whole.
+    server_.set_payload_max_length(max_message_bytes_);
+    // Errors cpp-httplib answers itself (413, 400 for a malformed request,
+    // 404) get a JSON detail like ours.
+    server_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) {
+        return;
+      }
+      std::string detail =
+          res.status == 413
+              ? "request body exceeds the " + std::to_string(max_message_bytes_) +
+                    "-byte message cap"
+              : "HTTP " + std::to_string(res.status) + " for " + req.method + " " + req.path;
+      ReplyError(res, res.status, detail);
+    });
     server_.Get("/", [](const httplib::Request&, httplib::Response& res) {
       Reply(res, 200, json::object());
     });
@@ -95,12 +118,21 @@ class HttpGateway::Impl {
  private:
   // `endpoint` empty: POST /post, whose body names it as execEndpoint.
   void HandleData(const std::string& text, std::string endpoint, httplib::Response& res) {
-    json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    // Client input: 400 with a message for anything malformed, never 500.
     if (text.empty()) {
-      body = json::object();
+      ReplyError(res, 400, "request body is empty; expected a JSON object");
+      return;
     }
-    if (body.is_discarded() || !body.is_object()) {
-      ReplyError(res, 400, "request body must be a JSON object");
+    StatusOr<json> parsed = ParseJsonBounded(text);
+    if (!parsed.ok()) {
+      ReplyError(res, 400,
+                 "request body must be a JSON object: " + std::string(parsed.status().message()));
+      return;
+    }
+    json body = std::move(parsed).value();
+    if (!body.is_object()) {
+      ReplyError(res, 400,
+                 "request body must be a JSON object, got " + std::string(body.type_name()));
       return;
     }
     if (endpoint.empty()) {
@@ -135,13 +167,14 @@ class HttpGateway::Impl {
     bool single = data.is_object();
     auto* docs = request.mutable_data()->mutable_docs();
     if (single) {
-      if (Status s = JsonToDocProto(data, "data", docs->add_docs()); !s.ok()) {
+      if (Status s = JsonToDocProto(data, "data", max_message_bytes_, docs->add_docs()); !s.ok()) {
         ReplyError(res, 400, s.message());
         return;
       }
     } else if (data.is_array()) {
       for (std::size_t i = 0; i < data.size(); ++i) {
-        if (Status s = JsonToDocProto(data[i], "data[" + std::to_string(i) + "]", docs->add_docs());
+        if (Status s = JsonToDocProto(data[i], "data[" + std::to_string(i) + "]",
+                                      max_message_bytes_, docs->add_docs());
             !s.ok()) {
           ReplyError(res, 400, s.message());
           return;
@@ -152,10 +185,22 @@ class HttpGateway::Impl {
       return;
     }
 
+    // JSON numbers are shorter than their tensor bytes, so a body under the
+    // cap can still make a request over it.
+    if (std::size_t size = request.ByteSizeLong(); size > max_message_bytes_) {
+      ReplyError(res, 413,
+                 "request of " + std::to_string(size) + " bytes (as protobuf) exceeds the " +
+                     std::to_string(max_message_bytes_) + "-byte message cap");
+      return;
+    }
     HttpForwardResult result = forward_(request.SerializeAsString());
     if (result.grpc_code != 0) {
+      // A worker's INVALID_ARGUMENT is about the request: a 400, as for the
+      // errors found here.
       int status = result.grpc_code == kUnavailable || result.grpc_code == kNotFound ? 503
                    : result.grpc_code == kDeadlineExceeded                           ? 504
+                   : result.grpc_code == kInvalidArgument                            ? 400
+                   : result.grpc_code == kResourceExhausted                          ? 413
                                                                                      : 500;
       ReplyError(res, status, result.grpc_message);
       return;
@@ -213,6 +258,7 @@ class HttpGateway::Impl {
 
   HttpForwardFn forward_;
   std::map<std::string, std::string> info_;
+  std::uint64_t max_message_bytes_;
   httplib::Server server_;
   std::thread thread_;
   int port_ = 0;
@@ -224,8 +270,9 @@ HttpGateway::~HttpGateway() { Shutdown(); }
 
 StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(const std::string& host, int port,
                                                           HttpForwardFn forward,
-                                                          std::map<std::string, std::string> info) {
-  auto impl = std::make_unique<Impl>(std::move(forward), std::move(info));
+                                                          std::map<std::string, std::string> info,
+                                                          std::int64_t max_message_bytes) {
+  auto impl = std::make_unique<Impl>(std::move(forward), std::move(info), max_message_bytes);
   GANTRY_RETURN_IF_ERROR(impl->Start(host, port));
   return std::unique_ptr<HttpGateway>(new HttpGateway(std::move(impl)));
 }

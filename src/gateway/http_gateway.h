@@ -12,6 +12,10 @@
 // JSON {"detail": "...", "header": {...}} with 400 (bad request body), 500
 // (executor error, with the status in header.status), 503 (replicas
 // unavailable) or 504 (deadline exceeded), as Jina's FastAPI app answers.
+// Client mistakes are 400 with a message: an empty body, a body that is not
+// JSON or not an object, nesting past kMaxNestingDepth, bad documents (the
+// gateway's checks or the worker's INVALID_ARGUMENT); a body over the
+// message cap is 413. A 500 is our bug or the executor's error.
 //
 // Thread safety: requests are served on cpp-httplib's thread pool.
 #ifndef GANTRY_GATEWAY_HTTP_GATEWAY_H_
@@ -19,10 +23,13 @@
 
 #include <gantry/status.h>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+
+#include "core/limits.h"
 
 namespace gantry::internal {
 
@@ -42,10 +49,13 @@ using HttpForwardFn = std::function<HttpForwardResult(std::string request)>;
 class HttpGateway {
  public:
   // Binds host:port (0 picks a free port) and serves on a thread of its own.
-  // `info` is reported by GET /status under "jina".
-  static StatusOr<std::unique_ptr<HttpGateway>> Start(const std::string& host, int port,
-                                                      HttpForwardFn forward,
-                                                      std::map<std::string, std::string> info);
+  // `info` is reported by GET /status under "jina". Bodies over
+  // `max_message_bytes` get 413, as do requests that would exceed it once
+  // converted to protobuf.
+  static StatusOr<std::unique_ptr<HttpGateway>> Start(
+      const std::string& host, int port, HttpForwardFn forward,
+      std::map<std::string, std::string> info,
+      std::int64_t max_message_bytes = kDefaultMaxMessageBytes);
   ~HttpGateway();
   HttpGateway(const HttpGateway&) = delete;
   HttpGateway& operator=(const HttpGateway&) = delete;

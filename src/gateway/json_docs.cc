@@ -1,10 +1,14 @@
 #include "gateway/json_docs.h"
 
+#include <gantry/document.h>
+
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <vector>
+
+#include "core/checked_size.h"
 
 namespace gantry::internal {
 namespace {
@@ -103,11 +107,12 @@ json NestedList(const ElementReader& reader, const std::string& buffer,
 json NdArrayToJson(const docarray::NdArrayProto& array) {
   const auto& dense = array.dense();
   ElementReader reader = ReaderFor(dense.dtype());
-  std::size_t count = 1;
-  for (std::uint32_t d : dense.shape()) {
-    count *= d;
-  }
-  if (reader.itemsize == 0 || dense.buffer().size() != count * reader.itemsize) {
+  std::vector<std::int64_t> shape(dense.shape().begin(), dense.shape().end());
+  // Overflow-checked: a wrapped-around size would let NestedList read past
+  // the buffer.
+  auto needed = TensorByteSize(shape, reader.itemsize, dense.dtype(),
+                               std::numeric_limits<std::uint64_t>::max());
+  if (reader.itemsize == 0 || !needed.ok() || dense.buffer().size() != *needed) {
     // Not representable as numbers: say what it is rather than guess.
     return json{
         {"dtype", dense.dtype()},
@@ -174,8 +179,10 @@ Status Flatten(const json& value, const std::vector<std::uint32_t>& shape, std::
   return OkStatus();
 }
 
-Status ToTensor(const json& values, std::string dtype, const std::string& subject,
-                docarray::NodeProto* out) {
+// `explicit_shape` (null when absent) reshapes the values, which must then
+// hold exactly that many elements.
+Status ToTensor(const json& values, std::string dtype, const json& explicit_shape,
+                const std::string& subject, std::uint64_t max_bytes, docarray::NodeProto* out) {
   struct Kind {
     const char* name;
     const char* numpy;
@@ -199,11 +206,50 @@ Status ToTensor(const json& values, std::string dtype, const std::string& subjec
     return InvalidArgumentError(subject + ": unsupported tensor dtype '" + dtype +
                                 "' (use float32, float64, int8..int64 or uint8..uint64)");
   }
-  std::vector<std::uint32_t> shape = ShapeOf(values);
+  std::vector<std::uint32_t> data_shape = ShapeOf(values);
+  std::vector<std::int64_t> shape(data_shape.begin(), data_shape.end());
+  if (!explicit_shape.is_null()) {
+    if (!explicit_shape.is_array()) {
+      return InvalidArgumentError(subject + ": shape must be a list of integers");
+    }
+    shape.clear();
+    for (const json& dim : explicit_shape) {
+      if (!dim.is_number_integer() ||
+          (dim.is_number_unsigned() &&
+           dim.get<std::uint64_t>() >
+               static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))) {
+        return InvalidArgumentError(subject + ": shape must be a list of integers, got " +
+                                    explicit_shape.dump());
+      }
+      shape.push_back(dim.get<std::int64_t>());
+    }
+  }
+  // Negative, overflowing or over-cap shapes are refused before the data is
+  // flattened, and the data's own size is bounded before it is allocated.
+  if (auto needed = TensorByteSize(shape, DTypeItemSize(kind->numpy), kind->numpy, max_bytes);
+      !needed.ok()) {
+    return needed.status().WithPrefix(subject);
+  }
+  std::vector<std::int64_t> data_dims(data_shape.begin(), data_shape.end());
+  if (auto has = TensorByteSize(data_dims, DTypeItemSize(kind->numpy), kind->numpy, max_bytes);
+      !has.ok()) {
+    return has.status().WithPrefix(subject + ": data");
+  }
+  for (std::size_t axis = 0; axis < shape.size(); ++axis) {
+    if (shape[axis] > std::numeric_limits<std::uint32_t>::max()) {
+      return InvalidArgumentError(subject + ": shape " + ShapeToString(shape) + " axis " +
+                                  std::to_string(axis) + " does not fit docarray's uint32");
+    }
+  }
   auto* dense = out->mutable_ndarray()->mutable_dense();
-  GANTRY_RETURN_IF_ERROR(Flatten(values, shape, 0, kind->append, subject, dense->mutable_buffer()));
-  for (std::uint32_t d : shape) {
-    dense->add_shape(d);
+  GANTRY_RETURN_IF_ERROR(
+      Flatten(values, data_shape, 0, kind->append, subject, dense->mutable_buffer()));
+  if (Status s = CheckTensorBuffer(shape, kind->numpy, dense->buffer().size(), max_bytes);
+      !s.ok()) {
+    return s.WithPrefix(subject);
+  }
+  for (std::int64_t d : shape) {
+    dense->add_shape(static_cast<std::uint32_t>(d));
   }
   dense->set_dtype(kind->numpy);
   out->set_type("ndarray");
@@ -212,16 +258,25 @@ Status ToTensor(const json& values, std::string dtype, const std::string& subjec
 
 // ---- plain values -----------------------------------------------------------
 
-Status JsonToNode(const json& value, const std::string& subject, docarray::NodeProto* out);
+Status JsonToNode(const json& value, const std::string& subject, int depth,
+                  docarray::NodeProto* out);
 
-Status JsonToDict(const json& object, const std::string& subject, docarray::DictOfAnyProto* out) {
+Status JsonToDict(const json& object, const std::string& subject, int depth,
+                  docarray::DictOfAnyProto* out) {
   for (const auto& [key, item] : object.items()) {
-    GANTRY_RETURN_IF_ERROR(JsonToNode(item, subject + "." + key, &(*out->mutable_data())[key]));
+    GANTRY_RETURN_IF_ERROR(
+        JsonToNode(item, subject + "." + key, depth, &(*out->mutable_data())[key]));
   }
   return OkStatus();
 }
 
-Status JsonToNode(const json& value, const std::string& subject, docarray::NodeProto* out) {
+// `depth` counts the containers around `value`; the parser bounds it
+// already, this keeps the conversion safe on its own.
+Status JsonToNode(const json& value, const std::string& subject, int depth,
+                  docarray::NodeProto* out) {
+  if (value.is_structured()) {
+    GANTRY_RETURN_IF_ERROR(CheckDepth(depth + 1, subject));
+  }
   switch (value.type()) {
     case json::value_t::null:
       return OkStatus();  // docarray's None: a node with no content
@@ -250,13 +305,13 @@ Status JsonToNode(const json& value, const std::string& subject, docarray::NodeP
       auto* list = out->mutable_list();
       std::size_t i = 0;
       for (const json& item : value) {
-        GANTRY_RETURN_IF_ERROR(
-            JsonToNode(item, subject + "[" + std::to_string(i++) + "]", list->add_data()));
+        GANTRY_RETURN_IF_ERROR(JsonToNode(item, subject + "[" + std::to_string(i++) + "]",
+                                          depth + 1, list->add_data()));
       }
       return OkStatus();
     }
     case json::value_t::object:
-      return JsonToDict(value, subject, out->mutable_dict());
+      return JsonToDict(value, subject, depth + 1, out->mutable_dict());
     default:
       return InvalidArgumentError(subject + ": unsupported JSON value");
   }
@@ -342,36 +397,58 @@ json NodeToJson(const docarray::NodeProto& node) {
 
 }  // namespace
 
-Status JsonToDocProto(const json& doc, const std::string& subject, docarray::DocProto* out) {
+namespace {
+
+// Client-chosen ids can be long; errors quote at most this much of one.
+constexpr std::size_t kMaxQuotedId = 64;
+
+Status DocToProto(const json& doc, const std::string& subject, std::uint64_t max_bytes, int depth,
+                  docarray::DocProto* out) {
   if (!doc.is_object()) {
     return InvalidArgumentError(subject + ": a document must be a JSON object, got " +
                                 std::string(doc.type_name()));
   }
+  GANTRY_RETURN_IF_ERROR(CheckDepth(depth, subject));
+  std::string where = subject;
+  if (auto id = doc.find("id"); id != doc.end() && id->is_string()) {
+    const std::string& text = id->get_ref<const std::string&>();
+    where +=
+        " (id '" + text.substr(0, kMaxQuotedId) + (text.size() > kMaxQuotedId ? "...'" : "'") + ")";
+  } else {
+    where += " (no id)";
+  }
   for (const auto& [key, value] : doc.items()) {
-    std::string field = subject + "." + key;
+    std::string field = where + ": field '" + key + "'";
     docarray::NodeProto& node = (*out->mutable_data())[key];
     if (key == "id" && value.is_string()) {
       node.set_text(value.get<std::string>());
       node.set_type("id");
     } else if (IsNumericArray(value)) {
-      GANTRY_RETURN_IF_ERROR(ToTensor(value, "float32", field, &node));
+      GANTRY_RETURN_IF_ERROR(ToTensor(value, "float32", nullptr, field, max_bytes, &node));
     } else if (value.is_object() && value.contains("dtype") && value.contains("data") &&
                value["dtype"].is_string() && IsNumericArray(value["data"])) {
-      GANTRY_RETURN_IF_ERROR(
-          ToTensor(value["data"], value["dtype"].get<std::string>(), field, &node));
+      GANTRY_RETURN_IF_ERROR(ToTensor(value["data"], value["dtype"].get<std::string>(),
+                                      value.value("shape", json()), field, max_bytes, &node));
     } else if (value.is_array() && !value.empty() && value[0].is_object()) {
       // chunks, matches: nested documents.
       auto* docs = node.mutable_doc_array();
       std::size_t i = 0;
       for (const json& item : value) {
-        GANTRY_RETURN_IF_ERROR(
-            JsonToDocProto(item, field + "[" + std::to_string(i++) + "]", docs->add_docs()));
+        GANTRY_RETURN_IF_ERROR(DocToProto(item, field + ": docs[" + std::to_string(i++) + "]",
+                                          max_bytes, depth + 1, docs->add_docs()));
       }
     } else {
-      GANTRY_RETURN_IF_ERROR(JsonToNode(value, field, &node));
+      GANTRY_RETURN_IF_ERROR(JsonToNode(value, field, depth, &node));
     }
   }
   return OkStatus();
+}
+
+}  // namespace
+
+Status JsonToDocProto(const json& doc, const std::string& subject, std::uint64_t max_bytes,
+                      docarray::DocProto* out) {
+  return DocToProto(doc, subject, max_bytes, 0, out);
 }
 
 json DocProtoToJson(const docarray::DocProto& doc) { return DictToJson(doc.data()); }
@@ -384,30 +461,34 @@ Status JsonToStruct(const json& object, const std::string& subject, google::prot
     return InvalidArgumentError(subject + ": expected a JSON object, got " +
                                 std::string(object.type_name()));
   }
-  std::function<void(const json&, google::protobuf::Value*)> convert =
-      [&](const json& v, google::protobuf::Value* pv) {
-        if (v.is_null()) {
-          pv->set_null_value(google::protobuf::NULL_VALUE);
-        } else if (v.is_boolean()) {
-          pv->set_bool_value(v.get<bool>());
-        } else if (v.is_number()) {
-          pv->set_number_value(v.get<double>());
-        } else if (v.is_string()) {
-          pv->set_string_value(v.get<std::string>());
-        } else if (v.is_array()) {
-          auto* list = pv->mutable_list_value();
-          for (const json& item : v) {
-            convert(item, list->add_values());
-          }
-        } else {
-          auto* fields = pv->mutable_struct_value()->mutable_fields();
-          for (const auto& [key, item] : v.items()) {
-            convert(item, &(*fields)[key]);
-          }
-        }
-      };
+  std::function<Status(const json&, int, google::protobuf::Value*)> convert =
+      [&](const json& v, int depth, google::protobuf::Value* pv) -> Status {
+    if (v.is_structured()) {
+      GANTRY_RETURN_IF_ERROR(CheckDepth(depth + 1, subject));
+    }
+    if (v.is_null()) {
+      pv->set_null_value(google::protobuf::NULL_VALUE);
+    } else if (v.is_boolean()) {
+      pv->set_bool_value(v.get<bool>());
+    } else if (v.is_number()) {
+      pv->set_number_value(v.get<double>());
+    } else if (v.is_string()) {
+      pv->set_string_value(v.get<std::string>());
+    } else if (v.is_array()) {
+      auto* list = pv->mutable_list_value();
+      for (const json& item : v) {
+        GANTRY_RETURN_IF_ERROR(convert(item, depth + 1, list->add_values()));
+      }
+    } else {
+      auto* fields = pv->mutable_struct_value()->mutable_fields();
+      for (const auto& [key, item] : v.items()) {
+        GANTRY_RETURN_IF_ERROR(convert(item, depth + 1, &(*fields)[key]));
+      }
+    }
+    return OkStatus();
+  };
   for (const auto& [key, value] : object.items()) {
-    convert(value, &(*out->mutable_fields())[key]);
+    GANTRY_RETURN_IF_ERROR(convert(value, 0, &(*out->mutable_fields())[key]));
   }
   return OkStatus();
 }

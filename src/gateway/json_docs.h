@@ -14,6 +14,7 @@
 
 #include <gantry/status.h>
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -22,12 +23,18 @@
 
 namespace gantry::internal {
 
-// `subject` names the document in errors ("data[3]").
+// `subject` names the document in errors ("data[3]"); errors add its id and
+// the field: "data[3] (id 'abc'): field 'embedding': shape [-1] of float32
+// has the negative dimension -1 on axis 0". A tensor may also be given as
+// {"dtype": "<f4", "shape": [2, 2], "data": [...]}: the data is then
+// reshaped and must hold exactly that many elements. Tensors over
+// `max_bytes` and nesting past kMaxNestingDepth are InvalidArgument.
 Status JsonToDocProto(const nlohmann::json& doc, const std::string& subject,
-                      docarray::DocProto* out);
+                      std::uint64_t max_bytes, docarray::DocProto* out);
 nlohmann::json DocProtoToJson(const docarray::DocProto& doc);
 
 // google.protobuf.Struct <-> JSON object (numbers are doubles in a Struct).
+// Nesting past kMaxNestingDepth is InvalidArgument naming `subject`.
 Status JsonToStruct(const nlohmann::json& object, const std::string& subject,
                     google::protobuf::Struct* out);
 nlohmann::json StructToJson(const google::protobuf::Struct& proto);

@@ -246,8 +246,31 @@ BatchQueue* RequestHandler::QueueFor(const std::string& endpoint, std::size_t ro
   return it->second.get();
 }
 
-bool RequestHandler::Handle(jina::DataRequestProto* request,
-                            const std::function<bool()>& abandoned) {
+bool RequestHandler::SetReplyDocs(jina::DataRequestProto* request, const DocList& docs,
+                                  std::int64_t max_message_bytes, const std::string& where) const {
+  auto* data = request->mutable_data();
+  // The decoded proto entries were emptied by the move: clear them.
+  data->clear_docs_bytes();
+  data->mutable_docs()->Clear();
+  DocListToProto(docs, data->mutable_docs());
+  // Checked before gRPC serialises it: over the cap gRPC would fail the
+  // call with a bare RESOURCE_EXHAUSTED, and past 2 GiB protobuf aborts.
+  const std::size_t size = request->ByteSizeLong();
+  if (max_message_bytes <= 0 || size <= static_cast<std::uint64_t>(max_message_bytes)) {
+    return false;
+  }
+  data->mutable_docs()->Clear();
+  std::string message = where + ": reply of " + std::to_string(size) + " bytes exceeds the " +
+                        std::to_string(max_message_bytes) + "-byte message cap";
+  spdlog::warn("{}", message);
+  SetError(request, "ReplyTooLarge", message);
+  return true;
+}
+
+RequestHandler::Result RequestHandler::Handle(jina::DataRequestProto* request,
+                                              std::int64_t max_message_bytes,
+                                              const std::function<bool()>& abandoned) {
+  Result result;
   auto* route_proto = request->add_routes();
   route_proto->set_executor(executor_name_);
   SetTimestamp(route_proto->mutable_start_time());
@@ -255,7 +278,7 @@ bool RequestHandler::Handle(jina::DataRequestProto* request,
   const std::string& endpoint = request->header().exec_endpoint();
   if (endpoint == kDryRunEndpoint) {
     SetTimestamp(route_proto->mutable_end_time());
-    return false;
+    return result;
   }
   auto it = endpoint_routes_.find(endpoint);
   if (it == endpoint_routes_.end()) {
@@ -275,24 +298,35 @@ bool RequestHandler::Handle(jina::DataRequestProto* request,
                           (known.empty() ? "(none)" : known);
     SetError(request, "EndpointNotFound", message);
     SetTimestamp(route_proto->mutable_end_time());
-    return true;
+    result.is_error = true;
+    return result;
   }
   const Route& route = routes_[it->second];
 
   // Decode documents: Jina writers use `docs`, readers accept `docs_bytes`.
+  // Malformed input is the client's error, answered as a gRPC
+  // INVALID_ARGUMENT rather than an executor error reply.
   auto* data = request->mutable_data();
+  DecodeLimits limits;
+  if (max_message_bytes > 0) {
+    limits.max_tensor_bytes = static_cast<std::uint64_t>(max_message_bytes);
+  }
   StatusOr<DocList> docs = DocList();
   if (data->has_docs_bytes()) {
-    docs = DocListFromBytes(data->docs_bytes());
+    docs = DocListFromBytes(data->docs_bytes(), limits);
   } else if (data->has_docs()) {
-    docs = TakeDocListFromProto(data->mutable_docs());
+    docs = TakeDocListFromProto(data->mutable_docs(), limits);
   }
   if (!docs.ok()) {
-    SetError(request, "BadRequest", where + ": " + docs.status().message());
-    SetTimestamp(route_proto->mutable_end_time());
-    return true;
+    result.status = docs.status().WithPrefix(where);
+    return result;
   }
-  Parameters parameters(StructToDict(request->parameters()));
+  StatusOr<Value::Dict> parameter_values = StructToDict(request->parameters());
+  if (!parameter_values.ok()) {
+    result.status = parameter_values.status().WithPrefix(where + ": parameters");
+    return result;
+  }
+  Parameters parameters(std::move(parameter_values).value());
   // Jina: parameters[<executor name>] (a dict) is merged over the rest.
   if (const Value* own = parameters.Find(executor_name_); own != nullptr && own->AsDict()) {
     Value::Dict merged = *own->AsDict();
@@ -322,18 +356,17 @@ bool RequestHandler::Handle(jina::DataRequestProto* request,
     std::string message = where + ": " + (threw ? exception_name + ": " : "") +
                           (threw ? status.message() : status.ToString());
     spdlog::warn("{}", message);
-    SetError(request, threw ? exception_name : std::string(StatusCodeName(status.code())), message);
     // The request's docs go back as the handler left them (Jina returns the
-    // request). The decoded proto entries were emptied by the move: clear them.
-    data->clear_docs_bytes();
-    data->mutable_docs()->Clear();
-    DocListToProto(*docs, data->mutable_docs());
-    return true;
+    // request); over the cap they are dropped.
+    if (!SetReplyDocs(request, *docs, max_message_bytes, where)) {
+      SetError(request, threw ? exception_name : std::string(StatusCodeName(status.code())),
+               message);
+    }
+    result.is_error = true;
+    return result;
   }
-  data->clear_docs_bytes();
-  data->mutable_docs()->Clear();
-  DocListToProto(*docs, data->mutable_docs());
-  return false;
+  result.is_error = SetReplyDocs(request, *docs, max_message_bytes, where);
+  return result;
 }
 
 void RequestHandler::FillEndpoints(jina::EndpointsProto* endpoints) const {

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/limits.h"
 #include "jina/jina.pb.h"
 #include "worker/batch_queue.h"
 
@@ -40,11 +41,27 @@ class RequestHandler {
       const std::map<std::string, DynamicBatching>& batching = {});
   ~RequestHandler();
 
-  // Processes `request` in place: on return it is the reply. Returns true if
-  // the reply carries an error (the caller sets trailing `is-error: true`).
+  // What Handle made of one request.
+  struct Result {
+    // InvalidArgument when the request itself is malformed: documents that
+    // do not decode or fail validation (tensor shape/buffer mismatch,
+    // nesting too deep), parameters nested too deep. The caller answers
+    // with this gRPC status and sends no reply.
+    Status status;
+    // The reply carries an executor error in its header, Jina style (the
+    // caller sets trailing `is-error: true`): a handler exception or error
+    // status, an unknown endpoint, or a reply over the message cap.
+    bool is_error = false;
+  };
+
+  // Processes `request` in place: on return it is the reply (when
+  // result.status is OK). A reply that would exceed `max_message_bytes`
+  // becomes an error reply naming the executor, endpoint and size.
   // `abandoned`, if set, is asked once the handler could run (unbatched
   // endpoints): true skips it, as nobody waits for the answer any more.
-  bool Handle(jina::DataRequestProto* request, const std::function<bool()>& abandoned = {});
+  Result Handle(jina::DataRequestProto* request,
+                std::int64_t max_message_bytes = kDefaultMaxMessageBytes,
+                const std::function<bool()>& abandoned = {});
 
   // Endpoints (with "_jina_dry_run_") and their JSON schemas, for
   // endpoint_discovery.
@@ -71,6 +88,11 @@ class RequestHandler {
   RequestHandler() = default;
   void SetError(jina::DataRequestProto* request, const std::string& exception_name,
                 const std::string& message) const;
+  // Encodes `docs` as the reply's documents, or, when the reply would then
+  // exceed `max_message_bytes`, drops them and makes the reply an error.
+  // Returns true if the reply became an error.
+  bool SetReplyDocs(jina::DataRequestProto* request, const DocList& docs,
+                    std::int64_t max_message_bytes, const std::string& where) const;
   // One serialised handler call; exceptions become the outcome.
   HandlerOutcome Invoke(const Route& route, DocList& docs, const Parameters& parameters,
                         const std::function<bool()>* abandoned = nullptr);

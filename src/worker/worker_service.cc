@@ -9,72 +9,112 @@
 namespace gantry::internal {
 namespace {
 
-class SingleDataService final : public jina::JinaSingleDataRequestRPC::Service {
+// Request bytes that do not parse are the client's error. The streamed-unary
+// form of a method lets us see that (the plain sync form answers INTERNAL
+// before our code runs); on the wire it is the same unary RPC.
+grpc::Status NotParsed(const char* method, const char* message_type) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                      std::string(method) + ": the request is not a serialized " + message_type +
+                          " (or nests deeper than protobuf's 100-level limit)");
+}
+
+class SingleDataService final : public jina::JinaSingleDataRequestRPC::StreamedUnaryService {
  public:
-  explicit SingleDataService(RequestHandler* handler) : handler_(handler) {}
-  grpc::Status process_single_data(grpc::ServerContext* context,
-                                   const jina::DataRequestProto* request,
-                                   jina::DataRequestProto* reply) override {
+  SingleDataService(RequestHandler* handler, std::int64_t max_message_bytes)
+      : handler_(handler), max_message_bytes_(max_message_bytes) {}
+  grpc::Status Streamedprocess_single_data(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<jina::DataRequestProto, jina::DataRequestProto>* stream) override {
     // A request its caller gave up on (cancelled, or past the deadline the
     // gateway passed on) does not run the handler, also after waiting for it.
     auto abandoned = [context] {
       return context->IsCancelled() || context->deadline() <= std::chrono::system_clock::now();
     };
+    // The reply is the request, processed in place.
+    jina::DataRequestProto request;
+    if (!stream->Read(&request)) {
+      return NotParsed("process_single_data", "jina.DataRequestProto");
+    }
     if (abandoned()) {
       return grpc::Status(grpc::StatusCode::CANCELLED,
-                          "request " + request->header().request_id() +
+                          "request " + request.header().request_id() +
                               " was cancelled or past its deadline before it started");
     }
-    // The reply is the request, processed in place. gRPC's sync handler owns
-    // a non-const request object that it only destroys after this returns, so
-    // taking its contents (instead of a deep copy of every document) is safe.
-    reply->Swap(const_cast<jina::DataRequestProto*>(request));
-    if (handler_->Handle(reply, abandoned)) {
+    RequestHandler::Result result = handler_->Handle(&request, max_message_bytes_, abandoned);
+    if (!result.status.ok()) {
+      return ToGrpcStatus(result.status);
+    }
+    if (result.is_error) {
       context->AddTrailingMetadata("is-error", "true");
+    }
+    if (!stream->Write(request)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "process_single_data: the client is gone");
     }
     return grpc::Status::OK;
   }
 
  private:
   RequestHandler* handler_;
+  std::int64_t max_message_bytes_;
 };
 
-class DataListService final : public jina::JinaDataRequestRPC::Service {
+class DataListService final : public jina::JinaDataRequestRPC::StreamedUnaryService {
  public:
-  explicit DataListService(RequestHandler* handler) : handler_(handler) {}
+  DataListService(RequestHandler* handler, std::int64_t max_message_bytes)
+      : handler_(handler), max_message_bytes_(max_message_bytes) {}
   // Jina merges the requests of a list into the first one before the call.
-  grpc::Status process_data(grpc::ServerContext* context, const jina::DataRequestListProto* request,
-                            jina::DataRequestProto* reply) override {
-    if (request->requests_size() == 0) {
+  grpc::Status Streamedprocess_data(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<jina::DataRequestListProto, jina::DataRequestProto>* stream)
+      override {
+    jina::DataRequestListProto list;
+    if (!stream->Read(&list)) {
+      return NotParsed("process_data", "jina.DataRequestListProto");
+    }
+    if (list.requests_size() == 0) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "process_data got no requests");
     }
-    *reply = request->requests(0);
-    for (int i = 1; i < request->requests_size(); ++i) {
-      const auto& other = request->requests(i);
+    jina::DataRequestProto reply = std::move(*list.mutable_requests(0));
+    for (int i = 1; i < list.requests_size(); ++i) {
+      const auto& other = list.requests(i);
       if (other.data().has_docs()) {
-        reply->mutable_data()->mutable_docs()->MergeFrom(other.data().docs());
+        reply.mutable_data()->mutable_docs()->MergeFrom(other.data().docs());
       }
     }
-    if (handler_->Handle(reply)) {
+    RequestHandler::Result result = handler_->Handle(&reply, max_message_bytes_);
+    if (!result.status.ok()) {
+      return ToGrpcStatus(result.status);
+    }
+    if (result.is_error) {
       context->AddTrailingMetadata("is-error", "true");
+    }
+    if (!stream->Write(reply)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "process_data: the client is gone");
     }
     return grpc::Status::OK;
   }
 
  private:
   RequestHandler* handler_;
+  std::int64_t max_message_bytes_;
 };
 
 class StreamService final : public jina::JinaRPC::Service {
  public:
-  explicit StreamService(RequestHandler* handler) : handler_(handler) {}
-  // Requests of one stream are processed in order, as Jina's worker does.
+  StreamService(RequestHandler* handler, std::int64_t max_message_bytes)
+      : handler_(handler), max_message_bytes_(max_message_bytes) {}
+  // Requests of one stream are processed in order, as Jina's worker does. A
+  // malformed request ends the stream with INVALID_ARGUMENT: a stream has no
+  // per-message status.
   grpc::Status Call(
       grpc::ServerContext* /*context*/,
       grpc::ServerReaderWriter<jina::DataRequestProto, jina::DataRequestProto>* stream) override {
     jina::DataRequestProto request;
     while (stream->Read(&request)) {
-      handler_->Handle(&request);
+      RequestHandler::Result result = handler_->Handle(&request, max_message_bytes_);
+      if (!result.status.ok()) {
+        return ToGrpcStatus(result.status);
+      }
       if (!stream->Write(request)) {
         break;
       }
@@ -84,6 +124,7 @@ class StreamService final : public jina::JinaRPC::Service {
 
  private:
   RequestHandler* handler_;
+  std::int64_t max_message_bytes_;
 };
 
 class DiscoveryService final : public jina::JinaDiscoverEndpointsRPC::Service {
@@ -121,10 +162,10 @@ class InfoService final : public jina::JinaInfoRPC::Service {
 }  // namespace
 
 struct WorkerServer::Services {
-  explicit Services(RequestHandler* handler)
-      : single(handler),
-        list(handler),
-        stream(handler),
+  Services(RequestHandler* handler, std::int64_t max_message_bytes)
+      : single(handler, max_message_bytes),
+        list(handler, max_message_bytes),
+        stream(handler, max_message_bytes),
         discovery(handler),
         info(handler),
         reflection(WorkerReflectionServices()) {}
@@ -141,7 +182,7 @@ StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(RequestHandler* hand
                                                             const std::string& host, int port,
                                                             std::int64_t max_message_bytes) {
   std::unique_ptr<WorkerServer> server(new WorkerServer());
-  server->services_ = std::make_unique<Services>(handler);
+  server->services_ = std::make_unique<Services>(handler, max_message_bytes);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(builder, max_message_bytes);

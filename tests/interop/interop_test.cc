@@ -258,7 +258,7 @@ TEST_F(PluginDeploymentTest, HttpStatusDryRunHealthAndErrors) {
   std::string ragged =
       Curl("-X POST -d '{\"data\": [{\"tensor\": [[1, 2], [3]]}]}' " + Http("/encode"));
   EXPECT_THAT(ragged, ::testing::EndsWith("\n400")) << ragged;
-  EXPECT_THAT(ragged, HasSubstr("data[0].tensor"));
+  EXPECT_THAT(ragged, HasSubstr("data[0] (no id): field 'tensor'"));
 }
 
 TEST_F(PluginDeploymentTest, GatewayReflectionListsJinaAndHealth) {

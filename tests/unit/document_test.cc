@@ -45,9 +45,9 @@ TEST(DocumentTest, TensorFromBytesValidates) {
 
   auto short_buffer = Tensor::FromBytes("<f4", {2, 3}, std::string(20, '\0'));
   EXPECT_EQ(short_buffer.status().message(),
-            "tensor of dtype <f4 and shape [2, 3] needs 24 bytes, got 20");
+            "shape [2, 3] of float32 needs 24 bytes, buffer has 20");
   auto bad_dtype = Tensor::FromBytes("float32", {1}, std::string(4, '\0'));
-  EXPECT_THAT(bad_dtype.status().message(), HasSubstr("\"float32\" is not a numpy dtype"));
+  EXPECT_THAT(bad_dtype.status().message(), HasSubstr("unknown tensor dtype 'float32'"));
   auto negative = Tensor::FromBytes("<f4", {-1}, "");
   EXPECT_FALSE(negative.ok());
 }

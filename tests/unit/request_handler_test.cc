@@ -68,7 +68,7 @@ TEST(RequestHandlerTest, RoutesToTheBoundHandler) {
   auto handler = MakeHandler();
   auto request = MakeRequest("/upper", DocList{Doc("abc"), Doc("x")});
   (*request.mutable_parameters()->mutable_fields())["suffix"].set_string_value("!");
-  EXPECT_FALSE(handler->Handle(&request));
+  EXPECT_FALSE(handler->Handle(&request).is_error);
   EXPECT_EQ(request.header().request_id(), "r1");
   EXPECT_EQ(request.header().status().code(), jina::StatusProto::SUCCESS);
   DocList docs = ReplyDocs(request);
@@ -84,7 +84,7 @@ TEST(RequestHandlerTest, ExecutorSpecificParametersWin) {
   auto* fields = request.mutable_parameters()->mutable_fields();
   (*fields)["suffix"].set_string_value("-all");
   (*(*fields)["enc"].mutable_struct_value()->mutable_fields())["suffix"].set_string_value("-enc");
-  EXPECT_FALSE(handler->Handle(&request));
+  EXPECT_FALSE(handler->Handle(&request).is_error);
   EXPECT_EQ(ReplyDocs(request)[0].text(), "A-enc");
 }
 
@@ -92,7 +92,7 @@ TEST(RequestHandlerTest, ExceptionBecomesJinaErrorReply) {
   auto handler = MakeHandler();
   Doc doc("kept");
   auto request = MakeRequest("/explode", DocList{doc});
-  EXPECT_TRUE(handler->Handle(&request));
+  EXPECT_TRUE(handler->Handle(&request).is_error);
   const auto& status = request.header().status();
   EXPECT_EQ(status.code(), jina::StatusProto::ERROR);
   EXPECT_EQ(status.description(),
@@ -107,13 +107,13 @@ TEST(RequestHandlerTest, ExceptionBecomesJinaErrorReply) {
   EXPECT_EQ(docs[0].id(), doc.id());
   // And the next request is served.
   auto next = MakeRequest("/upper", DocList{Doc("b")});
-  EXPECT_FALSE(handler->Handle(&next));
+  EXPECT_FALSE(handler->Handle(&next).is_error);
 }
 
 TEST(RequestHandlerTest, UnknownEndpointWithoutDefaultIsAnErrorListingEndpoints) {
   auto handler = MakeHandler();
   auto request = MakeRequest("/nope", DocList{Doc("a")});
-  EXPECT_TRUE(handler->Handle(&request));
+  EXPECT_TRUE(handler->Handle(&request).is_error);
   EXPECT_THAT(request.header().status().description(),
               HasSubstr("endpoint '/nope': no handler for this endpoint and no default handler; "
                         "endpoints: /explode, /upper"));
@@ -122,14 +122,14 @@ TEST(RequestHandlerTest, UnknownEndpointWithoutDefaultIsAnErrorListingEndpoints)
 TEST(RequestHandlerTest, DryRunAndDocsBytes) {
   auto handler = MakeHandler();
   auto dry = MakeRequest("_jina_dry_run_", DocList{Doc::Empty()});
-  EXPECT_FALSE(handler->Handle(&dry));
+  EXPECT_FALSE(handler->Handle(&dry).is_error);
 
   jina::DataRequestProto request;
   request.mutable_header()->set_exec_endpoint("/upper");
   docarray::DocListProto list;
   DocListToProto(DocList{Doc("bytes")}, &list);
   request.mutable_data()->set_docs_bytes(list.SerializeAsString());
-  EXPECT_FALSE(handler->Handle(&request));
+  EXPECT_FALSE(handler->Handle(&request).is_error);
   EXPECT_TRUE(request.data().has_docs());
   EXPECT_EQ(ReplyDocs(request)[0].text(), "BYTES");
 }
