@@ -16,7 +16,9 @@
 // gantry/init.h) and is re-executed in worker mode; types it does not
 // register are served by the `gantry-worker` program.
 //
-// Thread safety: Post and the accessors are safe for concurrent use.
+// Thread safety: safe for concurrent use (Post, Stop, Block and the accessors
+// from any threads at once; a Post that overlaps Stop fails cleanly), except
+// the destructor, which must not overlap any other call.
 #ifndef GANTRY_DEPLOYMENT_H_
 #define GANTRY_DEPLOYMENT_H_
 

@@ -141,12 +141,25 @@ class Deployment::Impl {
   Status Start();
   void Stop();
   void Block();
+  std::shared_ptr<internal::Gateway> gateway() const {
+    std::lock_guard lock(state_mutex_);
+    return gateway_;
+  }
+  std::shared_ptr<Client> client() const {
+    std::lock_guard lock(state_mutex_);
+    return client_;
+  }
 
   Status status_;
   DeploymentOptions options_;
   std::vector<Replica> replicas_;
-  std::unique_ptr<internal::Gateway> gateway_;
-  std::unique_ptr<Client> client_;
+  // Shared, not unique: Post and the accessors take a reference under
+  // state_mutex_ and use it unlocked, so Stop can drop these while a Post
+  // is still running on another thread.
+  std::shared_ptr<internal::Gateway> gateway_;  // guarded by state_mutex_
+  std::shared_ptr<Client> client_;              // guarded by state_mutex_
+  mutable std::mutex state_mutex_;
+  // Held for the whole of Stop, so a second Stop waits for the first.
   std::mutex stop_mutex_;
   bool stopped_ = false;
   Pipe block_pipe_;
@@ -281,8 +294,11 @@ Status Deployment::Impl::Start() {
     gateway_options.replica_addresses.push_back("127.0.0.1:" + std::to_string(replica.port));
     gateway_options.replica_names.push_back(replica.name);
   }
-  GANTRY_ASSIGN_OR_RETURN(gateway_, internal::Gateway::Start(std::move(gateway_options)));
-  client_ = std::make_unique<Client>(
+  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<internal::Gateway> gateway,
+                          internal::Gateway::Start(std::move(gateway_options)));
+  std::lock_guard state_lock(state_mutex_);
+  gateway_ = std::move(gateway);
+  client_ = std::make_shared<Client>(
       internal::JoinHostPort(options_.host == "0.0.0.0" ? "127.0.0.1" : options_.host,
                              gateway_->port()),
       ClientOptions{.max_message_bytes = options_.max_message_bytes});
@@ -459,10 +475,17 @@ void Deployment::Impl::Stop() {
     return;
   }
   stopped_ = true;
-  if (gateway_) {
-    gateway_->Shutdown(std::chrono::milliseconds(2000));
+  std::shared_ptr<internal::Gateway> gateway;
+  {
+    // From here on Post answers "stopped"; Posts already running keep their
+    // own reference to the client and fail once the gateway is shut down.
+    std::lock_guard state_lock(state_mutex_);
+    gateway = gateway_;
+    client_.reset();
   }
-  client_.reset();
+  if (gateway) {
+    gateway->Shutdown(std::chrono::milliseconds(2000));
+  }
   // Signal every replica first, then wait: they drain in parallel.
   for (Replica& replica : replicas_) {
     if (replica.process) {
@@ -479,7 +502,10 @@ void Deployment::Impl::Stop() {
     }
     replica.lifeline.reset();
   }
-  gateway_.reset();
+  {
+    std::lock_guard state_lock(state_mutex_);
+    gateway_.reset();
+  }
   if (block_pipe_.write_fd >= 0) {
     char byte = 1;
     (void)!::write(block_pipe_.write_fd, &byte, 1);
@@ -526,19 +552,26 @@ Deployment::~Deployment() = default;
 
 const Status& Deployment::status() const { return impl_->status_; }
 
-int Deployment::port() const { return impl_->gateway_ ? impl_->gateway_->port() : 0; }
+int Deployment::port() const {
+  std::shared_ptr<internal::Gateway> gateway = impl_->gateway();
+  return gateway ? gateway->port() : 0;
+}
 
-int Deployment::http_port() const { return impl_->gateway_ ? impl_->gateway_->http_port() : -1; }
+int Deployment::http_port() const {
+  std::shared_ptr<internal::Gateway> gateway = impl_->gateway();
+  return gateway ? gateway->http_port() : -1;
+}
 
 std::string Deployment::address() const {
-  return impl_->client_ ? impl_->client_->address() : std::string();
+  std::shared_ptr<Client> client = impl_->client();
+  return client ? client->address() : std::string();
 }
 
 std::vector<ReplicaInfo> Deployment::replicas() const {
   std::vector<ReplicaInfo> out;
   std::vector<internal::ReplicaState> states;
-  if (impl_->gateway_) {
-    states = impl_->gateway_->ReplicaStates();
+  if (std::shared_ptr<internal::Gateway> gateway = impl_->gateway()) {
+    states = gateway->ReplicaStates();
   }
   for (std::size_t i = 0; i < impl_->replicas_.size(); ++i) {
     const Replica& replica = impl_->replicas_[i];
@@ -564,10 +597,11 @@ StatusOr<DocList> Deployment::Post(std::string_view endpoint, const DocList& doc
   if (!impl_->status_.ok()) {
     return impl_->status_;
   }
-  if (!impl_->client_) {
+  std::shared_ptr<Client> client = impl_->client();
+  if (!client) {
     return FailedPreconditionError("deployment '" + impl_->options_.name + "' is stopped");
   }
-  return impl_->client_->Post(endpoint, docs, options);
+  return client->Post(endpoint, docs, options);
 }
 
 void Deployment::Block() { impl_->Block(); }

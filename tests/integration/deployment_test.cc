@@ -199,5 +199,56 @@ TEST(DeploymentTest, DeadReplicaIsRetriedOnTheOther) {
   }
 }
 
+// The contract in deployment.h: Post from several threads while another
+// thread stops. Run under TSan in CI (scripts/test.sh), which fails on any
+// data race between Post's use of the client and gateway and Stop's reset.
+TEST(DeploymentTest, PostFromThreadsWhileAnotherStops) {
+  Deployment dep({.uses = "MyGPUExec", .uses_with = {{"device", "cpu"}}, .replicas = 2});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  constexpr int kPosters = 4;
+  std::atomic<int> ok_posts{0};
+  std::atomic<int> started{0};
+  std::vector<std::vector<Status>> failures(kPosters);
+  std::vector<std::thread> posters;
+  posters.reserve(kPosters);
+  for (int t = 0; t < kPosters; ++t) {
+    posters.emplace_back([&, t] {
+      started.fetch_add(1);
+      // Each thread posts until the deployment refuses; bounded by count too.
+      for (int i = 0; i < 2000; ++i) {
+        auto out = dep.Post("/encode", MakeDocs(4),
+                            {.request_size = 2, .timeout = std::chrono::seconds(10)});
+        if (!out.ok()) {
+          failures[t].push_back(out.status());
+          break;
+        }
+        ok_posts.fetch_add(1);
+        static_cast<void>(dep.port());
+        static_cast<void>(dep.replicas());
+      }
+    });
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((started.load() < kPosters || ok_posts.load() < 8) &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GE(ok_posts.load(), 8);
+  dep.Stop();
+  for (std::thread& poster : posters) {
+    poster.join();  // each ends at its first failed Post, bounded by the Post timeout
+  }
+  for (int t = 0; t < kPosters; ++t) {
+    ASSERT_EQ(failures[t].size(), 1u) << "poster " << t << " never saw the stop";
+    const Status& status = failures[t][0];
+    EXPECT_THAT(status.code(), ::testing::AnyOf(StatusCode::kFailedPrecondition,
+                                                StatusCode::kUnavailable, StatusCode::kCancelled))
+        << status;
+  }
+  auto after = dep.Post("/encode", MakeDocs(1));
+  EXPECT_EQ(after.status().code(), StatusCode::kFailedPrecondition) << after.status();
+  EXPECT_EQ(dep.port(), 0);
+}
+
 }  // namespace
 }  // namespace gantry
