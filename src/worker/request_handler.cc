@@ -13,6 +13,7 @@
 #include "core/value_json.h"
 #include "deployment/placement.h"
 #include "google/protobuf/util/json_util.h"
+#include "worker/legacy_document_schema.h"
 
 namespace gantry::internal {
 namespace {
@@ -36,13 +37,6 @@ void SetTimestamp(google::protobuf::Timestamp* ts) {
   ts->set_seconds(nanos / 1000000000);
   ts->set_nanos(static_cast<std::int32_t>(nanos % 1000000000));
 }
-
-// The schema of Jina's default document type, LegacyDocumentJina, exactly as
-// pydantic gives it (`LegacyDocumentJina.schema()`, jina 3.34 / docarray
-// 0.40): Jina's gateway compares it for equality to pick its own class, so
-// any difference would make it build a different model.
-const char* kLegacyDocumentSchema =
-    R"json({"$defs": {"LegacyDocumentJina": {"description": "This Document is the LegacyDocumentJina. It follows the same schema as in DocArray <=0.21.\nIt can be useful to start migrating a codebase from v1 to v2.\n\nNevertheless, the API is not totally compatible with DocArray <=0.21 `Document`.\nIndeed, none of the method associated with `Document` are present. Only the schema\nof the data is similar.\n\n```python\nfrom docarray import DocList\nfrom docarray.documents.legacy import LegacyDocument\nimport numpy as np\n\ndoc = LegacyDocument(text='hello')\ndoc.url = 'http://myimg.png'\ndoc.tensor = np.zeros((3, 224, 224))\ndoc.embedding = np.zeros((100, 1))\n\ndoc.tags['price'] = 10\n\ndoc.chunks = DocList[Document]([Document() for _ in range(10)])\n\ndoc.chunks = DocList[Document]([Document() for _ in range(10)])\n```", "properties": {"id": {"anyOf": [{"type": "string"}, {"type": "null"}], "description": "The ID of the BaseDoc. This is useful for indexing in vector stores. If not set by user, it will automatically be assigned a random value", "title": "Id"}, "tensor": {"anyOf": [{"items": {"type": "number"}, "tensor/array shape": "not specified", "type": "array"}, {"type": "null"}], "default": null, "title": "Tensor"}, "chunks": {"anyOf": [{"items": {"$ref": "#/$defs/LegacyDocumentJina"}, "type": "array"}, {"type": "null"}], "default": null, "title": "Chunks"}, "matches": {"anyOf": [{"items": {"$ref": "#/$defs/LegacyDocumentJina"}, "type": "array"}, {"type": "null"}], "default": null, "title": "Matches"}, "blob": {"anyOf": [{"format": "binary", "type": "string"}, {"type": "null"}], "default": null, "title": "Blob"}, "text": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null, "title": "Text"}, "url": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null, "title": "Url"}, "embedding": {"anyOf": [{"items": {"type": "number"}, "tensor/array shape": "not specified", "type": "array"}, {"type": "null"}], "default": null, "title": "Embedding"}, "tags": {"additionalProperties": true, "default": {}, "title": "Tags", "type": "object"}, "scores": {"anyOf": [{"additionalProperties": true, "type": "object"}, {"type": "null"}], "default": null, "title": "Scores"}}, "title": "LegacyDocumentJina", "type": "object"}}, "$ref": "#/$defs/LegacyDocumentJina"})json";
 
 }  // namespace
 
