@@ -20,3 +20,20 @@ skip_or_fail() {
   echo "SKIPPED: $1 (set GANTRY_REQUIRE_PEERS=1 to make this a failure)" >&2
   exit 77
 }
+
+# run_checked COMMAND [ARGS...]: runs a gtest binary (or any command) and
+# exits with its status, except that a run that passed only because tests
+# called GTEST_SKIP (ctest would show it as "Passed") goes through
+# skip_or_fail too: the binary's own "peer missing" skips are not silent.
+run_checked() {
+  out="$(mktemp)"
+  "$@" >"$out" 2>&1
+  rc=$?
+  cat "$out"
+  skipped="$(grep -c '^\[  SKIPPED \]' "$out" || true)"
+  rm -f "$out"
+  if [ "$rc" -eq 0 ] && [ "${skipped:-0}" -gt 0 ]; then
+    skip_or_fail "$1 skipped tests (GTEST_SKIP; reason in its output above)"
+  fi
+  exit "$rc"
+}

@@ -13,4 +13,5 @@ if [[ ! -f "${model}/model.safetensors" ]]; then
   skip_or_fail "model missing at ${model} (run scripts/fetch_model.sh or set GANTRY_MODEL_PATH)"
 fi
 export GANTRY_MODEL_PATH="${model}"
-exec "$@"
+set +e
+run_checked "$@"

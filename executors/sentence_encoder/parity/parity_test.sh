@@ -25,4 +25,6 @@ if [[ ! -f "${json}" || "${script}" -nt "${json}" ]]; then
   "${venv}/bin/python" "${script}" "${model}" "${json}.tmp"
   mv "${json}.tmp" "${json}"
 fi
-GANTRY_MODEL_PATH="${model}" GANTRY_PARITY_JSON="${json}" exec "${binary}"
+export GANTRY_MODEL_PATH="${model}" GANTRY_PARITY_JSON="${json}"
+set +e
+run_checked "${binary}"
