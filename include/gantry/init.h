@@ -6,6 +6,11 @@
 // program once per replica with a worker flag; in that case Init runs the
 // worker (loads the executor, serves gRPC until told to stop) and exits the
 // process. Otherwise it returns at once and does nothing.
+//
+// A program re-executed as a worker whose main() does not call Init would
+// reach its Deployment again; that Deployment refuses to spawn (no process
+// storm): the worker exits with code 1 and the parent's Deployment fails
+// with a message naming gantry::Init.
 #ifndef GANTRY_INIT_H_
 #define GANTRY_INIT_H_
 

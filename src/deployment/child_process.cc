@@ -6,13 +6,35 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 extern char** environ;
 
 namespace gantry::internal {
+namespace {
+
+// Closes the descriptor it owns.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+    }
+  }
+  ScopedFd(ScopedFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  ScopedFd& operator=(ScopedFd&&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
 
 StatusOr<ChildProcessPtr> ChildProcess::Spawn(const ChildProcessOptions& options) {
   std::vector<std::string> argv_storage;
@@ -45,17 +67,28 @@ StatusOr<ChildProcessPtr> ChildProcess::Spawn(const ChildProcessOptions& options
   }
   envp.push_back(nullptr);
 
+  // Each source is first copied, in this process, above every target and
+  // every source (F_DUPFD_CLOEXEC: the copies vanish at exec), so that no
+  // dup2 onto a target can clobber a source not yet placed, whatever the
+  // descriptor numbers. dup2 clears FD_CLOEXEC on the target.
+  int floor = 3;
+  for (const auto& [child_fd, parent_fd] : options.fds) {
+    floor = std::max({floor, child_fd + 1, parent_fd + 1});
+  }
+  std::vector<ScopedFd> copies;
+  for (const auto& [child_fd, parent_fd] : options.fds) {
+    int copy = ::fcntl(parent_fd, F_DUPFD_CLOEXEC, floor);
+    if (copy < 0) {
+      return FailedPreconditionError("cannot pass descriptor " + std::to_string(parent_fd) +
+                                     " to " + options.program + " as " + std::to_string(child_fd) +
+                                     ": " + std::strerror(errno));
+    }
+    copies.emplace_back(copy);
+  }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  // Two passes so that no dup2 target clobbers a source not yet copied:
-  // first park every source above the targets, then place them.
-  int park = 100;
-  for (const auto& [child_fd, parent_fd] : options.fds) {
-    posix_spawn_file_actions_adddup2(&actions, parent_fd, park + child_fd);
-  }
-  for (const auto& [child_fd, parent_fd] : options.fds) {
-    posix_spawn_file_actions_adddup2(&actions, park + child_fd, child_fd);
-    posix_spawn_file_actions_addclose(&actions, park + child_fd);
+  for (std::size_t i = 0; i < options.fds.size(); ++i) {
+    posix_spawn_file_actions_adddup2(&actions, copies[i].get(), options.fds[i].first);
   }
   if (!options.output_file.empty()) {
     posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, options.output_file.c_str(),

@@ -27,6 +27,7 @@ struct ChildProcessOptions {
   // Added to (or replacing in) this process's environment.
   std::map<std::string, std::string> env;
   // {child fd, parent fd}: the child gets a copy of parent fd at child fd.
+  // Any numbers work, a parent fd that is another pair's child fd included.
   std::vector<std::pair<int, int>> fds;
   // Redirect the child's stdout/stderr to this file (appending); empty
   // keeps ours.

@@ -3,19 +3,19 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 #include <vector>
 
 namespace gantry::internal {
 
-BatchQueue::BatchQueue(DynamicBatching config, BatchInvoke invoke, std::string where)
-    : config_(config), invoke_(std::move(invoke)), where_(std::move(where)) {
-  flusher_ = std::thread([this] { Run(); });
-}
+using Clock = std::chrono::steady_clock;
 
-BatchQueue::~BatchQueue() { Stop(); }
+BatchQueueSet::BatchQueueSet(BatchQueueLimits limits) : limits_(limits) {}
 
-void BatchQueue::Stop() {
+BatchQueueSet::~BatchQueueSet() { Stop(); }
+
+void BatchQueueSet::Stop() {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) {
@@ -24,17 +24,45 @@ void BatchQueue::Stop() {
     stopping_ = true;
   }
   wake_.notify_all();
+  // No Push starts the flusher once stopping_ is set, so reading it here is safe.
   if (flusher_.joinable()) {
     flusher_.join();
   }
 }
 
-std::uint64_t BatchQueue::calls() const {
+std::uint64_t BatchQueueSet::calls() const {
   std::lock_guard lock(mutex_);
   return calls_;
 }
 
-HandlerOutcome BatchQueue::Push(DocList& docs) {
+std::size_t BatchQueueSet::queue_count() const {
+  std::lock_guard lock(mutex_);
+  return queues_.size();
+}
+
+std::uint64_t BatchQueueSet::overflow_requests() const {
+  std::lock_guard lock(mutex_);
+  return overflow_;
+}
+
+bool BatchQueueSet::EvictOneIdleLocked() {
+  auto victim = queues_.end();
+  for (auto it = queues_.begin(); it != queues_.end(); ++it) {
+    if (it->second->users == 0 &&
+        (victim == queues_.end() || it->second->last_used < victim->second->last_used)) {
+      victim = it;
+    }
+  }
+  if (victim == queues_.end()) {
+    return false;
+  }
+  queues_.erase(victim);
+  return true;
+}
+
+HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching& config,
+                                   const std::function<BatchInvoke()>& make_invoke,
+                                   const std::string& where, DocList& docs) {
   if (docs.empty()) {
     return {};
   }
@@ -43,60 +71,124 @@ HandlerOutcome BatchQueue::Push(DocList& docs) {
   if (stopping_) {
     return {UnavailableError("the executor is shutting down"), ""};
   }
+  auto it = queues_.find(key);
+  if (it == queues_.end()) {
+    if (queues_.size() >= limits_.max_queues && !EvictOneIdleLocked()) {
+      // Every queue has requests waiting: serve this one alone, now.
+      if (overflow_++ % 1000 == 0) {
+        spdlog::warn(
+            "{}: {} dynamic batching queues (one per parameter set) are busy, the most a worker "
+            "keeps; a request with new parameters is served unbatched ({} so far)",
+            where, limits_.max_queues, overflow_);
+      }
+      lock.unlock();
+      Queue alone;
+      alone.config = config;
+      alone.invoke = make_invoke();
+      alone.where = where;
+      std::deque<Pending*> batch{&pending};
+      Flush(alone, batch);
+      return std::move(pending.outcome);
+    }
+    auto queue = std::make_unique<Queue>();
+    queue->config = config;
+    queue->invoke = make_invoke();
+    queue->where = where;
+    it = queues_.emplace(key, std::move(queue)).first;
+    if (!flusher_.joinable()) {
+      flusher_ = std::thread([this] { Run(); });
+    }
+  }
+  Queue& queue = *it->second;
   // A request larger than the cap still goes through an empty queue, or it
   // could never be served.
-  if (config_.max_queue_size > 0 && queued_docs_ > 0 &&
-      queued_docs_ + docs.size() > static_cast<std::size_t>(config_.max_queue_size)) {
-    spdlog::warn("{}: dynamic batching queue full ({} documents); refusing a request", where_,
-                 queued_docs_);
+  if (queue.config.max_queue_size > 0 && queue.queued_docs > 0 &&
+      queue.queued_docs + docs.size() > static_cast<std::size_t>(queue.config.max_queue_size)) {
+    spdlog::warn("{}: dynamic batching queue full ({} documents); refusing a request", where,
+                 queue.queued_docs);
     return {ResourceExhaustedError("the dynamic batching queue is full (" +
-                                   std::to_string(queued_docs_) + " documents waiting, " +
-                                   "max_queue_size " + std::to_string(config_.max_queue_size) +
-                                   "); retry later"),
+                                   std::to_string(queue.queued_docs) +
+                                   " documents waiting, max_queue_size " +
+                                   std::to_string(queue.config.max_queue_size) + "); retry later"),
             ""};
   }
-  if (queue_.empty()) {
-    deadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.timeout_ms);
+  const auto now = Clock::now();
+  if (queue.pending.empty()) {
+    queue.first_arrival = now;
+    queue.deadline = now + std::chrono::milliseconds(queue.config.timeout_ms);
   }
-  queue_.push_back(&pending);
-  queued_docs_ += docs.size();
+  queue.pending.push_back(&pending);
+  queue.queued_docs += docs.size();
+  ++queue.users;
   wake_.notify_all();
-  done_.wait(lock, [&] { return pending.done; });
+  queue.done.wait(lock, [&] { return pending.done; });
+  --queue.users;
+  queue.last_used = Clock::now();
+  if (queue.users == 0) {
+    wake_.notify_all();  // the flusher may free it once idle
+  }
   return std::move(pending.outcome);
 }
 
-void BatchQueue::Run() {
-  const auto preferred = static_cast<std::size_t>(std::max(1, config_.preferred_batch_size));
+void BatchQueueSet::Run() {
   std::unique_lock lock(mutex_);
   while (true) {
-    if (queue_.empty()) {
-      if (stopping_) {
-        return;
+    const auto now = Clock::now();
+    Queue* ready = nullptr;
+    auto next_wake = Clock::time_point::max();
+    for (auto it = queues_.begin(); it != queues_.end();) {
+      Queue& queue = *it->second;
+      if (!queue.pending.empty()) {
+        const auto preferred =
+            static_cast<std::size_t>(std::max(1, queue.config.preferred_batch_size));
+        // Stopping flushes at once: shutdown drains what is queued. Of the
+        // queues due, the one waiting longest goes first, so none starves.
+        if (stopping_ || queue.queued_docs >= preferred || now >= queue.deadline) {
+          if (ready == nullptr || queue.first_arrival < ready->first_arrival) {
+            ready = &queue;
+          }
+        } else {
+          next_wake = std::min(next_wake, queue.deadline);
+        }
+      } else if (queue.users == 0) {
+        const auto idle_until = queue.last_used + limits_.idle_timeout;
+        if (now >= idle_until) {
+          it = queues_.erase(it);
+          continue;
+        }
+        next_wake = std::min(next_wake, idle_until);
       }
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      ++it;
+    }
+    if (ready != nullptr) {
+      std::deque<Pending*> batch;
+      batch.swap(ready->pending);
+      ready->queued_docs = 0;
+      // `ready` stays alive: its callers wait, so users > 0.
+      lock.unlock();
+      Flush(*ready, batch);
+      lock.lock();
+      for (Pending* pending : batch) {
+        pending->done = true;
+      }
+      ready->done.notify_all();
       continue;
     }
-    // Stopping flushes at once: shutdown drains what is queued.
-    if (!stopping_ && queued_docs_ < preferred && std::chrono::steady_clock::now() < deadline_) {
-      wake_.wait_until(lock, deadline_);
-      continue;
+    if (stopping_) {
+      return;  // nothing is queued: every due queue was flushed above
     }
-    std::deque<Pending*> batch;
-    batch.swap(queue_);
-    queued_docs_ = 0;
-    lock.unlock();
-    Flush(batch);
-    lock.lock();
-    for (Pending* pending : batch) {
-      pending->done = true;
+    if (next_wake == Clock::time_point::max()) {
+      wake_.wait(lock);
+    } else {
+      wake_.wait_until(lock, next_wake);
     }
-    done_.notify_all();
   }
 }
 
 // Runs outside the lock: new requests queue up meanwhile and start the next
 // batch's timer.
-void BatchQueue::Flush(std::deque<Pending*>& batch) {
+void BatchQueueSet::Flush(Queue& queue, std::deque<Pending*>& batch) {
+  const DynamicBatching& config = queue.config;
   // All documents in arrival order, each with the request it came from.
   std::vector<Doc> all;
   std::vector<std::size_t> owner;
@@ -107,16 +199,16 @@ void BatchQueue::Flush(std::deque<Pending*>& batch) {
     }
   }
   std::size_t chunk =
-      config_.flush_all ? all.size() : std::size_t(std::max(1, config_.preferred_batch_size));
-  if (config_.max_batch_size > 0) {
-    chunk = std::min(chunk, static_cast<std::size_t>(config_.max_batch_size));
+      config.flush_all ? all.size() : std::size_t(std::max(1, config.preferred_batch_size));
+  if (config.max_batch_size > 0) {
+    chunk = std::min(chunk, static_cast<std::size_t>(config.max_batch_size));
   }
   chunk = std::max<std::size_t>(chunk, 1);
   for (std::size_t begin = 0; begin < all.size(); begin += chunk) {
     const std::size_t end = std::min(all.size(), begin + chunk);
     DocList call(std::vector<Doc>(std::make_move_iterator(all.begin() + begin),
                                   std::make_move_iterator(all.begin() + end)));
-    HandlerOutcome outcome = invoke_(call);
+    HandlerOutcome outcome = queue.invoke(call);
     {
       std::lock_guard lock(mutex_);
       ++calls_;
@@ -145,6 +237,17 @@ void BatchQueue::Flush(std::deque<Pending*>& batch) {
   for (std::size_t k = 0; k < all.size(); ++k) {
     batch[owner[k]]->docs->push_back(std::move(all[k]));
   }
+}
+
+BatchQueue::BatchQueue(DynamicBatching config, BatchInvoke invoke, std::string where)
+    : config_(config),
+      invoke_(std::move(invoke)),
+      where_(std::move(where)),
+      set_(BatchQueueLimits{.max_queues = 1, .idle_timeout = std::chrono::hours(24)}) {}
+
+HandlerOutcome BatchQueue::Push(DocList& docs) {
+  return set_.Push(
+      where_, config_, [this] { return invoke_; }, where_, docs);
 }
 
 }  // namespace gantry::internal

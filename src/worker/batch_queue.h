@@ -1,13 +1,24 @@
-// Dynamic batching inside a worker (protocol.md 3.2): one BatchQueue per
-// endpoint and parameter set. Callers (one gRPC thread per request) Push
-// their documents and block; a flusher thread merges what is queued into
-// handler calls of at most preferred_batch_size documents (or everything,
-// with flush_all; never more than max_batch_size), as soon as
+// Dynamic batching inside a worker (protocol.md 3.2): one queue per endpoint
+// and parameter set. Callers (one gRPC thread per request) Push their
+// documents and block; a flusher thread merges what is queued into handler
+// calls of at most preferred_batch_size documents (or everything, with
+// flush_all; never more than max_batch_size), as soon as
 // preferred_batch_size documents wait or `timeout_ms` after the first one
 // arrived, then hands each caller its own documents back, in order.
-// No sockets and no protobuf: unit-tested with plain threads.
 //
-// Thread safety: Push and Stop are safe for concurrent use.
+// A client chooses the parameters, so it chooses how many queues exist: the
+// queues of one BatchQueueSet share a single flusher thread, at most
+// `max_queues` of them exist at once, and a queue nobody used for
+// `idle_timeout` is freed. One flusher costs nothing in throughput: the
+// worker serialises handler calls anyway (Jina's one-request-at-a-time
+// contract). A request for a new parameter set while `max_queues` queues
+// have requests waiting is served at once on the caller's thread, as a
+// batch of its own (still sliced to the batch size): it could not share a
+// call with anyone anyway, so refusing it would fail legitimate clients
+// (e.g. an id per request in the parameters) and gain nothing, and it holds
+// no resource beyond the caller's own gRPC thread.
+//
+// No sockets and no protobuf: unit-tested with plain threads.
 #ifndef GANTRY_WORKER_BATCH_QUEUE_H_
 #define GANTRY_WORKER_BATCH_QUEUE_H_
 
@@ -17,9 +28,12 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -36,27 +50,44 @@ struct HandlerOutcome {
 // Calls the handler on `docs` (edited in place). Must not throw.
 using BatchInvoke = std::function<HandlerOutcome(DocList& docs)>;
 
-class BatchQueue {
- public:
-  // `where` prefixes error messages ("executor 'X' (x/rep-0) endpoint '/e'").
-  BatchQueue(DynamicBatching config, BatchInvoke invoke, std::string where);
-  ~BatchQueue();
-  BatchQueue(const BatchQueue&) = delete;
-  BatchQueue& operator=(const BatchQueue&) = delete;
+struct BatchQueueLimits {
+  // Queues (endpoint and parameter set) alive at once, per worker.
+  std::size_t max_queues = 64;
+  // A queue with nothing waiting is freed after this long unused.
+  std::chrono::milliseconds idle_timeout{5000};
+};
 
-  // Queues `docs` and blocks until they went through the handler; then
-  // `docs` holds the handler's output for them. An error (a throwing
-  // handler, a wrong number of documents back) is returned to every caller
-  // whose documents were in the failing call. RESOURCE_EXHAUSTED when the
-  // queue holds max_queue_size documents already; UNAVAILABLE after Stop.
-  HandlerOutcome Push(DocList& docs);
+// Every batch queue of one worker, keyed by endpoint and parameter set.
+// Thread safety: all methods are safe for concurrent use.
+class BatchQueueSet {
+ public:
+  explicit BatchQueueSet(BatchQueueLimits limits = {});
+  ~BatchQueueSet();
+  BatchQueueSet(const BatchQueueSet&) = delete;
+  BatchQueueSet& operator=(const BatchQueueSet&) = delete;
+
+  // Queues `docs` on the queue named `key` and blocks until they went
+  // through the handler; then `docs` holds the handler's output for them.
+  // A new queue takes `config`, `where` (the prefix of its messages,
+  // "executor 'X' (x/rep-0) endpoint '/e'") and the handler from
+  // `make_invoke`, called only then. An error (a throwing handler, a wrong
+  // number of documents back) is returned to every caller whose documents
+  // were in the failing call. RESOURCE_EXHAUSTED when the queue holds
+  // max_queue_size documents already; UNAVAILABLE after Stop.
+  HandlerOutcome Push(const std::string& key, const DynamicBatching& config,
+                      const std::function<BatchInvoke()>& make_invoke, const std::string& where,
+                      DocList& docs);
 
   // Runs everything queued through the handler, then refuses new pushes
   // and joins the flusher. Idempotent.
   void Stop();
 
-  // Handler calls made so far.
+  // Handler calls made so far (by freed queues too).
   std::uint64_t calls() const;
+  // Queues alive now.
+  std::size_t queue_count() const;
+  // Requests served unqueued because max_queues queues were busy.
+  std::uint64_t overflow_requests() const;
 
  private:
   struct Pending {
@@ -64,24 +95,58 @@ class BatchQueue {
     HandlerOutcome outcome;
     bool done = false;
   };
+  struct Queue {
+    DynamicBatching config;
+    BatchInvoke invoke;
+    std::string where;
+    std::deque<Pending*> pending;
+    std::size_t queued_docs = 0;
+    // When the oldest queued request must go, whatever the batch size.
+    std::chrono::steady_clock::time_point deadline{};
+    std::chrono::steady_clock::time_point first_arrival{};
+    std::chrono::steady_clock::time_point last_used{};
+    // Callers between queueing and return; the queue is not freed meanwhile.
+    int users = 0;
+    std::condition_variable done;  // its callers: a flush finished
+  };
 
   void Run();
-  void Flush(std::deque<Pending*>& batch);
+  // Frees the least recently used queue nobody waits on; false if none.
+  bool EvictOneIdleLocked();
+  // Runs `batch` of `queue` through its handler, outside the lock.
+  void Flush(Queue& queue, std::deque<Pending*>& batch);
 
+  const BatchQueueLimits limits_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;                          // the flusher: work arrived, or stop
+  std::map<std::string, std::unique_ptr<Queue>> queues_;  // guarded by mutex_
+  bool stopping_ = false;                                 // guarded by mutex_
+  std::uint64_t calls_ = 0;                               // guarded by mutex_
+  std::uint64_t overflow_ = 0;                            // guarded by mutex_
+  std::thread flusher_;                                   // started by the first Push, under mutex_
+};
+
+// One queue on its own (one endpoint, one parameter set).
+// Thread safety: Push and Stop are safe for concurrent use.
+class BatchQueue {
+ public:
+  // `where` prefixes error messages ("executor 'X' (x/rep-0) endpoint '/e'").
+  BatchQueue(DynamicBatching config, BatchInvoke invoke, std::string where);
+  BatchQueue(const BatchQueue&) = delete;
+  BatchQueue& operator=(const BatchQueue&) = delete;
+
+  // As BatchQueueSet::Push.
+  HandlerOutcome Push(DocList& docs);
+  // As BatchQueueSet::Stop.
+  void Stop() { set_.Stop(); }
+  // Handler calls made so far.
+  std::uint64_t calls() const { return set_.calls(); }
+
+ private:
   const DynamicBatching config_;
   const BatchInvoke invoke_;
   const std::string where_;
-
-  mutable std::mutex mutex_;
-  std::condition_variable wake_;  // the flusher: work arrived, or stop
-  std::condition_variable done_;  // callers: a flush finished
-  std::deque<Pending*> queue_;    // guarded by mutex_
-  std::size_t queued_docs_ = 0;   // guarded by mutex_
-  // When the oldest queued request must go, whatever the batch size.
-  std::chrono::steady_clock::time_point deadline_{};  // guarded by mutex_
-  bool stopping_ = false;                             // guarded by mutex_
-  std::uint64_t calls_ = 0;                           // guarded by mutex_
-  std::thread flusher_;
+  BatchQueueSet set_;
 };
 
 }  // namespace gantry::internal

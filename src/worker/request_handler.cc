@@ -145,29 +145,11 @@ std::map<std::string, std::string> RequestHandler::DeviceInfo() const {
   return info;
 }
 
-std::uint64_t RequestHandler::BatchedCalls() const {
-  std::lock_guard lock(queues_mutex_);
-  std::uint64_t calls = 0;
-  for (const auto& [key, queue] : queues_) {
-    calls += queue->calls();
-  }
-  return calls;
-}
+std::uint64_t RequestHandler::BatchedCalls() const { return queues_.calls(); }
 
 void RequestHandler::Close() {
   // Queued requests are served first (Jina's close() flushes the queues).
-  // The queues stay alive until the destructor: a request may hold one.
-  std::vector<BatchQueue*> queues;
-  {
-    std::lock_guard lock(queues_mutex_);
-    queues_closed_ = true;
-    for (auto& [key, queue] : queues_) {
-      queues.push_back(queue.get());
-    }
-  }
-  for (BatchQueue* queue : queues) {
-    queue->Stop();
-  }
+  queues_.Stop();
   std::lock_guard lock(executor_mutex_);
   if (closed_ || !executor_) {
     return;
@@ -219,25 +201,16 @@ HandlerOutcome RequestHandler::Invoke(const Route& route, DocList& docs,
 
 // Jina keys its queues by endpoint and json.dumps(parameters,
 // sort_keys=True); Value::Dict is ordered, so its JSON is canonical too.
-BatchQueue* RequestHandler::QueueFor(const std::string& endpoint, std::size_t route_index,
-                                     const Parameters& parameters, const std::string& where) {
+HandlerOutcome RequestHandler::PushBatched(const std::string& endpoint, std::size_t route_index,
+                                           const Parameters& parameters, const std::string& where,
+                                           DocList& docs) {
   std::string key = endpoint + '\n' + ValueDictToJson(parameters.values());
-  std::lock_guard lock(queues_mutex_);
-  if (queues_closed_) {
-    return nullptr;
-  }
-  auto it = queues_.find(key);
-  if (it == queues_.end()) {
-    const Route* route = &routes_[route_index];
-    auto invoke = [this, route, parameters](DocList& docs) {
-      return Invoke(*route, docs, parameters);
-    };
-    it = queues_
-             .emplace(key, std::make_unique<BatchQueue>(batching_.find(endpoint)->second,
-                                                        std::move(invoke), where))
-             .first;
-  }
-  return it->second.get();
+  const Route* route = &routes_[route_index];
+  auto make_invoke = [this, route, &parameters] {
+    return BatchInvoke(
+        [this, route, parameters](DocList& batch) { return Invoke(*route, batch, parameters); });
+  };
+  return queues_.Push(key, batching_.find(endpoint)->second, make_invoke, where, docs);
 }
 
 bool RequestHandler::SetReplyDocs(jina::DataRequestProto* request, const DocList& docs,
@@ -334,11 +307,7 @@ RequestHandler::Result RequestHandler::Handle(jina::DataRequestProto* request,
   // unknown endpoints), as Jina does.
   const std::string& bound = it->first;
   if (batching_.contains(bound)) {
-    if (BatchQueue* queue = QueueFor(bound, it->second, parameters, where)) {
-      outcome = queue->Push(*docs);
-    } else {
-      outcome.status = UnavailableError("the executor is shutting down");
-    }
+    outcome = PushBatched(bound, it->second, parameters, where, *docs);
   } else {
     outcome = Invoke(route, *docs, parameters, &abandoned);
   }

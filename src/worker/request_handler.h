@@ -4,8 +4,9 @@
 // gRPC.
 //
 // Endpoints with dynamic batching (GANTRY_DYNAMIC_BATCHING or YAML) go
-// through a BatchQueue per endpoint and parameter set, so concurrent
-// requests are merged into one handler call.
+// through a batch queue per endpoint and parameter set (a BatchQueueSet:
+// bounded, one flusher thread), so concurrent requests are merged into one
+// handler call.
 //
 // Thread safety: Handle is safe for concurrent use; handler calls are
 // serialised by an internal mutex (Jina's one-request-at-a-time contract).
@@ -96,9 +97,9 @@ class RequestHandler {
   // One serialised handler call; exceptions become the outcome.
   HandlerOutcome Invoke(const Route& route, DocList& docs, const Parameters& parameters,
                         const std::function<bool()>* abandoned = nullptr);
-  // Null once Close has begun.
-  BatchQueue* QueueFor(const std::string& endpoint, std::size_t route_index,
-                       const Parameters& parameters, const std::string& where);
+  // Through the batch queue of `endpoint` and `parameters`.
+  HandlerOutcome PushBatched(const std::string& endpoint, std::size_t route_index,
+                             const Parameters& parameters, const std::string& where, DocList& docs);
 
   std::string jtype_;
   std::string executor_name_;
@@ -109,10 +110,8 @@ class RequestHandler {
   // endpoint -> batching in force (only batched endpoints).
   std::map<std::string, DynamicBatching, std::less<>> batching_;
   Device device_;
-  mutable std::mutex queues_mutex_;
-  // endpoint + parameters (as JSON) -> queue; guarded by queues_mutex_.
-  std::map<std::string, std::unique_ptr<BatchQueue>> queues_;
-  bool queues_closed_ = false;  // guarded by queues_mutex_
+  // Keyed by endpoint + parameters (as JSON); stopped by Close.
+  BatchQueueSet queues_;
   std::mutex executor_mutex_;
   std::unique_ptr<Executor> executor_;  // guarded by executor_mutex_ for calls
   bool closed_ = false;                 // guarded by executor_mutex_

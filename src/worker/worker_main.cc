@@ -28,6 +28,7 @@
 #include "core/logging.h"
 #include "core/registry.h"
 #include "core/value_json.h"
+#include "deployment/worker_mode.h"
 #include "worker/plugin_loader.h"
 #include "worker/request_handler.h"
 #include "worker/worker_service.h"
@@ -318,6 +319,7 @@ bool IsWorkerInvocation(int argc, char** argv) {
 }
 
 int RunWorkerMain(int argc, char** argv) {
+  internal::NoteWorkerMainEntered();  // how Init marks worker mode
   StatusOr<internal::WorkerFlags> flags = internal::ParseWorkerFlags(argc, argv);
   if (!flags.ok()) {
     std::fprintf(stderr, "gantry-worker: %s\n", flags.status().message().c_str());

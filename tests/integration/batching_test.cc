@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "testutil/testutil.h"
+
 namespace gantry {
 namespace {
 
@@ -36,9 +38,7 @@ std::vector<Reply> PostConcurrently(Deployment& dep, const std::string& endpoint
       }
     });
   }
-  for (std::thread& t : threads) {
-    t.join();
-  }
+  testing::JoinWithin(threads, std::chrono::seconds(60), std::to_string(n) + " concurrent Posts");
   return replies;
 }
 

@@ -178,9 +178,7 @@ TEST(DeploymentTest, ClientsTalkToTheGatewayConcurrently) {
       }
     });
   }
-  for (auto& thread : threads) {
-    thread.join();
-  }
+  testing::JoinWithin(threads, std::chrono::seconds(60), "4 concurrent Posts");
   EXPECT_EQ(good.load(), 4);
 }
 

@@ -185,7 +185,7 @@ class PluginDeploymentTest : public ::testing::Test {
     port_ = *port;
   }
   std::string Curl(const std::string& args) {
-    return Shell("curl -s -w '\\n%{http_code}' " + args);
+    return Shell("curl -s --max-time 60 -w '\\n%{http_code}' " + args);
   }
   std::string Http(const std::string& path) {
     return "http://127.0.0.1:" + std::to_string(http_port_) + path;

@@ -5,7 +5,8 @@ of scripts/jina_venv.sh. Gantry processes run on 127.0.0.1 with ports read
 from --port-file, and are always terminated and reaped.
 
   * Jina's Client -> Gantry gateway (text, tensors of several dtypes and
-    shapes, nested docs, tags, parameters; errors; is_flow_ready; stream=False)
+    shapes, nested docs, tags, parameters; errors, and on the unary call the
+    `is-error: true` trailer; is_flow_ready; stream=False)
   * grpcio-reflection (what grpcurl does) -> Gantry gateway: list, describe, call
   * Jina's own gateway (a Flow with an external executor) -> Gantry worker
   * Gantry's C++ client -> a Jina Deployment serving a Python executor
@@ -99,6 +100,27 @@ def deployment_yaml(tmp, replicas=2):
     return path
 
 
+def single_data_call(port, endpoint, texts):
+    """jina.JinaSingleDataRequestRPC/process_single_data (unary) through the
+    stub generated in Jina's own jina.proto (whose serializer takes Jina's
+    DataRequest); returns (reply DataRequestProto, trailing metadata as a
+    dict)."""
+    from jina.proto import jina_pb2, jina_pb2_grpc
+    from jina.types.request.data import DataRequest
+    request = jina_pb2.DataRequestProto()
+    request.header.request_id = "unary-1"
+    request.header.exec_endpoint = endpoint
+    request.data.docs.CopyFrom(
+        DocList[LegacyDocument]([LegacyDocument(text=t) for t in texts]).to_protobuf())
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        stub = jina_pb2_grpc.JinaSingleDataRequestRPCStub(channel)
+        reply, call = stub.process_single_data.with_call(DataRequest(request), timeout=30)
+        return reply.proto, dict(call.trailing_metadata() or ())
+    finally:
+        channel.close()
+
+
 class JinaClientToGantryGateway(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -174,6 +196,26 @@ class JinaClientToGantryGateway(unittest.TestCase):
                              return_type=DocList[MyDoc])
         self.assertIn("interop failure requested for 1 documents", str(caught.exception))
 
+    def test_unary_executor_error_has_is_error_trailer(self):
+        # Jina's unary path (process_single_data, what Client(stream=False)
+        # calls) flags an executor error with trailing `is-error: true`.
+        from jina.proto import jina_pb2
+        reply, trailers = single_data_call(self.gantry.port, "/fail", ["a", "b"])
+        self.assertEqual(trailers.get("is-error"), "true", trailers)
+        self.assertEqual(reply.header.status.code, jina_pb2.StatusProto.ERROR)
+        self.assertIn("interop failure requested for 2 documents",
+                      reply.header.status.description)
+        # A good unary reply carries no such trailer.
+        reply, trailers = single_data_call(self.gantry.port, "/encode", ["a"])
+        self.assertNotIn("is-error", trailers)
+        self.assertEqual(reply.header.status.code, jina_pb2.StatusProto.SUCCESS)
+
+    def test_unary_executor_error_reaches_stock_client(self):
+        with self.assertRaises(Exception) as caught:
+            self.client.post("/fail", DocList[MyDoc]([MyDoc(text="a")]),
+                             return_type=DocList[MyDoc], stream=False)
+        self.assertIn("interop failure requested for 1 documents", str(caught.exception))
+
     def test_is_flow_ready(self):
         self.assertTrue(self.client.is_flow_ready())
 
@@ -228,6 +270,16 @@ class JinaGatewayInFrontOfGantryWorker(unittest.TestCase):
             "jina.JinaRPC", "jina.JinaSingleDataRequestRPC", "jina.JinaDataRequestRPC",
             "jina.JinaDiscoverEndpointsRPC", "jina.JinaInfoRPC",
             "grpc.reflection.v1alpha.ServerReflection"]))
+
+    def test_worker_unary_executor_error_has_is_error_trailer(self):
+        # The same contract one hop down: Jina's gateway reads this trailer
+        # from its executors.
+        from jina.proto import jina_pb2
+        reply, trailers = single_data_call(self.worker.port, "/fail", ["a"])
+        self.assertEqual(trailers.get("is-error"), "true", trailers)
+        self.assertEqual(reply.header.status.code, jina_pb2.StatusProto.ERROR)
+        reply, trailers = single_data_call(self.worker.port, "/encode", ["a"])
+        self.assertNotIn("is-error", trailers)
 
     def test_endpoint_discovery(self):
         from google.protobuf import json_format

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +35,37 @@ std::string ReadFile(const std::string& path) {
 }
 
 void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+Watchdog::Watchdog(std::chrono::milliseconds timeout, std::string what) {
+  thread_ = std::thread([this, timeout, what = std::move(what)] {
+    std::unique_lock lock(mutex_);
+    if (!cv_.wait_for(lock, timeout, [this] { return done_; })) {
+      std::fprintf(stderr, "HANG: %s did not finish within %lld ms; aborting the test binary\n",
+                   what.c_str(), static_cast<long long>(timeout.count()));
+      std::fflush(stderr);
+      std::abort();
+    }
+  });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void JoinWithin(std::vector<std::thread>& threads, std::chrono::milliseconds timeout,
+                const std::string& what) {
+  Watchdog watchdog(timeout, what);
+  for (std::thread& thread : threads) {
+    if (thread.joinable()) {
+      thread.join();
+    }
+  }
+}
 
 std::optional<std::string> WaitForFile(const std::string& path, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;

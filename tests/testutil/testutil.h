@@ -6,8 +6,11 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace gantry::testing {
@@ -35,6 +38,28 @@ void WriteFile(const std::string& path, const std::string& text);
 std::vector<pid_t> ChildrenOf(pid_t pid);
 // True while `pid` exists and is not a zombie.
 bool ProcessAlive(pid_t pid);
+
+// Bounds a wait that cannot be given a timeout itself (joining threads
+// that call into a server): if it is still alive `timeout` after it was
+// made, it prints `what` and aborts the test binary, which fails the test
+// instead of hanging it. Thread safety: one owner.
+class Watchdog {
+ public:
+  Watchdog(std::chrono::milliseconds timeout, std::string what);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mutex_
+  std::thread thread_;
+};
+
+// Joins every thread under a Watchdog of `timeout`.
+void JoinWithin(std::vector<std::thread>& threads, std::chrono::milliseconds timeout,
+                const std::string& what);
 
 // Path of a built program, from the compile definitions of the test target.
 std::string GantryCli();

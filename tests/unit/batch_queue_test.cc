@@ -7,10 +7,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <mutex>
+#include <numeric>
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "testutil/testutil.h"
 
 namespace gantry::internal {
 namespace {
@@ -63,9 +67,7 @@ Results PushConcurrently(BatchQueue& queue, int requests, int per_request) {
           queue.Push(results.docs[static_cast<std::size_t>(r)]);
     });
   }
-  for (std::thread& t : threads) {
-    t.join();
-  }
+  testing::JoinWithin(threads, std::chrono::seconds(60), "concurrent pushes");
   return results;
 }
 
@@ -107,15 +109,27 @@ TEST(BatchQueueTest, KeepsTheOrderOfEachRequestsDocuments) {
 TEST(BatchQueueTest, FlushAllAndMaxBatchSize) {
   Recorder recorder;
   BatchQueue queue(
-      {.preferred_batch_size = 1000, .timeout_ms = 300, .flush_all = true, .max_batch_size = 10},
+      {.preferred_batch_size = 1000, .timeout_ms = 1000, .flush_all = true, .max_batch_size = 10},
       recorder.Invoke(), "test");
   Results results = PushConcurrently(queue, 4, 6);
-  for (const HandlerOutcome& outcome : results.outcomes) {
-    EXPECT_TRUE(outcome.status.ok());
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(results.outcomes[static_cast<std::size_t>(r)].status.ok());
+    const DocList& docs = results.docs[static_cast<std::size_t>(r)];
+    ASSERT_EQ(docs.size(), 6u);
+    EXPECT_EQ(docs[5].text(), std::to_string(r) + "/5!");
   }
+  std::lock_guard lock(recorder.mutex);
+  // Every document went through the handler exactly once, in calls of at
+  // most max_batch_size.
+  EXPECT_EQ(std::accumulate(recorder.sizes.begin(), recorder.sizes.end(), std::size_t{0}), 24u);
   for (std::size_t size : recorder.sizes) {
     EXPECT_LE(size, 10u);
   }
+  // Requests were merged: no request has more than 6 documents, so a call
+  // of 10 holds documents of two or more. All four arrive within the 1 s
+  // window: flush_all makes them one batch, sliced 10 + 10 + 4.
+  EXPECT_THAT(recorder.sizes, ::testing::Contains(10u));
+  EXPECT_LE(recorder.sizes.size(), 4u);
 }
 
 TEST(BatchQueueTest, TimeoutFlushesAPartialBatch) {
@@ -192,14 +206,19 @@ TEST(BatchQueueTest, AFullQueueRefusesWithResourceExhausted) {
   threads.emplace_back([&] { (void)queue.Push(docs[1]); });
   threads.emplace_back([&] { (void)queue.Push(docs[2]); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // If the queue wrongly accepted it, this push would wait on the blocked
+  // handler forever: bound it.
   DocList more = Docs(3, 1);
-  HandlerOutcome refused = queue.Push(more);
-  EXPECT_EQ(refused.status.code(), StatusCode::kResourceExhausted);
-  EXPECT_THAT(refused.status.message(), HasSubstr("max_queue_size 2"));
-  hold.unlock();
-  for (std::thread& t : threads) {
-    t.join();
-  }
+  std::promise<HandlerOutcome> refused_promise;
+  std::future<HandlerOutcome> refused = refused_promise.get_future();
+  threads.emplace_back([&] { refused_promise.set_value(queue.Push(more)); });
+  const bool answered = refused.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  hold.unlock();  // lets every push finish, whatever happened above
+  testing::JoinWithin(threads, std::chrono::seconds(30), "pushes after the gate opened");
+  ASSERT_TRUE(answered) << "a push to a full queue was not refused within 10 s";
+  HandlerOutcome outcome = refused.get();  // ready: bounded above
+  EXPECT_EQ(outcome.status.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(outcome.status.message(), HasSubstr("max_queue_size 2"));
 }
 
 TEST(BatchQueueTest, StopServesWhatIsQueuedThenRefuses) {
@@ -210,8 +229,11 @@ TEST(BatchQueueTest, StopServesWhatIsQueuedThenRefuses) {
   std::thread caller([&] { outcome = queue.Push(docs); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   auto start = Clock::now();
-  queue.Stop();
-  caller.join();
+  {
+    testing::Watchdog watchdog(std::chrono::seconds(30), "Stop and the queued push");
+    queue.Stop();
+    caller.join();
+  }
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));  // not the 60 s timeout
   EXPECT_TRUE(outcome.status.ok());
   EXPECT_EQ(docs[1].text(), "0/1!");
