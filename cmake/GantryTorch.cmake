@@ -103,3 +103,7 @@ file(GLOB _gantry_nvidia_libs LIST_DIRECTORIES true "${_gantry_site}/nvidia/*/li
 foreach(dir IN LISTS _gantry_nvidia_libs)
   target_link_options(gantry_libtorch INTERFACE "LINKER:-rpath-link,${dir}")
 endforeach()
+# Installed programs that link libtorch look for it here. CMake's
+# INSTALL_RPATH_USE_LINK_PATH leaves out directories inside the source tree,
+# and the project venv (.venv) is one, so the directory is named explicitly.
+set(GANTRY_TORCH_LIBRARY_DIR "${_gantry_torch_root}/lib")
