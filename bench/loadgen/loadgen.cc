@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -571,7 +572,7 @@ bool ParseArgs(int argc, char** argv, Options* options) {
 }  // namespace
 }  // namespace gantry_bench
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   gantry_bench::Options options;
   if (!gantry_bench::ParseArgs(argc, argv, &options)) {
     gantry_bench::Usage();
@@ -588,4 +589,7 @@ int main(int argc, char** argv) {
     ok = gantry_bench::MeasureConcurrency(options, c) && ok;
   }
   return ok ? 0 : 1;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "gantry_loadgen: %s\n", e.what());
+  return 1;
 }

@@ -140,8 +140,10 @@ StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, std::string 
       }
       continue;
     }
+    // A named reference: clang (before 16) cannot capture a structured binding.
+    const std::string& tensor_name = name;
     auto tensor_error = [&](const std::string& what) {
-      return error("tensor '" + name + "': " + what);
+      return error("tensor '" + tensor_name + "': " + what);
     };
     if (!info.is_object()) {
       return tensor_error("entry is not an object");

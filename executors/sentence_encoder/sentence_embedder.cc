@@ -135,7 +135,7 @@ StatusOr<std::string> FindDefaultModelPath() {
     std::string entry;
     while (std::getline(ss, entry, ':')) {
       if (!entry.empty()) {
-        candidates.push_back(entry);
+        candidates.emplace_back(entry);
       }
     }
   }
@@ -144,7 +144,7 @@ StatusOr<std::string> FindDefaultModelPath() {
       candidates.push_back(p);
     }
   }
-  candidates.push_back(fs::path("models") / "pypi");
+  candidates.emplace_back(fs::path("models") / "pypi");
   if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
     for (const fs::path& p : PythonDirs(fs::path(home) / ".local/lib", {"site-packages"})) {
       candidates.push_back(p);

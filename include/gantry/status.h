@@ -151,9 +151,12 @@ class [[nodiscard]] StatusOr {
 // returns its error.
 #define GANTRY_ASSIGN_OR_RETURN(lhs, expr) \
   GANTRY_ASSIGN_OR_RETURN_IMPL_(GANTRY_STATUS_CONCAT_(gantry_statusor_, __LINE__), lhs, expr)
+// `tmp` is a name and `lhs` a declaration: neither can be parenthesised.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define GANTRY_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                  \
   if (!tmp.ok()) return std::move(tmp).status();      \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 #endif  // GANTRY_STATUS_H_

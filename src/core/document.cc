@@ -425,7 +425,10 @@ const Value* Parameters::Find(std::string_view key) const {
 std::string Parameters::GetString(std::string_view key, std::string fallback) const {
   const Value* v = Find(key);
   const std::string* text = v ? v->AsText() : nullptr;
-  return text ? *text : fallback;
+  if (text == nullptr) {
+    return fallback;
+  }
+  return *text;
 }
 
 double Parameters::GetNumber(std::string_view key, double fallback) const {

@@ -8,10 +8,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <nlohmann/json.hpp>
 #include <string>
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   if (argc != 4) {
     std::fprintf(stderr, "usage: %s HOST:PORT ENDPOINT N\n", argv[0]);
     return 2;
@@ -60,4 +61,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", line.dump().c_str());
   }
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "gantry_interop_client: %s\n", e.what());
+  return 1;
 }

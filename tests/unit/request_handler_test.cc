@@ -50,7 +50,7 @@ std::unique_ptr<RequestHandler> MakeHandler(Value::Dict with = {}) {
   return handler.ok() ? std::move(handler).value() : nullptr;
 }
 
-jina::DataRequestProto MakeRequest(const std::string& endpoint, DocList docs) {
+jina::DataRequestProto MakeRequest(const std::string& endpoint, const DocList& docs) {
   jina::DataRequestProto request;
   request.mutable_header()->set_request_id("r1");
   request.mutable_header()->set_exec_endpoint(endpoint);

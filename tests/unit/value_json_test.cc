@@ -105,7 +105,7 @@ TEST(ValueJsonTest, BlobsTensorsAndDocsRoundTrip) {
   Value::Dict dict{{"blob0", Blob{""}},
                    {"blob1", Blob{"a"}},
                    {"blob2", Blob{std::string("a\0", 2)}},
-                   {"blob3", Blob{"\xff\xfe\x00"}},
+                   {"blob3", Blob{std::string("\xff\xfe\x00", 3)}},
                    {"tensor", tensor},
                    {"doc", doc},
                    {"docs", DocList{doc, Doc::Empty()}},
