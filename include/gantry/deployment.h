@@ -58,8 +58,8 @@ struct DeploymentOptions {
   // How long a replica may take to construct its executor.
   std::chrono::milliseconds timeout_ready{600000};
   // Program run for each worker. Empty: this program when it registers the
-  // executor type, else `gantry-worker` (next to this program, then $PATH,
-  // or $GANTRY_WORKER_PROGRAM).
+  // executor type, else $GANTRY_WORKER_PROGRAM, else `gantry-worker` next to
+  // this program (or in ../bin), else on $PATH.
   std::string worker_program{};
   // Workers' log level: "debug", "info", "warning", "error".
   std::string log_level = "info";

@@ -199,7 +199,7 @@ int RunGateway(const std::string& addresses, const std::string& host, int port, 
   }
   spdlog::info("ready and listening on {}:{}", host, (*gateway)->port());
   if ((*gateway)->http_port() >= 0) {
-    spdlog::info("HTTP gateway on 0.0.0.0:{}", (*gateway)->http_port());
+    spdlog::info("HTTP gateway on {}:{}", host, (*gateway)->http_port());
   }
   WritePortFile(port_file, (*gateway)->port());
   sigset_t set;
