@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -231,7 +232,7 @@ int RunPing(const std::string& address, int timeout_ms, int attempts) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   // SIGINT/SIGTERM are waited for with sigwait (gateway) or a handler
   // (deployment); block them early so gRPC's threads inherit the mask.
   sigset_t set;
@@ -352,4 +353,8 @@ int main(int argc, char** argv) {
     return ExecWorker({gantry::internal::kWorkerFlag, "--list-executors"});
   }
   return 0;
+} catch (const std::exception& e) {
+  // Our bug, not the user's: still a message and an exit code, not an abort.
+  std::fprintf(stderr, "gantry: internal error: %s\n", e.what());
+  return 70;
 }

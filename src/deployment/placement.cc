@@ -345,7 +345,7 @@ class Planner {
       suffix = suffix.substr(1, suffix.size() - 2);
     }
     std::vector<Slot> chosen;
-    auto all_indices = [&](std::vector<int> indices) {
+    auto all_indices = [&](const std::vector<int>& indices) {
       for (int index : indices) {
         chosen.push_back(SlotOf(index));
       }

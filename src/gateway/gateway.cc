@@ -155,7 +155,7 @@ class Gateway::Impl {
   // Sends `request` to a replica; `done` runs once, on a gRPC thread or
   // (for a request that fails before any call) on the caller's. The handle
   // cancels it.
-  std::shared_ptr<ForwardCall> Forward(grpc::ByteBuffer request, Clock::time_point deadline,
+  std::shared_ptr<ForwardCall> Forward(const grpc::ByteBuffer& request, Clock::time_point deadline,
                                        ForwardDone done);
   int prefetch() const { return options_.prefetch; }
   int port() const { return port_; }
@@ -199,7 +199,7 @@ class Gateway::Impl {
   void Attempt(std::shared_ptr<ForwardCall> call);
   void OnAttemptDone(std::shared_ptr<ForwardCall> call, grpc::Status status);
   void Finish(const std::shared_ptr<ForwardCall>& call, grpc::Status status);
-  HttpForwardResult ForwardAndWait(std::string request);
+  HttpForwardResult ForwardAndWait(const std::string& request);
   // An available replica other than those `call` already failed on, or
   // nullopt when none is left.
   std::optional<std::size_t> PickReplica(const ForwardCall& call);
@@ -267,15 +267,15 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     }
     std::uint64_t sequence = next_sequence_++;
     ++in_flight_;
-    calls_[sequence] = nullptr;  // its handle is stored once Forward returns
-    grpc::ByteBuffer request = std::move(read_buffer_);
+    calls_[sequence] = nullptr;               // its handle is stored once Forward returns
+    grpc::ByteBuffer request = read_buffer_;  // a reference-counted copy
     if (unary_) {
       reads_done_ = true;
     }
     // Forward may complete inline (no replica available): not under mutex_.
     lock.unlock();
     std::shared_ptr<ForwardCall> call = gateway_->Forward(
-        std::move(request), context_->deadline(),
+        request, context_->deadline(),
         [this, sequence](ForwardResult result) { OnForwardDone(sequence, std::move(result)); });
     lock.lock();
     if (auto it = calls_.find(sequence); it != calls_.end()) {
@@ -396,7 +396,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
       return;
     }
     writing_ = true;
-    current_write_ = std::move(write_queue_.front());
+    current_write_ = write_queue_.front();
     write_queue_.erase(write_queue_.begin());
     StartWrite(&current_write_);
   }
@@ -547,7 +547,7 @@ Status Gateway::Impl::Init() {
   if (options_.http_port >= 0) {
     auto http = HttpGateway::Start(
         options_.host, options_.http_port,
-        [this](std::string request) { return ForwardAndWait(std::move(request)); },
+        [this](const std::string& request) { return ForwardAndWait(request); },
         {{"gantry", GANTRY_VERSION}, {"protocol", "jina-3.x/docarray-v2"}},
         options_.max_message_bytes);
     if (!http.ok()) {
@@ -559,23 +559,24 @@ Status Gateway::Impl::Init() {
   return OkStatus();
 }
 
-HttpForwardResult Gateway::Impl::ForwardAndWait(std::string request) {
+HttpForwardResult Gateway::Impl::ForwardAndWait(const std::string& request) {
   grpc::Slice slice(request);
   auto promise = std::make_shared<std::promise<HttpForwardResult>>();
   std::future<HttpForwardResult> future = promise->get_future();
-  Forward(grpc::ByteBuffer(&slice, 1), Clock::time_point::max(), [promise](ForwardResult result) {
-    HttpForwardResult out;
-    out.grpc_code = static_cast<int>(result.status.error_code());
-    out.grpc_message = result.status.error_message();
-    out.is_error = result.is_error;
-    std::vector<grpc::Slice> slices;
-    if (result.status.ok() && result.reply.Dump(&slices).ok()) {
-      for (const grpc::Slice& s : slices) {
-        out.reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
-      }
-    }
-    promise->set_value(std::move(out));
-  });
+  Forward(grpc::ByteBuffer(&slice, 1), Clock::time_point::max(),
+          [promise](const ForwardResult& result) {
+            HttpForwardResult out;
+            out.grpc_code = static_cast<int>(result.status.error_code());
+            out.grpc_message = result.status.error_message();
+            out.is_error = result.is_error;
+            std::vector<grpc::Slice> slices;
+            if (result.status.ok() && result.reply.Dump(&slices).ok()) {
+              for (const grpc::Slice& s : slices) {
+                out.reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
+              }
+            }
+            promise->set_value(std::move(out));
+          });
   return future.get();
 }
 
@@ -666,10 +667,10 @@ void Gateway::Impl::ProbeLoop() {
   }
 }
 
-std::shared_ptr<ForwardCall> Gateway::Impl::Forward(grpc::ByteBuffer request,
+std::shared_ptr<ForwardCall> Gateway::Impl::Forward(const grpc::ByteBuffer& request,
                                                     Clock::time_point deadline, ForwardDone done) {
   auto call = std::make_shared<ForwardCall>();
-  call->request_ = std::move(request);
+  call->request_ = request;
   call->client_deadline_ = deadline;
   call->done_ = std::move(done);
   Attempt(call);
@@ -737,8 +738,8 @@ void Gateway::Impl::OnAttemptDone(std::shared_ptr<ForwardCall> call, grpc::Statu
     const auto& trailers = call->context_->GetServerTrailingMetadata();
     auto it = trailers.find("is-error");
     result.is_error = it != trailers.end() && it->second == "true";
-    result.reply = std::move(call->reply_);
-    call->done_(std::move(result));
+    result.reply = call->reply_;
+    call->done_(result);
     return;
   }
   if (call->cancelled()) {

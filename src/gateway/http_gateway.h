@@ -44,7 +44,7 @@ struct HttpForwardResult {
   bool is_error = false;
 };
 // Sends a serialized DataRequestProto to a replica and blocks for the answer.
-using HttpForwardFn = std::function<HttpForwardResult(std::string request)>;
+using HttpForwardFn = std::function<HttpForwardResult(const std::string& request)>;
 
 class HttpGateway {
  public:

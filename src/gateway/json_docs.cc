@@ -181,7 +181,7 @@ Status Flatten(const json& value, const std::vector<std::uint32_t>& shape, std::
 
 // `explicit_shape` (null when absent) reshapes the values, which must then
 // hold exactly that many elements.
-Status ToTensor(const json& values, std::string dtype, const json& explicit_shape,
+Status ToTensor(const json& values, const std::string& dtype, const json& explicit_shape,
                 const std::string& subject, std::uint64_t max_bytes, docarray::NodeProto* out) {
   struct Kind {
     const char* name;
