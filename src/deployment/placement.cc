@@ -3,10 +3,11 @@
 #include <gantry/device.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <map>
 #include <sstream>
+
+#include "core/deployment_rules.h"
 
 namespace gantry::internal {
 namespace {
@@ -44,9 +45,9 @@ class Planner {
         prefix_("deployment '" + request.deployment + "': ") {}
 
   StatusOr<PlacementPlan> Plan() {
-    if (request_.replicas < 1) {
-      return InvalidArgumentError(prefix_ + "replicas must be >= 1, got " +
-                                  std::to_string(request_.replicas));
+    // The Deployment checked this already; PlanPlacement may be called alone.
+    if (Status s = CheckIntOption(kReplicasRule, "replicas", request_.replicas); !s.ok()) {
+      return InvalidArgumentError(prefix_ + s.message());
     }
     std::optional<Device> device;
     if (!request_.explicit_device.empty()) {
@@ -182,9 +183,13 @@ class Planner {
   // Returns no slots for gpus=0.
   StatusOr<std::vector<Slot>> FromGpus(const std::string& gpus,
                                        const std::optional<Device>& /*device*/) {
+    StatusOr<GpuSpec> spec = ParseGpuSpec(gpus);
+    if (!spec.ok()) {
+      return InvalidArgumentError(prefix_ + spec.status().message());
+    }
     const int replicas = request_.replicas;
     std::vector<Slot> slots;
-    if (gpus == "all") {
+    if (spec->kind == GpuSpec::Kind::kAll) {
       if (Count() == 0) {
         return FailedPreconditionError(prefix_ + "gpus=all needs at least 1 GPU; " + Visible());
       }
@@ -203,21 +208,14 @@ class Planner {
       share_ = 1;
       return slots;
     }
-    if (gpus.find(',') != std::string::npos) {
-      return FromList(gpus);
+    if (spec->kind == GpuSpec::Kind::kList) {
+      return FromList(gpus, spec->ids);
     }
-    double amount = 0;
-    auto [end, ec] = std::from_chars(gpus.data(), gpus.data() + gpus.size(), amount);
-    if (ec != std::errc() || end != gpus.data() + gpus.size() || !std::isfinite(amount) ||
-        amount < 0) {
-      return InvalidArgumentError(prefix_ + "gpus=\"" + gpus +
-                                  "\": expected a number of GPUs per replica (1, 0.5), \"all\", "
-                                  "or a list of GPU indices or UUIDs (\"0,2\", \"3,\")");
-    }
-    if (amount == 0) {
+    if (spec->kind == GpuSpec::Kind::kNone) {
       return slots;
     }
-    if (amount < 1) {
+    const double amount = spec->amount;
+    if (spec->kind == GpuSpec::Kind::kFraction) {
       // Fractions pack like Ray's: a GPU holds floor(1 / share) replicas.
       // Replicas go round-robin, so load spreads over every GPU first.
       const auto per_gpu = static_cast<std::size_t>(std::floor(1.0 / amount + 1e-9));
@@ -231,10 +229,6 @@ class Planner {
       }
       share_ = amount;
       return slots;
-    }
-    if (amount != std::floor(amount)) {
-      return InvalidArgumentError(prefix_ + "gpus=" + gpus +
-                                  ": a replica takes whole GPUs or a fraction below 1, not both");
     }
     const auto per_replica = static_cast<std::size_t>(amount);
     const std::size_t needed = per_replica * static_cast<std::size_t>(replicas);
@@ -273,15 +267,14 @@ class Planner {
   }
 
   // gpus="0,2": one GPU per replica, taken round-robin from the list.
-  StatusOr<std::vector<Slot>> FromList(const std::string& gpus) {
+  StatusOr<std::vector<Slot>> FromList(const std::string& gpus,
+                                       const std::vector<std::string>& ids) {
     std::vector<Slot> chosen;
-    for (const std::string& token : SplitGpuList(gpus)) {
+    for (const std::string& token : ids) {
       GANTRY_ASSIGN_OR_RETURN(int index, Resolve(token, "gpus=" + gpus));
       chosen.push_back(SlotOf(index));
     }
-    if (chosen.empty()) {
-      return InvalidArgumentError(prefix_ + "gpus=\"" + gpus + "\" lists no GPU");
-    }
+    // ParseGpuSpec refuses a list that names no GPU.
     return Cycle(chosen);
   }
 
