@@ -19,9 +19,9 @@
 #include "core/deployment_rules.h"
 #include "core/logging.h"
 #include "core/registry.h"
+#include "core/worker_mode.h"
 #include "deployment/child_process.h"
 #include "deployment/placement.h"
-#include "deployment/worker_mode.h"
 #include "deployment/worker_program.h"
 #include "gateway/gateway.h"
 #include "worker/worker_spec.h"
@@ -222,7 +222,7 @@ Status Deployment::Impl::Place() {
 
 Status Deployment::Impl::Start() {
   // A worker child whose main() skipped gantry::Init must not spawn (see
-  // deployment/worker_mode.h): it reports to its parent and exits here.
+  // core/worker_mode.h): it reports to its parent and exits here.
   internal::ExitIfUninitialisedWorker();
   internal::EnsureProcessLogger("gateway");
   GANTRY_RETURN_IF_ERROR(Validate());

@@ -28,7 +28,7 @@
 #include "core/logging.h"
 #include "core/registry.h"
 #include "core/value_json.h"
-#include "deployment/worker_mode.h"
+#include "core/worker_mode.h"
 #include "worker/plugin_loader.h"
 #include "worker/request_handler.h"
 #include "worker/worker_service.h"
