@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cli/scaffold.h"
+#include "core/deployment_rules.h"
 #include "core/logging.h"
 #include "core/value_json.h"
 #include "deployment/worker_program.h"
@@ -39,6 +40,9 @@ namespace {
 
 constexpr const char* kVersionText =
     "gantry " GANTRY_VERSION " (Jina 3.x gRPC protocol, docarray v2 documents)";
+
+// CLI11's range check over a rule's bounds (core/deployment_rules.h).
+CLI::Range RangeOf(const gantry::internal::IntRule& rule) { return CLI::Range(rule.min, rule.max); }
 
 int Fail(const gantry::Status& status) {
   std::fprintf(stderr, "gantry: error: %s\n", status.message().c_str());
@@ -148,8 +152,9 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
     spec.with.insert_or_assign("device", gantry::Value(device));
   }
   if (auto d = spec.with.find("device"); d != spec.with.end()) {
-    const std::string* text = d->second.AsText();
-    if (text == nullptr || !gantry::Device::Parse(*text).ok()) {
+    // --uses-with may have set it; the rule is the YAML loader's
+    // (core/deployment_rules.h), the words the CLI's own.
+    if (!gantry::internal::CheckDeviceValue(d->second).ok()) {
       return Fail(gantry::InvalidArgumentError(
           "with.device: expected \"cpu\", \"cuda\", \"cuda:N\" or \"auto\", got " +
           d->second.DebugString()));
@@ -267,7 +272,7 @@ int main(int argc, char** argv) try {
   deployment
       ->add_option("--max-message-bytes", max_message_bytes,
                    std::string(kMaxMessageHelp) + "; overrides the YAML's")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{2147483647}));
+      ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
 
   std::string device;
   std::string name;
@@ -288,7 +293,7 @@ int main(int argc, char** argv) try {
                        "added to metas.libs)");
   executor->add_option("--log-level", log_level, "debug, info, warning or error");
   executor->add_option("--max-message-bytes", max_message_bytes, kMaxMessageHelp)
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{2147483647}));
+      ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
 
   std::string addresses;
   auto* gateway = app.add_subcommand("gateway", "Run a gateway in front of running workers");
@@ -303,7 +308,7 @@ int main(int argc, char** argv) try {
   gateway->add_option("--port-file", port_file, "write the port here when ready");
   gateway->add_option("--log-level", log_level, "debug, info, warning or error");
   gateway->add_option("--max-message-bytes", max_message_bytes, kMaxMessageHelp)
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{2147483647}));
+      ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
 
   std::string address;
   int timeout_ms = 3000;

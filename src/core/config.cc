@@ -1,5 +1,4 @@
 #include <gantry/config.h>
-#include <gantry/device.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
@@ -21,8 +20,12 @@
 #include <utility>
 #include <vector>
 
+#include "core/deployment_rules.h"
+
 namespace gantry {
 namespace {
+
+using internal::IntRule;
 
 // `timeout_ready: -1` waits forever; a finite stand-in keeps deadline
 // arithmetic (now + timeout) from overflowing.
@@ -44,7 +47,6 @@ constexpr std::string_view kDeploymentWithKeys[] = {"uses",          "uses_with"
 constexpr std::string_view kBatchingKeys[] = {
     "preferred_batch_size", "timeout",        "flush_all",     "use_dynamic_batching",
     "max_batch_size",       "max_queue_size", "custom_metric", "use_custom_metric"};
-constexpr std::string_view kLogLevels[] = {"debug", "info", "warning", "error"};
 
 std::string Join(std::string_view path, std::string_view key) {
   if (path.empty()) {
@@ -506,13 +508,13 @@ class Parser {
     return text;
   }
 
-  StatusOr<std::int64_t> ReadInt(const Entry& e, std::string_view path, std::int64_t min,
-                                 std::int64_t max, std::string_view expected) const {
+  // An integer within `rule` (core/deployment_rules.h); a value of another
+  // type is reported in the rule's words too.
+  StatusOr<std::int64_t> ReadInt(const Entry& e, std::string_view path, const IntRule& rule) const {
     GANTRY_ASSIGN_OR_RETURN(Scalar scalar, ReadScalar(e.value, e.mark, path));
     const std::int64_t* i = scalar.value.AsInt();
-    if (i == nullptr || *i < min || *i > max) {
-      return Error(e.mark, path,
-                   "expected " + std::string(expected) + ", got " + Got(e.value, scalar));
+    if (i == nullptr || !internal::InRange(rule, *i)) {
+      return Error(e.mark, path, internal::ExpectedGot(rule, Got(e.value, scalar)));
     }
     return *i;
   }
@@ -543,16 +545,8 @@ class Parser {
         mark = it->second.IsNull() ? it->first.Mark() : it->second.Mark();
       }
     }
-    std::string device_path = Join(path, "device");
-    const std::string* text = device->second.AsText();
-    if (text == nullptr) {
-      return Error(mark, device_path,
-                   "expected a device string (\"cpu\", \"cuda\", \"cuda:N\" or \"auto\"), got " +
-                       device->second.DebugString());
-    }
-    StatusOr<Device> parsed = Device::Parse(*text);
-    if (!parsed.ok()) {
-      return Error(mark, device_path, parsed.status().message());
+    if (Status s = internal::CheckDeviceValue(device->second); !s.ok()) {
+      return Error(mark, Join(path, "device"), s.message());
     }
     return with;
   }
@@ -645,23 +639,18 @@ class Parser {
       } else if (e.key == "name") {
         GANTRY_ASSIGN_OR_RETURN(options.name, ReadName(e, path));
       } else if (e.key == "replicas") {
-        GANTRY_ASSIGN_OR_RETURN(
-            std::int64_t replicas,
-            ReadInt(e, path, 1, std::numeric_limits<int>::max(), "an integer >= 1"));
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t replicas, ReadInt(e, path, internal::kReplicasRule));
         options.replicas = static_cast<int>(replicas);
       } else if (e.key == "port") {
-        GANTRY_ASSIGN_OR_RETURN(std::int64_t port,
-                                ReadInt(e, path, 0, 65535, "an integer from 0 to 65535"));
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t port, ReadInt(e, path, internal::kPortRule));
         options.port = static_cast<int>(port);
       } else if (e.key == "http_port") {
         // A second gateway port serving HTTP/JSON, as Jina's multi-protocol gateway.
-        GANTRY_ASSIGN_OR_RETURN(std::int64_t port,
-                                ReadInt(e, path, 0, 65535, "an integer from 0 to 65535"));
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t port, ReadInt(e, path, internal::kPortRule));
         options.http_port = static_cast<int>(port);
       } else if (e.key == "max_message_bytes") {
         GANTRY_ASSIGN_OR_RETURN(options.max_message_bytes,
-                                ReadInt(e, path, 1, std::numeric_limits<std::int32_t>::max(),
-                                        "a size in bytes from 1 to 2147483647 (gRPC's limit)"));
+                                ReadInt(e, path, internal::kMaxMessageBytesRule));
       } else if (e.key == "host") {
         GANTRY_ASSIGN_OR_RETURN(options.host, ReadName(e, path));
       } else if (e.key == "env") {
@@ -671,19 +660,12 @@ class Parser {
       } else if (e.key == "uses_dynamic_batching") {
         GANTRY_ASSIGN_OR_RETURN(options.uses_dynamic_batching, ParseBatching(e, path));
       } else if (e.key == "timeout_ready") {
-        GANTRY_ASSIGN_OR_RETURN(std::int64_t ms,
-                                ReadInt(e, path, -1, std::numeric_limits<std::int64_t>::max(),
-                                        "milliseconds >= 0, or -1 to wait forever"));
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t ms, ReadInt(e, path, internal::kTimeoutReadyRule));
         options.timeout_ready = ms < 0 ? kForever : std::chrono::milliseconds(ms);
       } else {
         GANTRY_ASSIGN_OR_RETURN(std::string level, ReadText(e, path));
-        bool known = false;
-        for (std::string_view l : kLogLevels) {
-          known = known || l == level;
-        }
-        if (!known) {
-          return Error(e.mark, path,
-                       "expected one of debug, info, warning, error; got " + Quote(level));
+        if (Status s = internal::CheckLogLevel(level); !s.ok()) {
+          return Error(e.mark, path, s.message());
         }
         options.log_level = std::move(level);
       }
@@ -707,52 +689,57 @@ class Parser {
     return options;
   }
 
-  // `gpus: 1`, `0.5`, `all`, `"0,2"` or `[0, 2]`: checked for shape here
-  // (the Deployment checks it against the machine's GPUs at start).
+  // `gpus: 1`, `0.5`, `all`, `"0,2"` or `[0, 2]`: YAML's types decide the
+  // form (a quoted "2" is not a number), internal::ParseGpuSpec the rule;
+  // the Deployment checks it against the machine's GPUs at start.
   StatusOr<std::string> ParseGpus(const Entry& e, const std::string& path) const {
     constexpr std::string_view kExpected =
         "expected a number of GPUs per replica (1, 0.5), \"all\", or a list of GPU indices or "
         "UUIDs (\"0,2\" or [0, 2])";
+    std::string gpus;
+    // What a refusal by the rule says after kExpected.
+    std::string got;
     if (e.value.IsSequence()) {
-      std::string list;
       std::size_t index = 0;
       for (auto it = e.value.begin(); it != e.value.end(); ++it, ++index) {
         Entry item{e.key, e.key_node, *it, it->IsNull() ? e.mark : it->Mark()};
         GANTRY_ASSIGN_OR_RETURN(std::string id,
                                 ReadName(item, path + "[" + std::to_string(index) + "]"));
-        list += id + ",";
+        gpus += id + ",";
       }
-      if (list.empty()) {
+      if (gpus.empty()) {
         return Error(e.mark, path, std::string(kExpected) + ", got an empty list");
       }
-      return list.find(',') == list.size() - 1 ? list : list.substr(0, list.size() - 1);
-    }
-    GANTRY_ASSIGN_OR_RETURN(Scalar scalar, ReadScalar(e.value, e.mark, path));
-    if (scalar.value.is_none()) {
-      return std::string();
-    }
-    if (const std::int64_t* i = scalar.value.AsInt()) {
-      if (*i < 0) {
-        return Error(e.mark, path, std::string(kExpected) + ", got " + scalar.text);
+      // "3," keeps a one-GPU list a list; longer ones drop the last comma.
+      if (gpus.find(',') != gpus.size() - 1) {
+        gpus.pop_back();
       }
-      return std::to_string(*i);
-    }
-    if (const double* d = scalar.value.AsFloat()) {
-      if (!(*d >= 0) || (*d > 1 && *d != static_cast<double>(static_cast<std::int64_t>(*d)))) {
-        return Error(e.mark, path,
-                     std::string(kExpected) + ", got " + scalar.text +
-                         " (a replica takes whole GPUs or a fraction below 1)");
+      got = ", got a list that names no GPU";
+    } else {
+      GANTRY_ASSIGN_OR_RETURN(Scalar scalar, ReadScalar(e.value, e.mark, path));
+      if (scalar.value.is_none()) {
+        return std::string();
       }
-      return scalar.text;
+      const std::string* text = scalar.value.AsText();
+      if (const std::int64_t* i = scalar.value.AsInt()) {
+        gpus = std::to_string(*i);
+        got = ", got " + scalar.text;
+      } else if (scalar.value.AsFloat() != nullptr) {
+        gpus = scalar.text;  // as written: "0.5"
+        got = ", got " + scalar.text + " (a replica takes whole GPUs or a fraction below 1)";
+      } else if (text == nullptr || text->empty()) {
+        return Error(e.mark, path, std::string(kExpected) + ", got " + Got(e.value, scalar));
+      } else if (*text != "all" && text->find(',') == std::string::npos) {
+        return Error(e.mark, path, std::string(kExpected) + ", got " + Quote(*text));
+      } else {
+        gpus = *text;
+        got = ", got " + Quote(*text);
+      }
     }
-    const std::string* text = scalar.value.AsText();
-    if (text == nullptr || text->empty()) {
-      return Error(e.mark, path, std::string(kExpected) + ", got " + Got(e.value, scalar));
+    if (!internal::ParseGpuSpec(gpus).ok()) {
+      return Error(e.mark, path, std::string(kExpected) + got);
     }
-    if (*text != "all" && text->find(',') == std::string::npos) {
-      return Error(e.mark, path, std::string(kExpected) + ", got " + Quote(*text));
-    }
-    return *text;
+    return gpus;
   }
 
   // `dynamic_batching:` / `uses_dynamic_batching:` in Jina's shape:
@@ -778,17 +765,16 @@ class Parser {
       DynamicBatching batching;
       for (const Entry& k : keys) {
         std::string key_path = Join(ep_path, k.key);
-        constexpr std::int64_t kMax = std::numeric_limits<int>::max();
         if (k.key == "preferred_batch_size") {
-          GANTRY_ASSIGN_OR_RETURN(std::int64_t v, ReadInt(k, key_path, 1, kMax, "an integer >= 1"));
+          GANTRY_ASSIGN_OR_RETURN(std::int64_t v,
+                                  ReadInt(k, key_path, internal::kPreferredBatchSizeRule));
           batching.preferred_batch_size = static_cast<int>(v);
         } else if (k.key == "timeout") {
           GANTRY_ASSIGN_OR_RETURN(std::int64_t v,
-                                  ReadInt(k, key_path, 0, kMax, "milliseconds >= 0"));
+                                  ReadInt(k, key_path, internal::kBatchTimeoutRule));
           batching.timeout_ms = static_cast<int>(v);
         } else if (k.key == "max_batch_size" || k.key == "max_queue_size") {
-          GANTRY_ASSIGN_OR_RETURN(std::int64_t v,
-                                  ReadInt(k, key_path, 0, kMax, "an integer >= 0 (0: no limit)"));
+          GANTRY_ASSIGN_OR_RETURN(std::int64_t v, ReadInt(k, key_path, internal::kBatchLimitRule));
           (k.key == "max_batch_size" ? batching.max_batch_size : batching.max_queue_size) =
               static_cast<int>(v);
         } else if (k.key == "flush_all" || k.key == "use_dynamic_batching") {
@@ -819,10 +805,8 @@ class Parser {
     GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(e.value, path, {}));
     for (const Entry& v : entries) {
       std::string key_path = Join(path, v.key);
-      if (v.key.empty() || v.key.find('=') != std::string::npos ||
-          v.key.find('\0') != std::string::npos) {
-        return Error(v.key_node.Mark(), key_path,
-                     "not a valid environment variable name (empty, or has '=')");
+      if (Status s = internal::CheckEnvName(v.key); !s.ok()) {
+        return Error(v.key_node.Mark(), key_path, s.message());
       }
       if (!v.value.IsScalar()) {
         return Error(v.mark, key_path,

@@ -12,16 +12,16 @@
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
-#include <limits>
 #include <mutex>
 #include <thread>
 
 #include "common/grpc_options.h"
+#include "core/deployment_rules.h"
 #include "core/logging.h"
 #include "core/registry.h"
+#include "core/worker_mode.h"
 #include "deployment/child_process.h"
 #include "deployment/placement.h"
-#include "deployment/worker_mode.h"
 #include "deployment/worker_program.h"
 #include "gateway/gateway.h"
 #include "worker/worker_spec.h"
@@ -174,29 +174,8 @@ class Deployment::Impl {
 };
 
 Status Deployment::Impl::Validate() {
-  if (options_.uses.empty()) {
-    return InvalidArgumentError("deployment '" + options_.name +
-                                "': `uses` is empty; name an executor type or a YAML file");
-  }
-  if (options_.replicas < 1) {
-    return InvalidArgumentError("deployment '" + options_.name + "': replicas must be >= 1, got " +
-                                std::to_string(options_.replicas));
-  }
-  if (options_.port < 0 || options_.port > 65535) {
-    return InvalidArgumentError("deployment '" + options_.name + "': port " +
-                                std::to_string(options_.port) + " is outside 0..65535");
-  }
-  if (options_.max_message_bytes < 1 ||
-      options_.max_message_bytes > std::numeric_limits<std::int32_t>::max()) {
-    return InvalidArgumentError("deployment '" + options_.name + "': max_message_bytes " +
-                                std::to_string(options_.max_message_bytes) +
-                                " is outside 1..2147483647");
-  }
-  if (options_.name.empty() || options_.name.find('/') != std::string::npos) {
-    return InvalidArgumentError("deployment name '" + options_.name +
-                                "' must be non-empty and contain no '/'");
-  }
-  GANTRY_RETURN_IF_ERROR(internal::ValidateLogLevel(options_.log_level));
+  // The rules live in core/deployment_rules.h, shared with the YAML loader.
+  GANTRY_RETURN_IF_ERROR(internal::ValidateDeploymentOptions(options_));
   if (EndsWith(options_.uses, ".yml") || EndsWith(options_.uses, ".yaml")) {
     GANTRY_ASSIGN_OR_RETURN(ExecutorConfig config, LoadExecutorConfig(options_.uses));
     options_.uses = config.jtype;
@@ -210,29 +189,8 @@ Status Deployment::Impl::Validate() {
       options_.uses_dynamic_batching.emplace(key, value);  // uses_dynamic_batching wins
     }
   }
-  for (const auto& [key, batching] : options_.uses_dynamic_batching) {
-    std::string where = "deployment '" + options_.name + "': uses_dynamic_batching['" + key + "']";
-    if (key.empty()) {
-      return InvalidArgumentError(where + ": the key must name an endpoint or a handler");
-    }
-    if (batching.preferred_batch_size < 1 || batching.timeout_ms < 0 ||
-        batching.max_batch_size < 0 || batching.max_queue_size < 0) {
-      return InvalidArgumentError(where +
-                                  ": preferred_batch_size must be >= 1 and timeout_ms, "
-                                  "max_batch_size, max_queue_size >= 0");
-    }
-  }
-  if (auto it = options_.uses_with.find("device"); it != options_.uses_with.end()) {
-    const std::string* text = it->second.AsText();
-    if (text == nullptr) {
-      return InvalidArgumentError("deployment '" + options_.name +
-                                  "': uses_with.device must be a string such as \"cuda:0\"");
-    }
-    StatusOr<Device> device = Device::Parse(*text);
-    if (!device.ok()) {
-      return device.status().WithPrefix("deployment '" + options_.name + "': uses_with.device");
-    }
-  }
+  // After the merge: the file's dynamic_batching and with.device count too.
+  GANTRY_RETURN_IF_ERROR(internal::ValidateExecutorOptions(options_));
   return Place();
 }
 
@@ -264,7 +222,7 @@ Status Deployment::Impl::Place() {
 
 Status Deployment::Impl::Start() {
   // A worker child whose main() skipped gantry::Init must not spawn (see
-  // deployment/worker_mode.h): it reports to its parent and exits here.
+  // core/worker_mode.h): it reports to its parent and exits here.
   internal::ExitIfUninitialisedWorker();
   internal::EnsureProcessLogger("gateway");
   GANTRY_RETURN_IF_ERROR(Validate());

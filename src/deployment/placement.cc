@@ -3,47 +3,14 @@
 #include <gantry/device.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <map>
 #include <sstream>
 
+#include "core/deployment_rules.h"
+
 namespace gantry::internal {
 namespace {
-
-std::string_view Trim(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) {
-    text.remove_prefix(1);
-  }
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) {
-    text.remove_suffix(1);
-  }
-  return text;
-}
-
-std::vector<std::string> SplitCommas(std::string_view text) {
-  std::vector<std::string> out;
-  while (true) {
-    std::size_t comma = text.find(',');
-    std::string_view token = Trim(text.substr(0, comma));
-    if (!token.empty()) {
-      out.emplace_back(token);
-    }
-    if (comma == std::string_view::npos) {
-      return out;
-    }
-    text.remove_prefix(comma + 1);
-  }
-}
-
-std::optional<int> ParseIndex(std::string_view text) {
-  int value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size()) {
-    return std::nullopt;
-  }
-  return value;
-}
 
 std::string Plural(std::size_t n, std::string_view word) {
   return std::to_string(n) + " " + std::string(word) + (n == 1 ? "" : "s");
@@ -78,9 +45,9 @@ class Planner {
         prefix_("deployment '" + request.deployment + "': ") {}
 
   StatusOr<PlacementPlan> Plan() {
-    if (request_.replicas < 1) {
-      return InvalidArgumentError(prefix_ + "replicas must be >= 1, got " +
-                                  std::to_string(request_.replicas));
+    // The Deployment checked this already; PlanPlacement may be called alone.
+    if (Status s = CheckIntOption(kReplicasRule, "replicas", request_.replicas); !s.ok()) {
+      return InvalidArgumentError(prefix_ + s.message());
     }
     std::optional<Device> device;
     if (!request_.explicit_device.empty()) {
@@ -96,7 +63,7 @@ class Planner {
                                                 ? request_.env_cuda_visible_devices
                                                 : request_.process_cuda_visible_devices;
     const bool rr = cvd && cvd->starts_with("RR");
-    const std::string gpus(Trim(request_.gpus));
+    const std::string gpus(TrimBlanks(request_.gpus));
     if (rr && !gpus.empty()) {
       return InvalidArgumentError(prefix_ + "gpus=" + gpus + " and CUDA_VISIBLE_DEVICES=" + *cvd +
                                   " both place replicas; set only one");
@@ -216,9 +183,13 @@ class Planner {
   // Returns no slots for gpus=0.
   StatusOr<std::vector<Slot>> FromGpus(const std::string& gpus,
                                        const std::optional<Device>& /*device*/) {
+    StatusOr<GpuSpec> spec = ParseGpuSpec(gpus);
+    if (!spec.ok()) {
+      return InvalidArgumentError(prefix_ + spec.status().message());
+    }
     const int replicas = request_.replicas;
     std::vector<Slot> slots;
-    if (gpus == "all") {
+    if (spec->kind == GpuSpec::Kind::kAll) {
       if (Count() == 0) {
         return FailedPreconditionError(prefix_ + "gpus=all needs at least 1 GPU; " + Visible());
       }
@@ -237,21 +208,14 @@ class Planner {
       share_ = 1;
       return slots;
     }
-    if (gpus.find(',') != std::string::npos) {
-      return FromList(gpus);
+    if (spec->kind == GpuSpec::Kind::kList) {
+      return FromList(gpus, spec->ids);
     }
-    double amount = 0;
-    auto [end, ec] = std::from_chars(gpus.data(), gpus.data() + gpus.size(), amount);
-    if (ec != std::errc() || end != gpus.data() + gpus.size() || !std::isfinite(amount) ||
-        amount < 0) {
-      return InvalidArgumentError(prefix_ + "gpus=\"" + gpus +
-                                  "\": expected a number of GPUs per replica (1, 0.5), \"all\", "
-                                  "or a list of GPU indices or UUIDs (\"0,2\", \"3,\")");
-    }
-    if (amount == 0) {
+    if (spec->kind == GpuSpec::Kind::kNone) {
       return slots;
     }
-    if (amount < 1) {
+    const double amount = spec->amount;
+    if (spec->kind == GpuSpec::Kind::kFraction) {
       // Fractions pack like Ray's: a GPU holds floor(1 / share) replicas.
       // Replicas go round-robin, so load spreads over every GPU first.
       const auto per_gpu = static_cast<std::size_t>(std::floor(1.0 / amount + 1e-9));
@@ -265,10 +229,6 @@ class Planner {
       }
       share_ = amount;
       return slots;
-    }
-    if (amount != std::floor(amount)) {
-      return InvalidArgumentError(prefix_ + "gpus=" + gpus +
-                                  ": a replica takes whole GPUs or a fraction below 1, not both");
     }
     const auto per_replica = static_cast<std::size_t>(amount);
     const std::size_t needed = per_replica * static_cast<std::size_t>(replicas);
@@ -290,7 +250,7 @@ class Planner {
 
   // Index of the GPU an entry names (an index, or a UUID or its prefix).
   StatusOr<int> Resolve(const std::string& token, const std::string& what) const {
-    if (std::optional<int> index = ParseIndex(token)) {
+    if (std::optional<int> index = ParseGpuIndex(token)) {
       if (*index < 0 || static_cast<std::size_t>(*index) >= Count()) {
         return FailedPreconditionError(prefix_ + what + ": GPU " + token + " is not visible; " +
                                        Visible());
@@ -307,15 +267,14 @@ class Planner {
   }
 
   // gpus="0,2": one GPU per replica, taken round-robin from the list.
-  StatusOr<std::vector<Slot>> FromList(const std::string& gpus) {
+  StatusOr<std::vector<Slot>> FromList(const std::string& gpus,
+                                       const std::vector<std::string>& ids) {
     std::vector<Slot> chosen;
-    for (const std::string& token : SplitCommas(gpus)) {
+    for (const std::string& token : ids) {
       GANTRY_ASSIGN_OR_RETURN(int index, Resolve(token, "gpus=" + gpus));
       chosen.push_back(SlotOf(index));
     }
-    if (chosen.empty()) {
-      return InvalidArgumentError(prefix_ + "gpus=\"" + gpus + "\" lists no GPU");
-    }
+    // ParseGpuSpec refuses a list that names no GPU.
     return Cycle(chosen);
   }
 
@@ -350,7 +309,7 @@ class Planner {
         chosen.push_back(SlotOf(index));
       }
     };
-    if (Trim(suffix).empty()) {
+    if (TrimBlanks(suffix).empty()) {
       std::vector<int> indices;
       for (std::size_t k = 0; k < Count(); ++k) {
         indices.push_back(static_cast<int>(k));
@@ -359,13 +318,13 @@ class Planner {
     } else if (suffix.find(':') != std::string::npos) {
       GANTRY_ASSIGN_OR_RETURN(std::vector<int> indices, Slice(suffix, what));
       all_indices(indices);
-    } else if (std::optional<int> k = ParseIndex(std::string(Trim(suffix)))) {
+    } else if (std::optional<int> k = ParseGpuIndex(std::string(TrimBlanks(suffix)))) {
       GANTRY_ASSIGN_OR_RETURN(std::vector<int> indices,
                               Slice(std::to_string(*k) + ":" + std::to_string(*k + 1), what));
       all_indices(indices);
     } else {
-      for (const std::string& token : SplitCommas(suffix)) {
-        if (ParseIndex(token)) {
+      for (const std::string& token : SplitGpuList(suffix)) {
+        if (ParseGpuIndex(token)) {
           GANTRY_ASSIGN_OR_RETURN(int index, Resolve(token, what));
           chosen.push_back(SlotOf(index));
         } else {
@@ -385,10 +344,10 @@ class Planner {
     std::string_view rest = text;
     while (true) {
       std::size_t colon = rest.find(':');
-      std::string_view part = Trim(rest.substr(0, colon));
+      std::string_view part = TrimBlanks(rest.substr(0, colon));
       if (part.empty()) {
         parts.emplace_back();
-      } else if (std::optional<int> value = ParseIndex(part)) {
+      } else if (std::optional<int> value = ParseGpuIndex(part)) {
         parts.emplace_back(value);
       } else {
         return InvalidArgumentError(prefix_ + what + ": \"" + std::string(part) +
@@ -428,59 +387,6 @@ class Planner {
 };
 
 }  // namespace
-
-std::string DescribeVisibleGpus(const GpuInventory& inventory) {
-  const std::size_t n = inventory.gpus.size();
-  std::string out = std::to_string(n) + (n == 1 ? " is visible (" : " are visible (");
-  if (n == 0) {
-    return out + (inventory.source.empty() ? "no NVIDIA driver" : inventory.source) + ")";
-  }
-  // Runs of one model read "2 x NVIDIA A10".
-  std::vector<std::pair<std::string, int>> runs;
-  for (const GpuInfo& gpu : inventory.gpus) {
-    if (!runs.empty() && runs.back().first == gpu.name) {
-      ++runs.back().second;
-    } else {
-      runs.emplace_back(gpu.name, 1);
-    }
-  }
-  for (std::size_t k = 0; k < runs.size(); ++k) {
-    out += k == 0 ? "" : ", ";
-    out +=
-        runs[k].second > 1 ? std::to_string(runs[k].second) + " x " + runs[k].first : runs[k].first;
-  }
-  return out + ")";
-}
-
-std::vector<GpuInfo> ApplyCudaVisibleDevices(const std::vector<GpuInfo>& all,
-                                             std::string_view cuda_visible_devices) {
-  std::vector<GpuInfo> out;
-  std::vector<bool> taken(all.size(), false);
-  for (const std::string& token : SplitCommas(cuda_visible_devices)) {
-    std::optional<std::size_t> match;
-    if (std::optional<int> index = ParseIndex(token)) {
-      if (*index >= 0 && static_cast<std::size_t>(*index) < all.size()) {
-        match = static_cast<std::size_t>(*index);
-      }
-    } else {
-      for (std::size_t k = 0; k < all.size(); ++k) {
-        if (all[k].uuid.starts_with(token)) {
-          match = k;
-          break;
-        }
-      }
-    }
-    // CUDA stops at the first entry it cannot use, and ignores repeats.
-    if (!match || taken[*match]) {
-      break;
-    }
-    taken[*match] = true;
-    GpuInfo gpu = all[*match];
-    gpu.id = ParseIndex(token) ? std::to_string(*match) : gpu.uuid;
-    out.push_back(std::move(gpu));
-  }
-  return out;
-}
 
 StatusOr<PlacementPlan> PlanPlacement(const PlacementRequest& request,
                                       const GpuInventory& inventory) {

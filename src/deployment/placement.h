@@ -1,12 +1,11 @@
 // GPU placement of a Deployment's replicas: which GPUs each replica may see
 // (its CUDA_VISIBLE_DEVICES) and which device string its executor gets.
-// PlanPlacement is pure logic over a GpuInventory, so it is unit-tested over
-// synthetic inventories; DiscoverGpus fills one from the NVIDIA driver
-// (NVML, loaded with dlopen) without libtorch and without creating a CUDA
-// context, so the parent process never initialises CUDA at all.
+// PlanPlacement is pure logic over a GpuInventory (core/gpu_inventory.h), so
+// it is unit-tested over synthetic inventories; DiscoverGpus fills one from
+// the NVIDIA driver without creating a CUDA context, so the parent process
+// never initialises CUDA at all.
 //
-// Thread safety: PlanPlacement is a pure function; DiscoverGpus is safe for
-// concurrent use.
+// Thread safety: PlanPlacement is a pure function.
 #ifndef GANTRY_DEPLOYMENT_PLACEMENT_H_
 #define GANTRY_DEPLOYMENT_PLACEMENT_H_
 
@@ -18,41 +17,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/gpu_inventory.h"
+
 namespace gantry::internal {
-
-struct GpuInfo {
-  // How a child's CUDA_VISIBLE_DEVICES names this GPU: its index in PCI bus
-  // order ("2"), or the UUID when this process's CUDA_VISIBLE_DEVICES used
-  // one.
-  std::string id;
-  std::string uuid;
-  std::string name;
-  std::uint64_t memory_total_bytes = 0;
-  std::uint64_t memory_used_bytes = 0;
-};
-
-struct GpuInventory {
-  // The GPUs this process may use, in CUDA's order (cuda:0 first).
-  std::vector<GpuInfo> gpus;
-  // Where the list came from, for messages: "NVML", "GANTRY_FAKE_GPUS",
-  // "no NVIDIA driver (libnvidia-ml.so.1 not found)", ...
-  std::string source;
-};
-
-// The GPUs of this machine that CUDA_VISIBLE_DEVICES (indices or UUIDs; an
-// "RR..." value is Jina's replica syntax and hides nothing) lets this
-// process see. GANTRY_FAKE_GPUS="name,name,..." replaces the driver's list.
-// Never fails: without a driver the inventory is empty.
-GpuInventory DiscoverGpus();
-
-// `all` filtered and reordered by a CUDA_VISIBLE_DEVICES value, as CUDA
-// does: indices and (prefixes of) UUIDs, up to the first invalid entry.
-std::vector<GpuInfo> ApplyCudaVisibleDevices(const std::vector<GpuInfo>& all,
-                                             std::string_view cuda_visible_devices);
-
-// "1 is visible (NVIDIA H100 80GB)", "2 are visible (2 x NVIDIA A10)",
-// "0 are visible (<source>)".
-std::string DescribeVisibleGpus(const GpuInventory& inventory);
 
 struct PlacementRequest {
   std::string deployment = "executor";

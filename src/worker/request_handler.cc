@@ -9,9 +9,9 @@
 #include <typeinfo>
 
 #include "core/doc_proto.h"
+#include "core/gpu_inventory.h"
 #include "core/registry.h"
 #include "core/value_json.h"
-#include "deployment/placement.h"
 #include "google/protobuf/util/json_util.h"
 #include "worker/legacy_document_schema.h"
 

@@ -18,17 +18,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/deployment_rules.h"
 #include "core/limits.h"
 #include "core/logging.h"
 #include "core/registry.h"
 #include "core/value_json.h"
-#include "deployment/worker_mode.h"
+#include "core/worker_mode.h"
 #include "worker/plugin_loader.h"
 #include "worker/request_handler.h"
 #include "worker/worker_service.h"
@@ -87,12 +87,9 @@ StatusOr<WorkerSpec> WorkerSpecFromJson(std::string_view json) {
     spec.log_level = j.value("log_level", "");
     spec.port_file = j.value("port_file", "");
     spec.max_message_bytes = j.value("max_message_bytes", kDefaultMaxMessageBytes);
-    if (spec.max_message_bytes < 1 ||
-        spec.max_message_bytes > std::numeric_limits<std::int32_t>::max()) {
-      return InvalidArgumentError("worker spec: max_message_bytes " +
-                                  std::to_string(spec.max_message_bytes) +
-                                  " is outside 1..2147483647");
-    }
+    GANTRY_RETURN_IF_ERROR(
+        CheckIntOption(kMaxMessageBytesRule, "max_message_bytes", spec.max_message_bytes)
+            .WithPrefix("worker spec"));
     const nlohmann::json& batching =
         j.contains("dynamic_batching") ? j.at("dynamic_batching") : nlohmann::json::object();
     for (auto it = batching.begin(); batching.is_object() && it != batching.end(); ++it) {

@@ -13,11 +13,9 @@
 #include <vector>
 
 #include "core/limits.h"
+#include "core/worker_mode.h"  // kWorkerFlag
 
 namespace gantry::internal {
-
-// First argument that puts a program into worker mode (see gantry/init.h).
-inline constexpr const char* kWorkerFlag = "--gantry-worker";
 
 struct WorkerSpec {
   std::string jtype;

@@ -344,6 +344,19 @@ TEST(DeploymentConfigTest, ParsesGpusInEveryForm) {
   EXPECT_THAT(gpus("1.5"), HasSubstr("whole GPUs or a fraction below 1"));
   EXPECT_THAT(gpus("some"), HasSubstr("got \"some\""));
   EXPECT_THAT(gpus("{a: 1}"), HasSubstr("with.gpus: expected a scalar"));
+  // Exact words of the shapes the rule (core/deployment_rules.h) refuses.
+  const std::string expected =
+      "dep.yml:4:9: with.gpus: expected a number of GPUs per replica (1, 0.5), \"all\", or a list "
+      "of GPU indices or UUIDs (\"0,2\" or [0, 2]), got ";
+  EXPECT_EQ(gpus("-1"), "error: " + expected + "-1");
+  EXPECT_EQ(gpus("-0.5"),
+            "error: " + expected + "-0.5 (a replica takes whole GPUs or a fraction below 1)");
+  EXPECT_EQ(gpus(".nan"),
+            "error: " + expected + ".nan (a replica takes whole GPUs or a fraction below 1)");
+  EXPECT_EQ(gpus("2.0"), "2.0");
+  EXPECT_EQ(gpus("0.999"), "0.999");
+  // A list naming no GPU could never start; the file says so when read.
+  EXPECT_EQ(gpus("\",\""), "error: " + expected + "\",\"");
 }
 
 TEST(DeploymentConfigTest, ParsesUsesDynamicBatchingOverTheExecutorFile) {

@@ -1,4 +1,4 @@
-#include "deployment/worker_mode.h"
+#include "core/worker_mode.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -9,8 +9,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
-
-#include "worker/worker_spec.h"
 
 namespace gantry::internal {
 namespace {

@@ -9,8 +9,8 @@
 // with that message.
 //
 // Thread safety: all functions are safe for concurrent use.
-#ifndef GANTRY_DEPLOYMENT_WORKER_MODE_H_
-#define GANTRY_DEPLOYMENT_WORKER_MODE_H_
+#ifndef GANTRY_CORE_WORKER_MODE_H_
+#define GANTRY_CORE_WORKER_MODE_H_
 
 #include <gantry/status.h>
 
@@ -18,6 +18,12 @@
 #include <vector>
 
 namespace gantry::internal {
+
+// First argument that puts a program into worker mode (see gantry/init.h).
+// Defined here, with the guard that reads it, because core/ includes
+// nothing else of src/; worker/worker_spec.h includes this header, so the
+// worker, the Deployment and the CLI keep naming it from there.
+inline constexpr const char* kWorkerFlag = "--gantry-worker";
 
 // Called by gantry::RunWorkerMain: this process serves as a worker the
 // proper way, so a Deployment its executor starts is a nested one, allowed.
@@ -38,4 +44,4 @@ void ExitIfUninitialisedWorker();
 
 }  // namespace gantry::internal
 
-#endif  // GANTRY_DEPLOYMENT_WORKER_MODE_H_
+#endif  // GANTRY_CORE_WORKER_MODE_H_

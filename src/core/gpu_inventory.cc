@@ -1,12 +1,14 @@
 // GPU discovery through NVML, loaded at run time: no link-time dependency on
 // the driver, no libtorch, no CUDA context (NVML does not create one and
 // ignores CUDA_VISIBLE_DEVICES, which we apply ourselves).
+#include "core/gpu_inventory.h"
+
 #include <dlfcn.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <mutex>
-
-#include "deployment/placement.h"
+#include <utility>
 
 namespace gantry::internal {
 namespace {
@@ -118,6 +120,93 @@ std::vector<GpuInfo> NvmlGpus(const Nvml& nvml) {
 }
 
 }  // namespace
+
+std::string_view TrimBlanks(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) {
+    text.remove_prefix(1);
+  }
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) {
+    text.remove_suffix(1);
+  }
+  return text;
+}
+
+std::vector<std::string> SplitGpuList(std::string_view text) {
+  std::vector<std::string> out;
+  while (true) {
+    std::size_t comma = text.find(',');
+    std::string_view token = TrimBlanks(text.substr(0, comma));
+    if (!token.empty()) {
+      out.emplace_back(token);
+    }
+    if (comma == std::string_view::npos) {
+      return out;
+    }
+    text.remove_prefix(comma + 1);
+  }
+}
+
+std::optional<int> ParseGpuIndex(std::string_view text) {
+  int value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::string DescribeVisibleGpus(const GpuInventory& inventory) {
+  const std::size_t n = inventory.gpus.size();
+  std::string out = std::to_string(n) + (n == 1 ? " is visible (" : " are visible (");
+  if (n == 0) {
+    return out + (inventory.source.empty() ? "no NVIDIA driver" : inventory.source) + ")";
+  }
+  // Runs of one model read "2 x NVIDIA A10".
+  std::vector<std::pair<std::string, int>> runs;
+  for (const GpuInfo& gpu : inventory.gpus) {
+    if (!runs.empty() && runs.back().first == gpu.name) {
+      ++runs.back().second;
+    } else {
+      runs.emplace_back(gpu.name, 1);
+    }
+  }
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    out += k == 0 ? "" : ", ";
+    out +=
+        runs[k].second > 1 ? std::to_string(runs[k].second) + " x " + runs[k].first : runs[k].first;
+  }
+  return out + ")";
+}
+
+std::vector<GpuInfo> ApplyCudaVisibleDevices(const std::vector<GpuInfo>& all,
+                                             std::string_view cuda_visible_devices) {
+  std::vector<GpuInfo> out;
+  std::vector<bool> taken(all.size(), false);
+  for (const std::string& token : SplitGpuList(cuda_visible_devices)) {
+    std::optional<std::size_t> match;
+    if (std::optional<int> index = ParseGpuIndex(token)) {
+      if (*index >= 0 && static_cast<std::size_t>(*index) < all.size()) {
+        match = static_cast<std::size_t>(*index);
+      }
+    } else {
+      for (std::size_t k = 0; k < all.size(); ++k) {
+        if (all[k].uuid.starts_with(token)) {
+          match = k;
+          break;
+        }
+      }
+    }
+    // CUDA stops at the first entry it cannot use, and ignores repeats.
+    if (!match || taken[*match]) {
+      break;
+    }
+    taken[*match] = true;
+    GpuInfo gpu = all[*match];
+    gpu.id = ParseGpuIndex(token) ? std::to_string(*match) : gpu.uuid;
+    out.push_back(std::move(gpu));
+  }
+  return out;
+}
 
 GpuInventory DiscoverGpus() {
   GpuInventory inventory;

@@ -1,0 +1,165 @@
+#include "core/deployment_rules.h"
+
+#include <gantry/device.h>
+
+#include <charconv>
+#include <cmath>
+
+#include "core/gpu_inventory.h"
+#include "core/logging.h"
+
+namespace gantry::internal {
+namespace {
+
+std::string Quote(std::string_view text) { return "\"" + std::string(text) + "\""; }
+
+}  // namespace
+
+bool InRange(const IntRule& rule, std::int64_t value) {
+  return value >= rule.min && value <= rule.max;
+}
+
+std::string ExpectedGot(const IntRule& rule, std::string_view got) {
+  return "expected " + std::string(rule.expected) + ", got " + std::string(got);
+}
+
+Status CheckIntOption(const IntRule& rule, std::string_view key, std::int64_t value) {
+  if (InRange(rule, value)) {
+    return OkStatus();
+  }
+  if (!rule.bounded_above) {
+    return InvalidArgumentError(std::string(key) + " must be >= " + std::to_string(rule.min) +
+                                ", got " + std::to_string(value));
+  }
+  return InvalidArgumentError(std::string(key) + " " + std::to_string(value) + " is outside " +
+                              std::to_string(rule.min) + ".." + std::to_string(rule.max));
+}
+
+Status CheckDeviceValue(const Value& device) {
+  const std::string* text = device.AsText();
+  if (text == nullptr) {
+    return InvalidArgumentError(
+        "expected a device string (\"cpu\", \"cuda\", \"cuda:N\" or \"auto\"), got " +
+        device.DebugString());
+  }
+  return Device::Parse(*text).status();
+}
+
+Status CheckLogLevel(std::string_view level) {
+  for (std::string_view known : {"debug", "info", "warning", "error"}) {
+    if (level == known) {
+      return OkStatus();
+    }
+  }
+  return InvalidArgumentError("expected one of debug, info, warning, error; got " + Quote(level));
+}
+
+Status CheckEnvName(std::string_view name) {
+  if (name.empty() || name.find('=') != std::string_view::npos ||
+      name.find('\0') != std::string_view::npos) {
+    return InvalidArgumentError("not a valid environment variable name (empty, or has '=')");
+  }
+  return OkStatus();
+}
+
+Status CheckDeploymentName(std::string_view name) {
+  if (name.empty() || name.find('/') != std::string_view::npos) {
+    return InvalidArgumentError("deployment name '" + std::string(name) +
+                                "' must be non-empty and contain no '/'");
+  }
+  return OkStatus();
+}
+
+Status CheckDynamicBatching(const DynamicBatching& batching) {
+  if (!InRange(kPreferredBatchSizeRule, batching.preferred_batch_size) ||
+      !InRange(kBatchTimeoutRule, batching.timeout_ms) ||
+      !InRange(kBatchLimitRule, batching.max_batch_size) ||
+      !InRange(kBatchLimitRule, batching.max_queue_size)) {
+    return InvalidArgumentError(
+        "preferred_batch_size must be >= 1 and timeout_ms, max_batch_size, max_queue_size >= 0");
+  }
+  return OkStatus();
+}
+
+StatusOr<GpuSpec> ParseGpuSpec(std::string_view text) {
+  const std::string gpus(TrimBlanks(text));
+  GpuSpec spec;
+  if (gpus.empty()) {
+    return spec;
+  }
+  if (gpus == "all") {
+    spec.kind = GpuSpec::Kind::kAll;
+    return spec;
+  }
+  if (gpus.find(',') != std::string::npos) {
+    spec.kind = GpuSpec::Kind::kList;
+    spec.ids = SplitGpuList(gpus);
+    if (spec.ids.empty()) {
+      return InvalidArgumentError("gpus=\"" + gpus + "\" lists no GPU");
+    }
+    return spec;
+  }
+  double amount = 0;
+  auto [end, ec] = std::from_chars(gpus.data(), gpus.data() + gpus.size(), amount);
+  if (ec != std::errc() || end != gpus.data() + gpus.size() || !std::isfinite(amount) ||
+      amount < 0) {
+    return InvalidArgumentError("gpus=\"" + gpus +
+                                "\": expected a number of GPUs per replica (1, 0.5), \"all\", "
+                                "or a list of GPU indices or UUIDs (\"0,2\", \"3,\")");
+  }
+  spec.amount = amount;
+  if (amount == 0) {
+    spec.kind = GpuSpec::Kind::kNone;
+  } else if (amount < 1) {
+    spec.kind = GpuSpec::Kind::kFraction;
+  } else if (amount != std::floor(amount)) {
+    return InvalidArgumentError("gpus=" + gpus +
+                                ": a replica takes whole GPUs or a fraction below 1, not both");
+  } else {
+    spec.kind = GpuSpec::Kind::kCount;
+  }
+  return spec;
+}
+
+Status ValidateDeploymentOptions(const DeploymentOptions& options) {
+  const std::string where = "deployment '" + options.name + "'";
+  if (options.uses.empty()) {
+    return InvalidArgumentError(where + ": `uses` is empty; name an executor type or a YAML file");
+  }
+  const std::string prefix = where + ": ";
+  for (const Status& s :
+       {CheckIntOption(kReplicasRule, "replicas", options.replicas),
+        CheckIntOption(kPortRule, "port", options.port),
+        CheckIntOption(kMaxMessageBytesRule, "max_message_bytes", options.max_message_bytes)}) {
+    if (!s.ok()) {
+      return InvalidArgumentError(prefix + s.message());
+    }
+  }
+  GANTRY_RETURN_IF_ERROR(CheckDeploymentName(options.name));
+  // Any level the logger knows ("trace", "warn", "off" too), as options
+  // built in C++ always could; files keep to CheckLogLevel's four.
+  return ValidateLogLevel(options.log_level);
+}
+
+Status ValidateExecutorOptions(const DeploymentOptions& options) {
+  const std::string where = "deployment '" + options.name + "'";
+  for (const auto& [key, batching] : options.uses_dynamic_batching) {
+    const std::string path = where + ": uses_dynamic_batching['" + key + "']";
+    if (key.empty()) {
+      return InvalidArgumentError(path + ": the key must name an endpoint or a handler");
+    }
+    GANTRY_RETURN_IF_ERROR(CheckDynamicBatching(batching).WithPrefix(path));
+  }
+  if (auto it = options.uses_with.find("device"); it != options.uses_with.end()) {
+    if (Status s = CheckDeviceValue(it->second); !s.ok()) {
+      if (it->second.AsText() == nullptr) {
+        return InvalidArgumentError(where +
+                                    ": uses_with.device must be a string such as \"cuda:0\"");
+      }
+      return s.WithPrefix(where + ": uses_with.device");
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace gantry::internal

@@ -1,0 +1,132 @@
+// The rules that decide what a valid deployment is, in one place: ranges of
+// the numeric options, device strings, deployment names, log levels,
+// environment variable names, dynamic batching values and the `gpus` spec.
+// The YAML loader (core/config.cc), the Deployment (options built in C++,
+// deployment/deployment.cc), its placement planner, the CLI and the worker
+// all ask these functions, so a rule changes in one place.
+//
+// Words may differ by caller, as they did before this module existed: the
+// YAML loader reports "<file>:<line>:<col>: <key.path>: expected an integer
+// >= 1, got 0" (IntRule::expected), options built in C++ read "deployment
+// '<name>': replicas must be >= 1, got 0" (CheckIntOption). Both come from
+// the same bounds.
+//
+// Thread safety: pure functions and constants, safe from any thread.
+#ifndef GANTRY_CORE_DEPLOYMENT_RULES_H_
+#define GANTRY_CORE_DEPLOYMENT_RULES_H_
+
+#include <gantry/batching.h>
+#include <gantry/deployment.h>
+#include <gantry/document.h>
+#include <gantry/status.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gantry::internal {
+
+// An integer option's bounds and how a YAML message describes them.
+struct IntRule {
+  std::int64_t min;
+  std::int64_t max;
+  // "an integer >= 1": completes "expected ..., got 0".
+  std::string_view expected;
+  // False when `max` is only the C++ type's limit: messages then name the
+  // minimum alone ("must be >= 1") rather than the range ("0..65535").
+  bool bounded_above;
+};
+
+inline constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+
+// `replicas`.
+inline constexpr IntRule kReplicasRule{1, kIntMax, "an integer >= 1", false};
+// `port`, and `http_port` as written in YAML (-1, no HTTP, is only a default).
+inline constexpr IntRule kPortRule{0, 65535, "an integer from 0 to 65535", true};
+// `max_message_bytes`: gRPC takes an int.
+inline constexpr IntRule kMaxMessageBytesRule{1, std::numeric_limits<std::int32_t>::max(),
+                                              "a size in bytes from 1 to 2147483647 (gRPC's limit)",
+                                              true};
+// `timeout_ready` in YAML, in milliseconds.
+inline constexpr IntRule kTimeoutReadyRule{-1, std::numeric_limits<std::int64_t>::max(),
+                                           "milliseconds >= 0, or -1 to wait forever", false};
+// Dynamic batching: preferred_batch_size, timeout (ms), and the caps
+// max_batch_size and max_queue_size.
+inline constexpr IntRule kPreferredBatchSizeRule{1, kIntMax, "an integer >= 1", false};
+inline constexpr IntRule kBatchTimeoutRule{0, kIntMax, "milliseconds >= 0", false};
+inline constexpr IntRule kBatchLimitRule{0, kIntMax, "an integer >= 0 (0: no limit)", false};
+
+// Whether `value` lies within the rule's bounds.
+bool InRange(const IntRule& rule, std::int64_t value);
+
+// The YAML loader's words: "expected <rule.expected>, got <got>".
+std::string ExpectedGot(const IntRule& rule, std::string_view got);
+
+// The C++ API's and the worker's words for an option outside `rule`:
+// InvalidArgument "<key> must be >= <min>, got <value>", or
+// "<key> <value> is outside <min>..<max>" for a rule bounded above.
+Status CheckIntOption(const IntRule& rule, std::string_view key, std::int64_t value);
+
+// A `device` under `with:`/`uses_with:`: a string that Device::Parse takes.
+// The message is the YAML loader's; other callers word a non-string their
+// own way.
+Status CheckDeviceValue(const Value& device);
+
+// A log level as configuration files spell it: debug, info, warning, error.
+// (Options built in C++ take whatever the logger knows,
+// core/logging.h ValidateLogLevel, as they always have.)
+Status CheckLogLevel(std::string_view level);
+
+// An environment variable name in `env:`: non-empty, no '=' and no NUL.
+Status CheckEnvName(std::string_view name);
+
+// A deployment name: non-empty and without '/' (replicas are named
+// "<name>/rep-<i>"). The message names the deployment itself.
+Status CheckDeploymentName(std::string_view name);
+
+// One endpoint's dynamic batching as built in C++: preferred_batch_size
+// within kPreferredBatchSizeRule, timeout_ms within kBatchTimeoutRule, the
+// caps within kBatchLimitRule; one message for any of them.
+Status CheckDynamicBatching(const DynamicBatching& batching);
+
+// `gpus` (DeploymentOptions::gpus), parsed: what a replica asks for.
+struct GpuSpec {
+  enum class Kind {
+    kUnmanaged,  // "": the executor's device is used as given
+    kNone,       // "0": no GPU, and none visible
+    kAll,        // "all": one replica sees every GPU
+    kCount,      // "2": whole GPUs per replica
+    kFraction,   // "0.5": a share of one GPU
+    kList,       // "0,2" / "3,": GPU indices or UUIDs, taken round-robin
+  };
+  Kind kind = Kind::kUnmanaged;
+  // kCount, kFraction: GPUs per replica.
+  double amount = 0;
+  // kList: the entries, in order (core/gpu_inventory.h SplitGpuList).
+  std::vector<std::string> ids;
+};
+
+// Parses `gpus`; surrounding blanks are ignored. Refuses what no machine
+// could place: not a number, "all" or a list; a negative or non-finite
+// number; whole GPUs and a fraction at once (1.5); a list naming no GPU.
+// Messages start with "gpus=...". Whether this machine has the GPUs is the
+// placement's business (deployment/placement.h), not a rule of the spec.
+StatusOr<GpuSpec> ParseGpuSpec(std::string_view gpus);
+
+// The rules for a Deployment's own options built in C++: `uses` given,
+// replicas, port, max_message_bytes, name and log level. Messages start
+// with "deployment '<name>': " (or name the bad name). The YAML loader
+// checks the same rules, with its own words, as it reads a file.
+Status ValidateDeploymentOptions(const DeploymentOptions& options);
+
+// The rules for what the executor gets: every uses_dynamic_batching entry
+// (a non-empty key, CheckDynamicBatching) and uses_with.device. Checked
+// once a `uses` YAML file's own dynamic_batching and `with:` have joined
+// the options.
+Status ValidateExecutorOptions(const DeploymentOptions& options);
+
+}  // namespace gantry::internal
+
+#endif  // GANTRY_CORE_DEPLOYMENT_RULES_H_
