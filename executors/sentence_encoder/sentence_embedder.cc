@@ -153,7 +153,7 @@ StatusOr<std::string> FindDefaultModelPath() {
   for (const fs::path& p : PythonDirs("/usr/local/lib", {"site-packages", "dist-packages"})) {
     candidates.push_back(p);
   }
-  candidates.push_back("/usr/lib/python3/dist-packages");
+  candidates.emplace_back("/usr/lib/python3/dist-packages");
   std::string tried;
   for (const fs::path& dir : candidates) {
     const fs::path model = dir / kDefaultModelPackageDir;
