@@ -24,16 +24,7 @@ using ::testing::HasSubstr;
 using Ms = std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
 
-bool WaitUntil(const std::function<bool()>& condition, Ms timeout) {
-  auto deadline = SteadyClock::now() + timeout;
-  while (!condition()) {
-    if (SteadyClock::now() >= deadline) {
-      return false;
-    }
-    std::this_thread::sleep_for(Ms(20));
-  }
-  return true;
-}
+using testing::WaitUntil;
 
 // ChaosExec's call log lines that name `text`.
 int CallsWith(const std::string& log, const std::string& text) {

@@ -32,17 +32,7 @@ using ::testing::Not;
 using Ms = std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
 
-// Polls `condition` every 20 ms until it holds or `timeout` passes.
-bool WaitUntil(const std::function<bool()>& condition, Ms timeout) {
-  auto deadline = SteadyClock::now() + timeout;
-  while (!condition()) {
-    if (SteadyClock::now() >= deadline) {
-      return false;
-    }
-    std::this_thread::sleep_for(Ms(20));
-  }
-  return true;
-}
+using testing::WaitUntil;
 
 Ms Since(SteadyClock::time_point start) {
   return std::chrono::duration_cast<Ms>(SteadyClock::now() - start);

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -28,6 +29,10 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// Polls `condition` every 20 ms until it holds (true) or `timeout` passes
+// (false).
+bool WaitUntil(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
 
 // The file's contents once it exists and is non-empty; nullopt at timeout.
 std::optional<std::string> WaitForFile(const std::string& path, std::chrono::milliseconds timeout);
