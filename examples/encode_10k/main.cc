@@ -3,8 +3,9 @@
 // /encode in requests of 32 with a progress bar; prints the time and docs/s
 // and checks that every document came back with a 384-d embedding.
 //
-//   encode_10k [--device cpu|cuda|cuda:N] [--model-path DIR] [--replicas N]
-//              [--docs N] [--request-size N] [--no-progress]
+//   encode_10k [--device cpu|cuda|cuda:N] [--dtype T] [--model-path DIR]
+//              [--replicas N] [--docs N] [--request-size N] [--no-progress]
+// --dtype is SentenceEncoder's `dtype` (float32 by default).
 //
 // Without --model-path the executor looks the model up itself (see
 // FindDefaultModelPath in executors/sentence_encoder/sentence_embedder.h):
@@ -32,6 +33,7 @@ constexpr std::int64_t kDimension = 384;
 
 struct Options {
   std::string device = "cpu";
+  std::string dtype;
   std::string model_path;
   int replicas = 1;
   long docs = 10000;
@@ -41,7 +43,7 @@ struct Options {
 
 int Usage(const char* argv0) {
   std::fprintf(stderr,
-               "usage: %s [--device cpu|cuda|cuda:N] [--model-path DIR] [--replicas N] "
+               "usage: %s [--device cpu|cuda|cuda:N] [--dtype T] [--model-path DIR] [--replicas N] "
                "[--docs N] [--request-size N] [--no-progress]\n",
                argv0);
   return 2;
@@ -72,6 +74,8 @@ bool ParseArgs(int argc, char** argv, Options* options) {
     long number = 0;
     if (arg == "--device") {
       options->device = value;
+    } else if (arg == "--dtype") {
+      options->dtype = value;
     } else if (arg == "--model-path") {
       options->model_path = value;
     } else if (arg == "--replicas" && ParsePositive(value, 64, &number)) {
@@ -155,6 +159,9 @@ int main(int argc, char** argv) {
   gantry::DeploymentOptions deployment_options{
       .uses = "SentenceEncoder", .name = "encoder", .replicas = options.replicas};
   deployment_options.uses_with.insert_or_assign("device", gantry::Value(options.device));
+  if (!options.dtype.empty()) {
+    deployment_options.uses_with.insert_or_assign("dtype", gantry::Value(options.dtype));
+  }
   if (!options.model_path.empty()) {
     deployment_options.uses_with.insert_or_assign("model_path", gantry::Value(options.model_path));
   }
@@ -202,8 +209,9 @@ int main(int argc, char** argv) {
   std::printf("all %zu documents have a 384-d embedding\n", result->size());
   std::printf(
       "docs_per_s=%.1f n=%zu seconds=%.3f startup_seconds=%.3f replicas=%d request_size=%d "
-      "device=%s\n",
+      "device=%s dtype=%s\n",
       static_cast<double>(result->size()) / seconds, result->size(), seconds, startup_seconds,
-      options.replicas, options.request_size, options.device.c_str());
+      options.replicas, options.request_size, options.device.c_str(),
+      options.dtype.empty() ? "float32" : options.dtype.c_str());
   return 0;
 }

@@ -311,13 +311,44 @@ TEST_F(TinyFolderTest, EncodesInInputOrderAndMatchesReference) {
   }
 }
 
+// Each dtype runs on the CPU too and stays within the bar the parity tests
+// use for reduced precision (cosine >= 0.999 to float32).
+TEST_F(TinyFolderTest, EachDTypeEncodesCloseToFloat32OnCpu) {
+  EmbedderOptions options;
+  options.model_path = dir_.string();
+  StatusOr<std::unique_ptr<SentenceEmbedder>> reference = SentenceEmbedder::Load(options);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const std::vector<std::string_view> texts = {"w5", "w6 w7 w8 w9 w10 w11", "w12 w13"};
+  const at::Tensor want = (*reference)->Encode(texts);
+  for (const std::string dtype : {"float16", "bfloat16", "auto"}) {
+    options.dtype = dtype;
+    StatusOr<std::unique_ptr<SentenceEmbedder>> e = SentenceEmbedder::Load(options);
+    ASSERT_TRUE(e.ok()) << dtype << ": " << e.status();
+    EXPECT_EQ((*e)->dtype(), *ResolveDType(dtype, Device::Cpu()));
+    const at::Tensor got = (*e)->Encode(texts);
+    ASSERT_EQ(got.scalar_type(), at::kFloat) << dtype;
+    const at::Tensor cosine = at::cosine_similarity(got, want, 1);
+    EXPECT_GE(cosine.min().item<double>(), 0.999) << dtype;
+  }
+}
+
+TEST(ResolveDTypeTest, AutoIsFloat16OnCudaAndFollowsTheCpu) {
+  EXPECT_EQ(*ResolveDType("auto", Device::Cuda(0)), "float16");
+  EXPECT_EQ(*ResolveDType("auto", Device::Cpu()), CpuHasFastBFloat16() ? "bfloat16" : "float32");
+  EXPECT_EQ(*ResolveDType("bfloat16", Device::Cpu()), "bfloat16");
+  EXPECT_EQ(*ResolveDType("float16", Device::Cuda(0)), "float16");
+  EXPECT_EQ(ResolveDType("fp16", Device::Cpu()).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(TinyFolderTest, LoadErrorsNameTheFile) {
   EmbedderOptions options;
   options.model_path = dir_.string();
-  options.dtype = "float16";
+  options.dtype = "float64";
   StatusOr<std::unique_ptr<SentenceEmbedder>> e = SentenceEmbedder::Load(options);
   ASSERT_FALSE(e.ok());
-  EXPECT_NE(e.status().message().find("dtype float16 needs a CUDA device"), std::string::npos)
+  EXPECT_NE(e.status().message().find("dtype 'float64' is not supported (float32, float16, "
+                                      "bfloat16, auto)"),
+            std::string::npos)
       << e.status();
 
   Write("1_Pooling/config.json", R"({"pooling_mode_cls_token": true})");

