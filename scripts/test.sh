@@ -22,6 +22,7 @@ step "setup"
 scripts/setup.sh
 step "python environments and model (used only to produce expectations)"
 scripts/jina_venv.sh
+scripts/clients_venv.sh
 scripts/parity_setup.sh
 scripts/fetch_model.sh
 

@@ -85,7 +85,7 @@ SentenceEncoder::SentenceEncoder(const ExecutorContext& context) {
 
 SentenceEncoder::~SentenceEncoder() = default;
 
-void SentenceEncoder::Encode(DocList& docs, const Parameters& /*parameters*/) {
+void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
   if (docs.empty()) {
     return;
   }
@@ -94,7 +94,15 @@ void SentenceEncoder::Encode(DocList& docs, const Parameters& /*parameters*/) {
   for (const Doc& doc : docs) {
     texts.push_back(doc.text());
   }
-  const at::Tensor embeddings = embedder_->Encode(texts);
+  const std::vector<std::vector<std::int64_t>> ids = embedder_->Tokenize(texts);
+  // Tokens the model saw ([CLS] and [SEP] included, after truncation), for
+  // callers that bill or report usage (the gateway's OpenAI API asks).
+  if (parameters.GetBool("return_token_counts")) {
+    for (std::size_t i = 0; i < docs.size(); ++i) {
+      docs[i].mutable_tags()["num_tokens"] = Value(static_cast<std::int64_t>(ids[i].size()));
+    }
+  }
+  const at::Tensor embeddings = embedder_->EncodeIds(ids);
   const std::int64_t dim = embedder_->dimension();
   const float* data = embeddings.data_ptr<float>();
   for (std::size_t i = 0; i < docs.size(); ++i) {

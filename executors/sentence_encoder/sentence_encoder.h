@@ -3,7 +3,10 @@
 // SentenceEncoder: sentence-transformers' all-MiniLM-L6-v2 (or another BERT
 // + mean pooling folder) in libtorch, the C++ counterpart of the Jina
 // "GPU Executor" tutorial. Sets each document's `embedding` (float32 [384])
-// from its text on "/encode" and "/default".
+// from its text on "/encode" and "/default". With the request parameter
+// `return_token_counts: true` it also tags each document with `num_tokens`
+// (tokens the model saw, [CLS]/[SEP] included), which the gateway's OpenAI
+// API reports as usage.
 //
 // `with:` keys:
 //   model_path      HF sentence-transformers folder (default: see

@@ -42,7 +42,8 @@ constexpr std::string_view kDeploymentWithKeys[] = {"uses",          "uses_with"
                                                     "host",          "env",
                                                     "timeout_ready", "log_level",
                                                     "gpus",          "uses_dynamic_batching",
-                                                    "http_port",     "max_message_bytes"};
+                                                    "http_port",     "max_message_bytes",
+                                                    "openai_models"};
 // Jina's batching keys, plus Triton-style caps of ours.
 constexpr std::string_view kBatchingKeys[] = {
     "preferred_batch_size", "timeout",        "flush_all",     "use_dynamic_batching",
@@ -651,6 +652,8 @@ class Parser {
       } else if (e.key == "max_message_bytes") {
         GANTRY_ASSIGN_OR_RETURN(options.max_message_bytes,
                                 ReadInt(e, path, internal::kMaxMessageBytesRule));
+      } else if (e.key == "openai_models") {
+        GANTRY_RETURN_IF_ERROR(ParseOpenAiModels(e, path, &options.openai_models));
       } else if (e.key == "host") {
         GANTRY_ASSIGN_OR_RETURN(options.host, ReadName(e, path));
       } else if (e.key == "env") {
@@ -814,6 +817,27 @@ class Parser {
       }
       GANTRY_ASSIGN_OR_RETURN(std::string text, ReadText(v, key_path));
       (*env)[v.key] = std::move(text);
+    }
+    return OkStatus();
+  }
+
+  // `{model name: /endpoint}` for the OpenAI embeddings API.
+  Status ParseOpenAiModels(const Entry& e, const std::string& path,
+                           std::map<std::string, std::string>* models) const {
+    if (!e.value.IsMap()) {
+      return Error(e.mark, path,
+                   "expected a mapping of model names to endpoints ({all-MiniLM-L6-v2: /encode}), "
+                   "got " +
+                       Describe(e.value));
+    }
+    GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(e.value, path, {}));
+    for (const Entry& v : entries) {
+      std::string key_path = Join(path, v.key);
+      GANTRY_ASSIGN_OR_RETURN(std::string endpoint, ReadText(v, key_path));
+      if (Status s = internal::CheckOpenAiModel(v.key, endpoint); !s.ok()) {
+        return Error(v.mark, key_path, s.message());
+      }
+      (*models)[v.key] = std::move(endpoint);
     }
     return OkStatus();
   }

@@ -121,6 +121,18 @@ StatusOr<GpuSpec> ParseGpuSpec(std::string_view text) {
   return spec;
 }
 
+Status CheckOpenAiModel(const std::string& name, const std::string& endpoint) {
+  if (name.empty() || name.size() > 256 || name.find_first_of(" \t\r\n") != std::string::npos) {
+    return InvalidArgumentError("OpenAI model name '" + name +
+                                "' must be 1 to 256 characters without whitespace");
+  }
+  if (endpoint.size() < 2 || endpoint.front() != '/' || endpoint.size() > 256) {
+    return InvalidArgumentError("OpenAI model '" + name + "' maps to endpoint '" + endpoint +
+                                "'; expected an executor endpoint such as /encode");
+  }
+  return OkStatus();
+}
+
 Status ValidateDeploymentOptions(const DeploymentOptions& options) {
   const std::string where = "deployment '" + options.name + "'";
   if (options.uses.empty()) {
@@ -136,6 +148,11 @@ Status ValidateDeploymentOptions(const DeploymentOptions& options) {
     }
   }
   GANTRY_RETURN_IF_ERROR(CheckDeploymentName(options.name));
+  for (const auto& [name, endpoint] : options.openai_models) {
+    if (Status s = CheckOpenAiModel(name, endpoint); !s.ok()) {
+      return InvalidArgumentError(prefix + "openai_models: " + s.message());
+    }
+  }
   // Any level the logger knows ("trace", "warn", "off" too), as options
   // built in C++ always could; files keep to CheckLogLevel's four.
   return ValidateLogLevel(options.log_level);

@@ -553,11 +553,14 @@ Status Gateway::Impl::Init() {
                             " (port in use or address not available)");
   }
   if (options_.http_port >= 0) {
+    if (options_.openai_models.empty()) {
+      options_.openai_models.emplace(options_.deployment_name, "/encode");
+    }
     auto http = HttpGateway::Start(
         options_.host, options_.http_port,
         [this](const std::string& request) { return ForwardAndWait(request); },
         {{"gantry", GANTRY_VERSION}, {"protocol", "jina-3.x/docarray-v2"}},
-        options_.max_message_bytes);
+        options_.max_message_bytes, options_.openai_models);
     if (!http.ok()) {
       return http.status().WithPrefix("gateway");
     }

@@ -40,6 +40,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -66,6 +67,9 @@ struct GatewayOptions {
   std::int64_t max_message_bytes = kDefaultMaxMessageBytes;
   // HTTP/JSON port next to the gRPC one: -1 for none, 0 for any free port.
   int http_port = -1;
+  // OpenAI embeddings model names -> executor endpoints, on the HTTP port.
+  // Empty: `deployment_name` serves "/encode".
+  std::map<std::string, std::string> openai_models;
 };
 
 // A client's `__prefetch__` metadata as a bound on requests in flight:

@@ -4,12 +4,15 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
+#include <variant>
 
 #include "core/value_json.h"
 #include "gateway/json_docs.h"
+#include "gateway/openai_embeddings.h"
 #include "jina/jina.pb.h"
 
 namespace gantry::internal {
@@ -58,9 +61,13 @@ void ReplyError(httplib::Response& res, int http_status, const std::string& deta
 class HttpGateway::Impl {
  public:
   Impl(HttpForwardFn forward, std::map<std::string, std::string> info,
-       std::int64_t max_message_bytes)
+       std::int64_t max_message_bytes, std::map<std::string, std::string> openai_models)
       : forward_(std::move(forward)),
         info_(std::move(info)),
+        openai_models_(std::move(openai_models)),
+        started_at_(std::chrono::duration_cast<std::chrono::seconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count()),
         max_message_bytes_(max_message_bytes > 0
                                ? static_cast<std::uint64_t>(max_message_bytes)
                                : static_cast<std::uint64_t>(kDefaultMaxMessageBytes)) {}
@@ -90,6 +97,16 @@ class HttpGateway::Impl {
     });
     server_.Get("/dry_run",
                 [this](const httplib::Request&, httplib::Response& res) { DryRun(res); });
+    if (!openai_models_.empty()) {
+      // Before the catch-all POST /<endpoint> below: cpp-httplib takes the
+      // first route that matches.
+      server_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+        Reply(res, 200, OpenAiModelList(openai_models_, started_at_));
+      });
+      server_.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+        HandleOpenAiEmbeddings(req.body, res);
+      });
+    }
     server_.Post("/post", [this](const httplib::Request& req, httplib::Response& res) {
       HandleData(req.body, "", res);
     });
@@ -234,6 +251,61 @@ class HttpGateway::Impl {
     Reply(res, 200, out);
   }
 
+  void HandleOpenAiEmbeddings(const std::string& text, httplib::Response& res) {
+    auto reply_error = [&res](const OpenAiError& error) {
+      Reply(res, error.http_status, error.ToJson());
+    };
+    StatusOr<json> parsed =
+        text.empty() ? InvalidArgumentError("the body is empty") : ParseJsonBounded(text);
+    if (!parsed.ok()) {
+      reply_error(OpenAiError::Invalid(
+          "request body must be a JSON object: " + std::string(parsed.status().message()), ""));
+      return;
+    }
+    auto request = ParseOpenAiEmbeddingsRequest(*parsed, openai_models_);
+    if (const auto* error = std::get_if<OpenAiError>(&request)) {
+      reply_error(*error);
+      return;
+    }
+    const auto& embeddings_request = std::get<OpenAiEmbeddingsRequest>(request);
+    jina::DataRequestProto data_request = MakeOpenAiDataRequest(
+        embeddings_request, openai_models_.at(embeddings_request.model), RandomRequestId());
+    if (std::size_t size = data_request.ByteSizeLong(); size > max_message_bytes_) {
+      reply_error(OpenAiError::WithStatus(
+          413, "request of " + std::to_string(size) + " bytes (as protobuf) exceeds the " +
+                   std::to_string(max_message_bytes_) + "-byte message cap"));
+      return;
+    }
+    HttpForwardResult result = forward_(data_request.SerializeAsString());
+    if (result.grpc_code != 0) {
+      // RESOURCE_EXHAUSTED is a full queue or an over-size message: 429
+      // lets OpenAI clients back off and retry, as they do for TEI's.
+      const int status = result.grpc_code == kInvalidArgument                                ? 400
+                         : result.grpc_code == kResourceExhausted                            ? 429
+                         : result.grpc_code == kDeadlineExceeded                             ? 504
+                         : result.grpc_code == kUnavailable || result.grpc_code == kNotFound ? 503
+                                                                                             : 500;
+      reply_error(OpenAiError::WithStatus(status, result.grpc_message));
+      return;
+    }
+    jina::DataRequestProto reply;
+    if (!reply.ParseFromString(result.reply)) {
+      reply_error(OpenAiError::WithStatus(500, "gateway: the replica's reply does not parse"));
+      return;
+    }
+    if (result.is_error || reply.header().status().code() == jina::StatusProto::ERROR) {
+      reply_error(
+          OpenAiError::WithStatus(500, "executor error: " + reply.header().status().description()));
+      return;
+    }
+    auto response = MakeOpenAiEmbeddingsResponse(embeddings_request, reply, max_message_bytes_);
+    if (const auto* error = std::get_if<OpenAiError>(&response)) {
+      reply_error(*error);
+      return;
+    }
+    Reply(res, 200, std::get<json>(response));
+  }
+
   void DryRun(httplib::Response& res) {
     jina::DataRequestProto probe;
     probe.mutable_header()->set_request_id(RandomRequestId());
@@ -258,6 +330,8 @@ class HttpGateway::Impl {
 
   HttpForwardFn forward_;
   std::map<std::string, std::string> info_;
+  std::map<std::string, std::string> openai_models_;
+  std::int64_t started_at_;  // Unix seconds, for /v1/models' `created`
   std::uint64_t max_message_bytes_;
   httplib::Server server_;
   std::thread thread_;
@@ -268,11 +342,12 @@ HttpGateway::HttpGateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpGateway::~HttpGateway() { Shutdown(); }
 
-StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(const std::string& host, int port,
-                                                          HttpForwardFn forward,
-                                                          std::map<std::string, std::string> info,
-                                                          std::int64_t max_message_bytes) {
-  auto impl = std::make_unique<Impl>(std::move(forward), std::move(info), max_message_bytes);
+StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(
+    const std::string& host, int port, HttpForwardFn forward,
+    std::map<std::string, std::string> info, std::int64_t max_message_bytes,
+    std::map<std::string, std::string> openai_models) {
+  auto impl = std::make_unique<Impl>(std::move(forward), std::move(info), max_message_bytes,
+                                     std::move(openai_models));
   GANTRY_RETURN_IF_ERROR(impl->Start(host, port));
   return std::unique_ptr<HttpGateway>(new HttpGateway(std::move(impl)));
 }

@@ -3,6 +3,7 @@
 // Jina clients in the interop tests. Torch-free, so it builds in seconds.
 #include <gantry/executor.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -27,6 +28,10 @@ class InteropExec final : public gantry::Executor {
       gantry::Value::Dict& tags = doc.mutable_tags();
       tags["seen_by"] = gantry::Value("gantry");
       tags["param"] = gantry::Value(parameters.GetString("tag", "none"));
+      if (parameters.GetBool("return_token_counts")) {
+        // One "token" per byte: enough for the gateway's usage sums.
+        tags["num_tokens"] = gantry::Value(static_cast<std::int64_t>(text.size()));
+      }
       if (const gantry::Tensor* tensor = doc.tensor("tensor"); tensor != nullptr) {
         tags["tensor_dtype"] = gantry::Value(tensor->dtype());
         tags["tensor_shape"] = gantry::Value(tensor->ShapeString());

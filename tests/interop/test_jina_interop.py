@@ -13,7 +13,6 @@ from --port-file, and are always terminated and reaped.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,8 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 from jina import Client, Deployment, Executor, Flow, requests
 
+from gantry_process import GantryProcess, free_port
+
 CLI = os.environ["GANTRY_CLI"]
 PLUGIN = os.environ["GANTRY_INTEROP_PLUGIN"]
 CPP_CLIENT = os.environ["GANTRY_INTEROP_CLIENT"]
@@ -47,46 +48,6 @@ class MyDoc(BaseDoc):
     embedding: Optional[NdArray] = None
     tags: dict = {}
     chunks: Optional[DocList[ChunkDoc]] = None
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class GantryProcess:
-    """`gantry ARGS --port-file F`: waits for the port, always reaped."""
-
-    def __init__(self, args, tmp, name):
-        self.port_file = os.path.join(tmp, name + ".port")
-        self.log_path = os.path.join(tmp, name + ".log")
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [CLI] + args + ["--port-file", self.port_file],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if os.path.exists(self.port_file):
-                text = open(self.port_file).read().strip()
-                if text:
-                    self.port = int(text)
-                    return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"gantry {args} did not start:\n" + open(self.log_path).read())
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 def deployment_yaml(tmp, replicas=2):

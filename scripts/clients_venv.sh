@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Creates the Python virtual environment with the stock clients of the
+# protocols Gantry speaks besides Jina's (the `openai` client for the OpenAI
+# embeddings API, Hugging Face `tokenizers` to count tokens as they do),
+# used only by the protocol tests. Idempotent.
+#
+#   scripts/clients_venv.sh [VENV_DIR]      (default: <repo>/.venv-clients)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${1:-${root}/.venv-clients}"
+if [[ ! -x "${venv}/bin/python" ]]; then
+  /usr/bin/python3 -m venv "${venv}"
+fi
+if ! "${venv}/bin/python" -c 'import openai, tokenizers, numpy' 2>/dev/null; then
+  "${venv}/bin/python" -m pip install --quiet --upgrade pip
+  # Pinned so that CI tests against one client.
+  "${venv}/bin/python" -m pip install --quiet 'openai==2.8.1' 'tokenizers==0.22.1' numpy
+fi
+"${venv}/bin/python" -c 'import openai, tokenizers; print("clients venv ok: openai", openai.__version__, "tokenizers", tokenizers.__version__)'
