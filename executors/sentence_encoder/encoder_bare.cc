@@ -3,10 +3,14 @@
 //
 //   encoder_bare [--n N] [--batch-size B] [--device cpu|cuda|cuda:N]
 //                [--dtype float32|float16|bfloat16] [--model-path DIR] [--repeat R]
-// Output: one line "docs_per_s=<value> n=<N> ..." per repeat.
+//                [--mode encode|tokenize]
+// Output: one line "docs_per_s=<value> n=<N> ..." per repeat. --mode
+// tokenize times the tokenizer alone (bench/tokenizer/run.sh compares it
+// with Hugging Face `tokenizers`).
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -22,7 +26,7 @@ constexpr std::string_view kSentence = "Using a GPU allows you to significantly 
 int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--n N] [--batch-size B] [--device D] [--dtype T] [--model-path DIR] "
-               "[--repeat R]\n",
+               "[--repeat R] [--mode encode|tokenize]\n",
                argv0);
   return 2;
 }
@@ -36,6 +40,7 @@ int main(int argc, char** argv) {
   long n = 10000;
   long repeat = 1;
   std::string device = "cpu";
+  std::string mode = "encode";
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (i + 1 >= argc) {
@@ -54,6 +59,9 @@ int main(int argc, char** argv) {
       options.model_path = value;
     } else if (arg == "--repeat") {
       repeat = std::atol(value);
+    } else if (arg == "--mode" &&
+               (std::string_view(value) == "encode" || std::string_view(value) == "tokenize")) {
+      mode = value;
     } else {
       return Usage(argv[0]);
     }
@@ -70,6 +78,21 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::vector<std::string_view> texts(static_cast<std::size_t>(n), kSentence);
+  if (mode == "tokenize") {
+    for (long r = 0; r < repeat; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      const std::vector<std::vector<std::int64_t>> ids = (*embedder)->Tokenize(texts);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::size_t tokens = 0;
+      for (const auto& one : ids) {
+        tokens += one.size();
+      }
+      std::printf("docs_per_s=%.1f n=%ld seconds=%.4f tokens=%zu mode=tokenize\n",
+                  static_cast<double>(n) / seconds, n, seconds, tokens);
+    }
+    return 0;
+  }
   for (long r = 0; r < repeat; ++r) {
     const auto start = std::chrono::steady_clock::now();
     // Tokenization is part of the cost, as in SentenceTransformer.encode.
