@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates the Python virtual environment with the stock clients of the
 # protocols Gantry speaks besides Jina's (the `openai` client for the OpenAI
-# embeddings API, Hugging Face `tokenizers` to count tokens as they do),
+# embeddings API, Hugging Face `tokenizers` to count tokens as they do,
+# `tritonclient` for KServe v2),
 # used only by the protocol tests. Idempotent.
 #
 #   scripts/clients_venv.sh [VENV_DIR]      (default: <repo>/.venv-clients)
@@ -11,9 +12,9 @@ venv="${1:-${root}/.venv-clients}"
 if [[ ! -x "${venv}/bin/python" ]]; then
   /usr/bin/python3 -m venv "${venv}"
 fi
-if ! "${venv}/bin/python" -c 'import openai, tokenizers, numpy' 2>/dev/null; then
+if ! "${venv}/bin/python" -c 'import openai, tokenizers, numpy, tritonclient.grpc, tritonclient.http' 2>/dev/null; then
   "${venv}/bin/python" -m pip install --quiet --upgrade pip
   # Pinned so that CI tests against one client.
-  "${venv}/bin/python" -m pip install --quiet 'openai==2.8.1' 'tokenizers==0.22.1' numpy
+  "${venv}/bin/python" -m pip install --quiet 'openai==2.8.1' 'tokenizers==0.22.1' 'tritonclient[grpc,http]==2.73.0' numpy
 fi
-"${venv}/bin/python" -c 'import openai, tokenizers; print("clients venv ok: openai", openai.__version__, "tokenizers", tokenizers.__version__)'
+"${venv}/bin/python" -c 'import openai, tokenizers; import tritonclient.grpc; print("clients venv ok: openai", openai.__version__, "tokenizers", tokenizers.__version__)'

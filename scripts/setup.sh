@@ -16,6 +16,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libutf8proc-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libb64-0d
   clang-format clang-tidy
 )
 sudo=""

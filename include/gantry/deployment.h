@@ -66,10 +66,11 @@ struct DeploymentOptions {
   // HTTP/JSON gateway port next to the gRPC one: -1 for none, 0 for any free
   // port (Jina's multi-protocol gateway).
   int http_port = -1;
-  // The OpenAI embeddings API on the HTTP port (POST /v1/embeddings, GET
-  // /v1/models): model name -> the executor endpoint that serves it. Empty:
-  // the deployment's `name` serves "/encode".
-  std::map<std::string, std::string> openai_models{};
+  // Model names for the OpenAI embeddings API on the HTTP port (POST
+  // /v1/embeddings, GET /v1/models) and the KServe v2 inference protocol on
+  // the gRPC port: name -> the executor endpoint that serves it. Empty: the
+  // deployment's `name` serves "/encode".
+  std::map<std::string, std::string> models{};
   // GPUs per replica: "" (not managed: the executor's `device` is used as
   // given), "0" (none: GPUs are hidden from the workers), a whole number
   // ("2"), a fraction ("0.5": two replicas share one GPU), "all" (one

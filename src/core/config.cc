@@ -43,7 +43,7 @@ constexpr std::string_view kDeploymentWithKeys[] = {"uses",          "uses_with"
                                                     "timeout_ready", "log_level",
                                                     "gpus",          "uses_dynamic_batching",
                                                     "http_port",     "max_message_bytes",
-                                                    "openai_models"};
+                                                    "models"};
 // Jina's batching keys, plus Triton-style caps of ours.
 constexpr std::string_view kBatchingKeys[] = {
     "preferred_batch_size", "timeout",        "flush_all",     "use_dynamic_batching",
@@ -652,8 +652,8 @@ class Parser {
       } else if (e.key == "max_message_bytes") {
         GANTRY_ASSIGN_OR_RETURN(options.max_message_bytes,
                                 ReadInt(e, path, internal::kMaxMessageBytesRule));
-      } else if (e.key == "openai_models") {
-        GANTRY_RETURN_IF_ERROR(ParseOpenAiModels(e, path, &options.openai_models));
+      } else if (e.key == "models") {
+        GANTRY_RETURN_IF_ERROR(ParseServedModels(e, path, &options.models));
       } else if (e.key == "host") {
         GANTRY_ASSIGN_OR_RETURN(options.host, ReadName(e, path));
       } else if (e.key == "env") {
@@ -822,7 +822,7 @@ class Parser {
   }
 
   // `{model name: /endpoint}` for the OpenAI embeddings API.
-  Status ParseOpenAiModels(const Entry& e, const std::string& path,
+  Status ParseServedModels(const Entry& e, const std::string& path,
                            std::map<std::string, std::string>* models) const {
     if (!e.value.IsMap()) {
       return Error(e.mark, path,
@@ -834,7 +834,7 @@ class Parser {
     for (const Entry& v : entries) {
       std::string key_path = Join(path, v.key);
       GANTRY_ASSIGN_OR_RETURN(std::string endpoint, ReadText(v, key_path));
-      if (Status s = internal::CheckOpenAiModel(v.key, endpoint); !s.ok()) {
+      if (Status s = internal::CheckServedModel(v.key, endpoint); !s.ok()) {
         return Error(v.mark, key_path, s.message());
       }
       (*models)[v.key] = std::move(endpoint);

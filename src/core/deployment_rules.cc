@@ -121,13 +121,13 @@ StatusOr<GpuSpec> ParseGpuSpec(std::string_view text) {
   return spec;
 }
 
-Status CheckOpenAiModel(const std::string& name, const std::string& endpoint) {
+Status CheckServedModel(const std::string& name, const std::string& endpoint) {
   if (name.empty() || name.size() > 256 || name.find_first_of(" \t\r\n") != std::string::npos) {
-    return InvalidArgumentError("OpenAI model name '" + name +
+    return InvalidArgumentError("model name '" + name +
                                 "' must be 1 to 256 characters without whitespace");
   }
   if (endpoint.size() < 2 || endpoint.front() != '/' || endpoint.size() > 256) {
-    return InvalidArgumentError("OpenAI model '" + name + "' maps to endpoint '" + endpoint +
+    return InvalidArgumentError("model '" + name + "' maps to endpoint '" + endpoint +
                                 "'; expected an executor endpoint such as /encode");
   }
   return OkStatus();
@@ -148,9 +148,9 @@ Status ValidateDeploymentOptions(const DeploymentOptions& options) {
     }
   }
   GANTRY_RETURN_IF_ERROR(CheckDeploymentName(options.name));
-  for (const auto& [name, endpoint] : options.openai_models) {
-    if (Status s = CheckOpenAiModel(name, endpoint); !s.ok()) {
-      return InvalidArgumentError(prefix + "openai_models: " + s.message());
+  for (const auto& [name, endpoint] : options.models) {
+    if (Status s = CheckServedModel(name, endpoint); !s.ok()) {
+      return InvalidArgumentError(prefix + "models: " + s.message());
     }
   }
   // Any level the logger knows ("trace", "warn", "off" too), as options

@@ -115,9 +115,9 @@ struct GpuSpec {
 // placement's business (deployment/placement.h), not a rule of the spec.
 StatusOr<GpuSpec> ParseGpuSpec(std::string_view gpus);
 
-// One `openai_models` entry: a model name of 1 to 256 characters without
+// One `models` entry: a model name of 1 to 256 characters without
 // whitespace, mapped to an executor endpoint ("/encode").
-Status CheckOpenAiModel(const std::string& name, const std::string& endpoint);
+Status CheckServedModel(const std::string& name, const std::string& endpoint);
 
 // The rules for a Deployment's own options built in C++: `uses` given,
 // replicas, port, max_message_bytes, name and log level. Messages start

@@ -251,7 +251,7 @@ Status Deployment::Impl::Start() {
   gateway_options.port = options_.port;
   gateway_options.deployment_name = options_.name;
   gateway_options.http_port = options_.http_port;
-  gateway_options.openai_models = options_.openai_models;
+  gateway_options.models = options_.models;
   gateway_options.max_message_bytes = options_.max_message_bytes;
   for (const Replica& replica : replicas_) {
     gateway_options.replica_addresses.push_back("127.0.0.1:" + std::to_string(replica.port));

@@ -20,6 +20,7 @@
 
 #include "common/grpc_options.h"
 #include "gateway/http_gateway.h"
+#include "gateway/kserve_service.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "jina/jina.grpc.pb.h"
 #include "worker/reflection_service.h"
@@ -204,7 +205,9 @@ class Gateway::Impl {
   void Attempt(std::shared_ptr<ForwardCall> call);
   void OnAttemptDone(std::shared_ptr<ForwardCall> call, grpc::Status status);
   void Finish(const std::shared_ptr<ForwardCall>& call, grpc::Status status);
-  HttpForwardResult ForwardAndWait(const std::string& request);
+  HttpForwardResult ForwardAndWait(const std::string& request,
+                                   Clock::time_point deadline = Clock::time_point::max());
+  bool AnyReplicaAvailable() const;
   // An available replica other than those `call` already failed on, or
   // nullopt when none is left.
   std::optional<std::size_t> PickReplica(const ForwardCall& call);
@@ -221,6 +224,7 @@ class Gateway::Impl {
   std::unique_ptr<DryRunService> dry_run_service_;
   std::unique_ptr<InfoService> info_service_;
   std::unique_ptr<ReflectionService> reflection_service_;
+  std::unique_ptr<KServeService> kserve_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpGateway> http_;
   int port_ = 0;
@@ -537,7 +541,18 @@ Status Gateway::Impl::Init() {
   // gateway, so every service is listed, health included.
   reflection_service_ = std::make_unique<ReflectionService>(std::vector<std::string>{
       "jina.JinaRPC", "jina.JinaSingleDataRequestRPC", "jina.JinaGatewayDryRunRPC",
-      "jina.JinaInfoRPC", "grpc.health.v1.Health", ReflectionService::Name()});
+      "jina.JinaInfoRPC", "inference.GRPCInferenceService", "grpc.health.v1.Health",
+      ReflectionService::Name()});
+  if (options_.models.empty()) {
+    options_.models.emplace(options_.deployment_name, "/encode");
+  }
+  kserve_service_ = std::make_unique<KServeService>(
+      options_.models,
+      [this](const std::string& request, Clock::time_point deadline) {
+        return ForwardAndWait(request, deadline);
+      },
+      [this] { return AnyReplicaAvailable(); },
+      static_cast<std::uint64_t>(options_.max_message_bytes));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(builder, options_.max_message_bytes);
@@ -546,6 +561,7 @@ Status Gateway::Impl::Init() {
   builder.RegisterService(dry_run_service_.get());
   builder.RegisterService(info_service_.get());
   builder.RegisterService(reflection_service_.get());
+  builder.RegisterService(kserve_service_.get());
   builder.RegisterCallbackGenericService(data_service_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
@@ -553,14 +569,11 @@ Status Gateway::Impl::Init() {
                             " (port in use or address not available)");
   }
   if (options_.http_port >= 0) {
-    if (options_.openai_models.empty()) {
-      options_.openai_models.emplace(options_.deployment_name, "/encode");
-    }
     auto http = HttpGateway::Start(
         options_.host, options_.http_port,
         [this](const std::string& request) { return ForwardAndWait(request); },
         {{"gantry", GANTRY_VERSION}, {"protocol", "jina-3.x/docarray-v2"}},
-        options_.max_message_bytes, options_.openai_models);
+        options_.max_message_bytes, options_.models, [this] { return AnyReplicaAvailable(); });
     if (!http.ok()) {
       return http.status().WithPrefix("gateway");
     }
@@ -570,24 +583,33 @@ Status Gateway::Impl::Init() {
   return OkStatus();
 }
 
-HttpForwardResult Gateway::Impl::ForwardAndWait(const std::string& request) {
+bool Gateway::Impl::AnyReplicaAvailable() const {
+  for (const auto& r : replicas_) {
+    if (r->available.load()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+HttpForwardResult Gateway::Impl::ForwardAndWait(const std::string& request,
+                                                Clock::time_point deadline) {
   grpc::Slice slice(request);
   auto promise = std::make_shared<std::promise<HttpForwardResult>>();
   std::future<HttpForwardResult> future = promise->get_future();
-  Forward(grpc::ByteBuffer(&slice, 1), Clock::time_point::max(),
-          [promise](const ForwardResult& result) {
-            HttpForwardResult out;
-            out.grpc_code = static_cast<int>(result.status.error_code());
-            out.grpc_message = result.status.error_message();
-            out.is_error = result.is_error;
-            std::vector<grpc::Slice> slices;
-            if (result.status.ok() && result.reply.Dump(&slices).ok()) {
-              for (const grpc::Slice& s : slices) {
-                out.reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
-              }
-            }
-            promise->set_value(std::move(out));
-          });
+  Forward(grpc::ByteBuffer(&slice, 1), deadline, [promise](const ForwardResult& result) {
+    HttpForwardResult out;
+    out.grpc_code = static_cast<int>(result.status.error_code());
+    out.grpc_message = result.status.error_message();
+    out.is_error = result.is_error;
+    std::vector<grpc::Slice> slices;
+    if (result.status.ok() && result.reply.Dump(&slices).ok()) {
+      for (const grpc::Slice& s : slices) {
+        out.reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+    }
+    promise->set_value(std::move(out));
+  });
   return future.get();
 }
 

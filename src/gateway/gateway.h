@@ -67,9 +67,9 @@ struct GatewayOptions {
   std::int64_t max_message_bytes = kDefaultMaxMessageBytes;
   // HTTP/JSON port next to the gRPC one: -1 for none, 0 for any free port.
   int http_port = -1;
-  // OpenAI embeddings model names -> executor endpoints, on the HTTP port.
-  // Empty: `deployment_name` serves "/encode".
-  std::map<std::string, std::string> openai_models;
+  // Model names -> executor endpoints, for the OpenAI API (HTTP port) and
+  // KServe v2 (gRPC port). Empty: `deployment_name` serves "/encode".
+  std::map<std::string, std::string> models;
 };
 
 // A client's `__prefetch__` metadata as a bound on requests in flight:

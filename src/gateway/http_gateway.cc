@@ -12,6 +12,8 @@
 
 #include "core/value_json.h"
 #include "gateway/json_docs.h"
+#include "gateway/kserve.h"
+#include "gateway/kserve_http.h"
 #include "gateway/openai_embeddings.h"
 #include "jina/jina.pb.h"
 
@@ -61,10 +63,12 @@ void ReplyError(httplib::Response& res, int http_status, const std::string& deta
 class HttpGateway::Impl {
  public:
   Impl(HttpForwardFn forward, std::map<std::string, std::string> info,
-       std::int64_t max_message_bytes, std::map<std::string, std::string> openai_models)
+       std::int64_t max_message_bytes, std::map<std::string, std::string> models,
+       std::function<bool()> ready)
       : forward_(std::move(forward)),
+        ready_(ready ? std::move(ready) : [] { return true; }),
         info_(std::move(info)),
-        openai_models_(std::move(openai_models)),
+        served_models_(std::move(models)),
         started_at_(std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count()),
@@ -76,6 +80,10 @@ class HttpGateway::Impl {
   Status Start(const std::string& host, int port) {
     // Bodies over the cap are refused (413) before they are read whole.
     server_.set_payload_max_length(max_message_bytes_);
+    // cpp-httplib writes headers and body apart; with Nagle on, a keep-alive
+    // client's delayed ACK held every reply ~40 ms (KServe over HTTP: 36
+    // requests/s at concurrency 1 before, bench/kserve/run.sh).
+    server_.set_tcp_nodelay(true);
     // Errors cpp-httplib answers itself (413, 400 for a malformed request,
     // 404) get a JSON detail like ours.
     server_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -97,11 +105,12 @@ class HttpGateway::Impl {
     });
     server_.Get("/dry_run",
                 [this](const httplib::Request&, httplib::Response& res) { DryRun(res); });
-    if (!openai_models_.empty()) {
+    RegisterKServeRoutes();
+    if (!served_models_.empty()) {
       // Before the catch-all POST /<endpoint> below: cpp-httplib takes the
       // first route that matches.
       server_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-        Reply(res, 200, OpenAiModelList(openai_models_, started_at_));
+        Reply(res, 200, OpenAiModelList(served_models_, started_at_));
       });
       server_.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
         HandleOpenAiEmbeddings(req.body, res);
@@ -262,14 +271,14 @@ class HttpGateway::Impl {
           "request body must be a JSON object: " + std::string(parsed.status().message()), ""));
       return;
     }
-    auto request = ParseOpenAiEmbeddingsRequest(*parsed, openai_models_);
+    auto request = ParseOpenAiEmbeddingsRequest(*parsed, served_models_);
     if (const auto* error = std::get_if<OpenAiError>(&request)) {
       reply_error(*error);
       return;
     }
     const auto& embeddings_request = std::get<OpenAiEmbeddingsRequest>(request);
     jina::DataRequestProto data_request = MakeOpenAiDataRequest(
-        embeddings_request, openai_models_.at(embeddings_request.model), RandomRequestId());
+        embeddings_request, served_models_.at(embeddings_request.model), RandomRequestId());
     if (std::size_t size = data_request.ByteSizeLong(); size > max_message_bytes_) {
       reply_error(OpenAiError::WithStatus(
           413, "request of " + std::to_string(size) + " bytes (as protobuf) exceeds the " +
@@ -306,6 +315,132 @@ class HttpGateway::Impl {
     Reply(res, 200, std::get<json>(response));
   }
 
+  // KServe v2 REST. Errors are {"error": "..."}: 400 for the request's
+  // mistakes, 404 for a model not served, 5xx as the Jina routes map them.
+  void RegisterKServeRoutes() {
+    auto kserve_error = [](httplib::Response& res, int status, const std::string& message) {
+      Reply(res, status, json{{"error", message}});
+    };
+    server_.Get("/v2", [](const httplib::Request&, httplib::Response& res) {
+      Reply(res, 200,
+            json{{"name", "gantry"},
+                 {"version", GANTRY_VERSION},
+                 {"extensions", {"model_configuration", "binary_tensor_data"}}});
+    });
+    server_.Get("/v2/health/live",
+                [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+    server_.Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& res) {
+      res.status = ready_() ? 200 : 400;
+    });
+    // /v2/models/{model}[/versions/{version}][/ready|/config|/infer]
+    const std::string model_path = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
+    auto model_of = [this, kserve_error](const httplib::Request& req, httplib::Response& res,
+                                         std::string* endpoint) {
+      const std::string name = req.matches[1].str();
+      const std::string version = req.matches[2].str();
+      auto it = served_models_.find(name);
+      if (it == served_models_.end()) {
+        std::string served;
+        for (const auto& [served_name, e] : served_models_) {
+          served += (served.empty() ? "'" : ", '") + served_name + "'";
+        }
+        kserve_error(res, 404,
+                     "model '" + name + "' is not served here; this deployment serves " + served);
+        return false;
+      }
+      if (!version.empty() && version != kKServeModelVersion) {
+        kserve_error(res, 404, "model '" + name + "' has no version '" + version + "'");
+        return false;
+      }
+      if (endpoint != nullptr) {
+        *endpoint = it->second;
+      }
+      return true;
+    };
+    server_.Get(model_path, [model_of](const httplib::Request& req, httplib::Response& res) {
+      if (model_of(req, res, nullptr)) {
+        Reply(res, 200, KServeMetadataJson(KServeModelMetadata(req.matches[1].str())));
+      }
+    });
+    server_.Get(model_path + "/ready",
+                [this, model_of](const httplib::Request& req, httplib::Response& res) {
+                  if (model_of(req, res, nullptr)) {
+                    res.status = ready_() ? 200 : 400;
+                  }
+                });
+    server_.Get(model_path + "/config",
+                [model_of](const httplib::Request& req, httplib::Response& res) {
+                  if (model_of(req, res, nullptr)) {
+                    Reply(res, 200, KServeConfigJson(KServeModelConfig(req.matches[1].str())));
+                  }
+                });
+    server_.Post(model_path + "/infer", [this, model_of, kserve_error](const httplib::Request& req,
+                                                                       httplib::Response& res) {
+      std::string endpoint;
+      if (!model_of(req, res, &endpoint)) {
+        return;
+      }
+      std::int64_t json_length = -1;
+      if (req.has_header("Inference-Header-Content-Length")) {
+        const std::string text = req.get_header_value("Inference-Header-Content-Length");
+        char* end = nullptr;
+        json_length = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || end == nullptr || *end != '\0' || json_length < 0) {
+          kserve_error(res, 400,
+                       "Inference-Header-Content-Length '" + text + "' is not a byte count");
+          return;
+        }
+      }
+      StatusOr<inference::ModelInferRequest> request = ParseKServeHttpInfer(
+          req.body, json_length, req.matches[1].str(), req.matches[2].str(), max_message_bytes_);
+      StatusOr<jina::DataRequestProto> data_request =
+          request.ok()
+              ? KServeToDataRequest(*request, endpoint, RandomRequestId(), max_message_bytes_)
+              : StatusOr<jina::DataRequestProto>(request.status());
+      if (!data_request.ok()) {
+        kserve_error(res, 400, std::string(data_request.status().message()));
+        return;
+      }
+      HttpForwardResult result = forward_(data_request->SerializeAsString());
+      if (result.grpc_code != 0) {
+        const int status = result.grpc_code == kInvalidArgument     ? 400
+                           : result.grpc_code == kResourceExhausted ? 429
+                           : result.grpc_code == kDeadlineExceeded  ? 504
+                           : result.grpc_code == kUnavailable || result.grpc_code == kNotFound
+                               ? 503
+                               : 500;
+        kserve_error(res, status, result.grpc_message);
+        return;
+      }
+      jina::DataRequestProto reply;
+      if (!reply.ParseFromString(result.reply)) {
+        kserve_error(res, 500, "gateway: the replica's reply does not parse");
+        return;
+      }
+      if (result.is_error || reply.header().status().code() == jina::StatusProto::ERROR) {
+        kserve_error(res, 500, "executor error: " + reply.header().status().description());
+        return;
+      }
+      StatusOr<inference::ModelInferResponse> response =
+          DataReplyToKServe(*request, reply, max_message_bytes_);
+      StatusOr<KServeHttpReply> rendered = response.ok()
+                                               ? RenderKServeHttpInfer(*request, *response)
+                                               : StatusOr<KServeHttpReply>(response.status());
+      if (!rendered.ok()) {
+        kserve_error(res, rendered.status().code() == StatusCode::kInvalidArgument ? 400 : 500,
+                     std::string(rendered.status().message()));
+        return;
+      }
+      res.status = 200;
+      if (rendered->json_length >= 0) {
+        res.set_header("Inference-Header-Content-Length", std::to_string(rendered->json_length));
+        res.set_content(rendered->body, "application/octet-stream");
+      } else {
+        res.set_content(rendered->body, "application/json");
+      }
+    });
+  }
+
   void DryRun(httplib::Response& res) {
     jina::DataRequestProto probe;
     probe.mutable_header()->set_request_id(RandomRequestId());
@@ -329,8 +464,9 @@ class HttpGateway::Impl {
   }
 
   HttpForwardFn forward_;
+  std::function<bool()> ready_;
   std::map<std::string, std::string> info_;
-  std::map<std::string, std::string> openai_models_;
+  std::map<std::string, std::string> served_models_;
   std::int64_t started_at_;  // Unix seconds, for /v1/models' `created`
   std::uint64_t max_message_bytes_;
   httplib::Server server_;
@@ -342,12 +478,14 @@ HttpGateway::HttpGateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpGateway::~HttpGateway() { Shutdown(); }
 
-StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(
-    const std::string& host, int port, HttpForwardFn forward,
-    std::map<std::string, std::string> info, std::int64_t max_message_bytes,
-    std::map<std::string, std::string> openai_models) {
+StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(const std::string& host, int port,
+                                                          HttpForwardFn forward,
+                                                          std::map<std::string, std::string> info,
+                                                          std::int64_t max_message_bytes,
+                                                          std::map<std::string, std::string> models,
+                                                          std::function<bool()> ready) {
   auto impl = std::make_unique<Impl>(std::move(forward), std::move(info), max_message_bytes,
-                                     std::move(openai_models));
+                                     std::move(models), std::move(ready));
   GANTRY_RETURN_IF_ERROR(impl->Start(host, port));
   return std::unique_ptr<HttpGateway>(new HttpGateway(std::move(impl)));
 }

@@ -8,9 +8,11 @@
 //   GET  /dry_run      StatusProto as JSON ({"code": 0} when the executor answers)
 //   GET  /status       {"jina": {...}, "envs": {}}
 //   GET  /             {} (health)
+//   /v2/...            KServe v2 inference over HTTP (gateway/kserve_http.h)
+//                      for the same model names
 //   POST /v1/embeddings, GET /v1/models: the OpenAI embeddings API
 //                      (gateway/openai_embeddings.h), for the model names
-//                      `openai_models` maps to executor endpoints
+//                      `models` maps to executor endpoints
 // Replies are {"data": [...], "parameters": {...}, "header": {...}}. Errors are
 // JSON {"detail": "...", "header": {...}} with 400 (bad request body), 500
 // (executor error, with the status in header.status), 503 (replicas
@@ -54,13 +56,14 @@ class HttpGateway {
   // Binds host:port (0 picks a free port) and serves on a thread of its own.
   // `info` is reported by GET /status under "jina". Bodies over
   // `max_message_bytes` get 413, as do requests that would exceed it once
-  // converted to protobuf. `openai_models` maps OpenAI model names to the
+  // converted to protobuf. `ready` answers /v2/health/ready (null: always
+  // ready). `models` maps model names to the
   // executor endpoints that serve them (none: no /v1 routes).
   static StatusOr<std::unique_ptr<HttpGateway>> Start(
       const std::string& host, int port, HttpForwardFn forward,
       std::map<std::string, std::string> info,
       std::int64_t max_message_bytes = kDefaultMaxMessageBytes,
-      std::map<std::string, std::string> openai_models = {});
+      std::map<std::string, std::string> models = {}, std::function<bool()> ready = nullptr);
   ~HttpGateway();
   HttpGateway(const HttpGateway&) = delete;
   HttpGateway& operator=(const HttpGateway&) = delete;

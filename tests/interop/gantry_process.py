@@ -2,6 +2,7 @@
 always terminated and reaped, and a free port for servers without a port
 file. Standard library only, so every test venv can import it."""
 import os
+import re
 import socket
 import subprocess
 import time
@@ -45,3 +46,14 @@ class GantryProcess:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+
+
+def doc_blocks(page):
+    """The first ```yaml, ```sh and ```python blocks of docs/PAGE, whose
+    examples the protocol tests run as written."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", page)
+    blocks = {}
+    with open(path) as f:
+        for lang, body in re.findall(r"```(\w+)\n(.*?)```", f.read(), re.S):
+            blocks.setdefault(lang, body)
+    return blocks

@@ -46,6 +46,23 @@ class InteropExec final : public gantry::Executor {
     }
   }
 
+  // Tensor in, tensor out (the KServe tests' generic path): `output` is the
+  // float64 tensor `input` doubled, any shape.
+  GANTRY_REQUESTS(Double, "/double");
+  void Double(gantry::DocList& docs) {
+    for (gantry::Doc& doc : docs) {
+      const gantry::Tensor* input = doc.tensor("input");
+      if (input == nullptr) {
+        throw std::invalid_argument("document " + std::string(doc.id()) + " has no tensor 'input'");
+      }
+      std::vector<double> doubled(input->Values<double>().begin(), input->Values<double>().end());
+      for (double& v : doubled) {
+        v *= 2;
+      }
+      doc.set_tensor("output", gantry::Tensor::FromValues<double>(input->shape(), doubled));
+    }
+  }
+
   GANTRY_REQUESTS(Fail, "/fail");
   void Fail(gantry::DocList& docs) {
     throw std::runtime_error("interop failure requested for " + std::to_string(docs.size()) +

@@ -250,7 +250,8 @@ class JinaGatewayInFrontOfGantryWorker(unittest.TestCase):
         reply = jina_pb2_grpc.JinaDiscoverEndpointsRPCStub(channel).endpoint_discovery(
             empty_pb2.Empty(), timeout=10)
         channel.close()
-        self.assertEqual(set(reply.endpoints), {"_jina_dry_run_", "/encode", "/fail", "/default"})
+        self.assertEqual(set(reply.endpoints), {"_jina_dry_run_", "/encode", "/double", "/fail",
+                                                "/default"})
         schemas = json_format.MessageToDict(reply.schemas)
         # Jina's gateway recognises its own default document by equality.
         self.assertEqual(schemas["/encode"]["input"]["model"], LegacyDocumentJina.schema())

@@ -27,7 +27,7 @@ import urllib.request
 import numpy as np
 import openai
 
-from gantry_process import GantryProcess, free_port
+from gantry_process import GantryProcess, doc_blocks, free_port
 
 PLUGIN = os.environ["GANTRY_INTEROP_PLUGIN"]
 
@@ -62,7 +62,7 @@ class OpenAiClientToInteropExec(unittest.TestCase):
         cls.gantry, cls.http_port = start_deployment(
             cls.tmp.name,
             "jtype: Deployment\nwith:\n  name: interop\n  replicas: 2\n"
-            "  openai_models: {tiny-encoder: /encode, failing: /fail}\n"
+            "  models: {tiny-encoder: /encode, failing: /fail}\n"
             "  uses:\n    jtype: InteropExec\n    with: {scale: 2.0}\n"
             f"    metas:\n      libs: [{PLUGIN}]\n")
         # No retries: a test must see the first answer.
@@ -164,16 +164,6 @@ MODEL = os.environ.get("GANTRY_MODEL_PATH") or os.path.join(
 REQUIRE = os.environ.get("GANTRY_REQUIRE_PEERS") == "1" or os.environ.get("CI") == "true"
 
 
-def doc_blocks():
-    """The first ```yaml, ```sh and ```python blocks of docs/openai.md."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs",
-                        "openai.md")
-    blocks = {}
-    for lang, body in re.findall(r"```(\w+)\n(.*?)```", open(path).read(), re.S):
-        blocks.setdefault(lang, body)
-    return blocks
-
-
 class OpenAiClientToSentenceEncoder(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -182,9 +172,9 @@ class OpenAiClientToSentenceEncoder(unittest.TestCase):
                 raise RuntimeError(f"model missing at '{MODEL}' (scripts/fetch_model.sh)")
             raise unittest.SkipTest(f"model missing at '{MODEL}' (set GANTRY_MODEL_PATH)")
         cls.tmp = tempfile.TemporaryDirectory()
-        # The deployment of docs/openai.md as written (no openai_models: its
+        # The deployment of docs/openai.md as written (no models: its
         # name serves /encode), on a free HTTP port.
-        cls.doc_blocks = doc_blocks()
+        cls.doc_blocks = doc_blocks("openai.md")
         cls.doc_port = int(re.search(r"http_port: (\d+)", cls.doc_blocks["yaml"]).group(1))
         http_port = free_port()
         yaml_text = cls.doc_blocks["yaml"].replace(f"http_port: {cls.doc_port}",

@@ -543,27 +543,27 @@ TEST(DeploymentConfigTest, RejectsUnknownKeys) {
       DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  replica: 2\n"),
       "dep.yml:4:3: with.replica: unknown key; allowed keys: uses, uses_with, uses_metas, "
       "name, replicas, port, host, env, timeout_ready, log_level, gpus, uses_dynamic_batching, "
-      "http_port, max_message_bytes, openai_models");
+      "http_port, max_message_bytes, models");
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  uses_metas: {size: 1}\n"),
             "dep.yml:4:16: with.uses_metas.size: unknown key; allowed keys: name, description, "
             "workspace, url, keywords, libs");
 }
 
-TEST(DeploymentConfigTest, ParsesOpenAiModelsAndRejectsBadOnes) {
+TEST(DeploymentConfigTest, ParsesServedModelsAndRejectsBadOnes) {
   const std::string head = "jtype: Deployment\nwith:\n  uses: MyExec\n";
   StatusOr<DeploymentOptions> options = ParseDeploymentConfig(
-      head + "  openai_models: {all-MiniLM-L6-v2: /encode, small: /small}\n", "dep.yml");
+      head + "  models: {all-MiniLM-L6-v2: /encode, small: /small}\n", "dep.yml");
   ASSERT_TRUE(options.ok()) << options.status();
   std::map<std::string, std::string> want{{"all-MiniLM-L6-v2", "/encode"}, {"small", "/small"}};
-  EXPECT_EQ(options->openai_models, want);
-  EXPECT_EQ(DeploymentError(head + "  openai_models: {m: encode}\n"),
-            "dep.yml:4:22: with.openai_models.m: OpenAI model 'm' maps to endpoint 'encode'; "
+  EXPECT_EQ(options->models, want);
+  EXPECT_EQ(DeploymentError(head + "  models: {m: encode}\n"),
+            "dep.yml:4:15: with.models.m: model 'm' maps to endpoint 'encode'; "
             "expected an executor endpoint such as /encode");
-  EXPECT_EQ(DeploymentError(head + "  openai_models: [/encode]\n"),
-            "dep.yml:4:18: with.openai_models: expected a mapping of model names to endpoints "
+  EXPECT_EQ(DeploymentError(head + "  models: [/encode]\n"),
+            "dep.yml:4:11: with.models: expected a mapping of model names to endpoints "
             "({all-MiniLM-L6-v2: /encode}), got a sequence");
-  EXPECT_THAT(DeploymentError(head + "  openai_models: {\"a b\": /encode}\n"),
-              HasSubstr("OpenAI model name 'a b' must be 1 to 256 characters without whitespace"));
+  EXPECT_THAT(DeploymentError(head + "  models: {\"a b\": /encode}\n"),
+              HasSubstr("model name 'a b' must be 1 to 256 characters without whitespace"));
 }
 
 TEST(DeploymentConfigTest, RejectsBadReplicasAndPort) {
