@@ -36,13 +36,23 @@ constexpr std::string_view kExecutorKeys[] = {"jtype", "with", "metas", "request
 constexpr std::string_view kMetasKeys[] = {"name", "description", "workspace",
                                            "url",  "keywords",    "libs"};
 constexpr std::string_view kDeploymentKeys[] = {"jtype", "version", "with"};
-constexpr std::string_view kDeploymentWithKeys[] = {"uses",          "uses_with",
-                                                    "uses_metas",    "name",
-                                                    "replicas",      "port",
-                                                    "host",          "env",
-                                                    "timeout_ready", "log_level",
-                                                    "gpus",          "uses_dynamic_batching",
-                                                    "http_port",     "max_message_bytes"};
+constexpr std::string_view kDeploymentWithKeys[] = {"uses",
+                                                    "uses_with",
+                                                    "uses_metas",
+                                                    "name",
+                                                    "replicas",
+                                                    "port",
+                                                    "host",
+                                                    "env",
+                                                    "timeout_ready",
+                                                    "log_level",
+                                                    "gpus",
+                                                    "uses_dynamic_batching",
+                                                    "http_port",
+                                                    "max_message_bytes",
+                                                    "ssl_certfile",
+                                                    "ssl_keyfile",
+                                                    "ssl_client_cafile"};
 // Jina's batching keys, plus Triton-style caps of ours.
 constexpr std::string_view kBatchingKeys[] = {
     "preferred_batch_size", "timeout",        "flush_all",     "use_dynamic_batching",
@@ -508,6 +518,17 @@ class Parser {
     return text;
   }
 
+  // A file path (TLS files): relative ones resolve against the YAML file's
+  // directory, as `uses:` does. Whether it exists is checked at start.
+  StatusOr<std::string> ReadPath(const Entry& e, std::string_view path) const {
+    GANTRY_ASSIGN_OR_RETURN(std::string text, ReadName(e, path));
+    std::filesystem::path file(text);
+    if (file.is_relative() && !base_dir_.empty()) {
+      file = base_dir_ / file;
+    }
+    return file.string();
+  }
+
   // An integer within `rule` (core/deployment_rules.h); a value of another
   // type is reported in the rule's words too.
   StatusOr<std::int64_t> ReadInt(const Entry& e, std::string_view path, const IntRule& rule) const {
@@ -651,6 +672,12 @@ class Parser {
       } else if (e.key == "max_message_bytes") {
         GANTRY_ASSIGN_OR_RETURN(options.max_message_bytes,
                                 ReadInt(e, path, internal::kMaxMessageBytesRule));
+      } else if (e.key == "ssl_certfile") {
+        GANTRY_ASSIGN_OR_RETURN(options.tls.cert_file, ReadPath(e, path));
+      } else if (e.key == "ssl_keyfile") {
+        GANTRY_ASSIGN_OR_RETURN(options.tls.key_file, ReadPath(e, path));
+      } else if (e.key == "ssl_client_cafile") {
+        GANTRY_ASSIGN_OR_RETURN(options.tls.client_ca_file, ReadPath(e, path));
       } else if (e.key == "host") {
         GANTRY_ASSIGN_OR_RETURN(options.host, ReadName(e, path));
       } else if (e.key == "env") {
@@ -672,6 +699,9 @@ class Parser {
     }
     if (!has_uses) {
       return Error(with.mark, "with.uses", "required key is missing");
+    }
+    if (Status s = internal::CheckServerTlsOptions(options.tls); !s.ok()) {
+      return Error(with.mark, "with", s.message());
     }
     // uses_with / uses_metas override the executor's own with / metas.
     for (auto& [key, value] : options.uses_with) {

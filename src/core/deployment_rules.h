@@ -19,6 +19,7 @@
 #include <gantry/deployment.h>
 #include <gantry/document.h>
 #include <gantry/status.h>
+#include <gantry/tls.h>
 
 #include <cstdint>
 #include <limits>
@@ -114,6 +115,12 @@ struct GpuSpec {
 // Messages start with "gpus=...". Whether this machine has the GPUs is the
 // placement's business (deployment/placement.h), not a rule of the spec.
 StatusOr<GpuSpec> ParseGpuSpec(std::string_view gpus);
+
+// A gateway's TLS files as given (not yet read): a certificate and a key,
+// both or neither; a client CA only with them. Messages name the YAML keys
+// (ssl_certfile, ssl_keyfile, ssl_client_cafile). Reading and checking the
+// files is common/tls.h's business, at start.
+Status CheckServerTlsOptions(const ServerTlsOptions& tls);
 
 // The rules for a Deployment's own options built in C++: `uses` given,
 // replicas, port, max_message_bytes, name and log level. Messages start

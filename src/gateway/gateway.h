@@ -37,6 +37,7 @@
 #define GANTRY_GATEWAY_GATEWAY_H_
 
 #include <gantry/status.h>
+#include <gantry/tls.h>
 
 #include <chrono>
 #include <cstdint>
@@ -46,6 +47,10 @@
 #include <vector>
 
 #include "core/limits.h"
+
+namespace grpc {
+class Channel;
+}  // namespace grpc
 
 namespace gantry::internal {
 
@@ -66,6 +71,8 @@ struct GatewayOptions {
   std::int64_t max_message_bytes = kDefaultMaxMessageBytes;
   // HTTP/JSON port next to the gRPC one: -1 for none, 0 for any free port.
   int http_port = -1;
+  // TLS on the gRPC and HTTP ports (gantry/tls.h); replicas stay plaintext.
+  ServerTlsOptions tls{};
 };
 
 // A client's `__prefetch__` metadata as a bound on requests in flight:
@@ -91,6 +98,9 @@ class Gateway {
   int port() const;
   // The HTTP port, or -1 when the gateway serves no HTTP.
   int http_port() const;
+  // A channel to this gateway inside the process, past TLS (for
+  // Deployment::Post).
+  std::shared_ptr<grpc::Channel> InProcessChannel() const;
   // One entry per replica, in the order of `replica_addresses`.
   std::vector<ReplicaState> ReplicaStates() const;
   // Stops accepting calls, waits up to `grace` for those in flight.

@@ -8,7 +8,7 @@
 #include <random>
 #include <thread>
 
-#include "core/value_json.h"
+#include "common/tls.h"
 #include "gateway/json_docs.h"
 #include "jina/jina.pb.h"
 
@@ -53,6 +53,36 @@ void ReplyError(httplib::Response& res, int http_status, const std::string& deta
   Reply(res, http_status, json{{"detail", detail}});
 }
 
+// cpp-httplib's SSLServer context: certificate chain, key, TLS 1.2 or
+// later, and client certificates when a client CA is given. The files were
+// checked by LoadServerTls; what OpenSSL still refuses lands in `error`.
+bool ConfigureSslContext(SSL_CTX& ctx, const ServerTlsOptions& tls, std::string* error) {
+  if (SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION) != 1 ||
+      SSL_CTX_use_certificate_chain_file(&ctx, tls.cert_file.c_str()) != 1 ||
+      SSL_CTX_use_PrivateKey_file(&ctx, tls.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(&ctx) != 1) {
+    *error = "OpenSSL refuses ssl_certfile '" + tls.cert_file + "' or ssl_keyfile '" +
+             tls.key_file + "'";
+    ERR_clear_error();
+    return false;
+  }
+  if (!tls.client_ca_file.empty()) {
+    STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(tls.client_ca_file.c_str());
+    if (names == nullptr ||
+        SSL_CTX_load_verify_locations(&ctx, tls.client_ca_file.c_str(), nullptr) != 1) {
+      if (names != nullptr) {
+        sk_X509_NAME_pop_free(names, X509_NAME_free);
+      }
+      *error = "OpenSSL refuses ssl_client_cafile '" + tls.client_ca_file + "'";
+      ERR_clear_error();
+      return false;
+    }
+    SSL_CTX_set_client_CA_list(&ctx, names);  // takes ownership
+    SSL_CTX_set_verify(&ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  return true;
+}
+
 }  // namespace
 
 class HttpGateway::Impl {
@@ -66,12 +96,26 @@ class HttpGateway::Impl {
                                : static_cast<std::uint64_t>(kDefaultMaxMessageBytes)) {}
   ~Impl() { Shutdown(); }
 
-  Status Start(const std::string& host, int port) {
+  Status Start(const std::string& host, int port, const ServerTlsOptions& tls) {
+    if (tls.enabled()) {
+      // The files are read and checked first, so that errors name them;
+      // OpenSSL then loads the same files into cpp-httplib's context.
+      GANTRY_RETURN_IF_ERROR(LoadServerTls(tls).status());
+      std::string error;
+      server_ = std::make_unique<httplib::SSLServer>(
+          [&tls, &error](SSL_CTX& ctx) { return ConfigureSslContext(ctx, tls, &error); });
+      if (!server_->is_valid()) {
+        return InvalidArgumentError("HTTPS gateway: " +
+                                    (error.empty() ? std::string("cannot set up TLS") : error));
+      }
+    } else {
+      server_ = std::make_unique<httplib::Server>();
+    }
     // Bodies over the cap are refused (413) before they are read whole.
-    server_.set_payload_max_length(max_message_bytes_);
+    server_->set_payload_max_length(max_message_bytes_);
     // Errors cpp-httplib answers itself (413, 400 for a malformed request,
     // 404) get a JSON detail like ours.
-    server_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    server_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) {
         return;
       }
@@ -82,32 +126,35 @@ class HttpGateway::Impl {
               : "HTTP " + std::to_string(res.status) + " for " + req.method + " " + req.path;
       ReplyError(res, res.status, detail);
     });
-    server_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
       Reply(res, 200, json::object());
     });
-    server_.Get("/status", [this](const httplib::Request&, httplib::Response& res) {
+    server_->Get("/status", [this](const httplib::Request&, httplib::Response& res) {
       Reply(res, 200, json{{"jina", info_}, {"envs", json::object()}});
     });
-    server_.Get("/dry_run",
-                [this](const httplib::Request&, httplib::Response& res) { DryRun(res); });
-    server_.Post("/post", [this](const httplib::Request& req, httplib::Response& res) {
+    server_->Get("/dry_run",
+                 [this](const httplib::Request&, httplib::Response& res) { DryRun(res); });
+    server_->Post("/post", [this](const httplib::Request& req, httplib::Response& res) {
       HandleData(req.body, "", res);
     });
-    server_.Post(R"(/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    server_->Post(R"(/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
       HandleData(req.body, "/" + req.matches[1].str(), res);
     });
-    port_ =
-        port == 0 ? server_.bind_to_any_port(host) : (server_.bind_to_port(host, port) ? port : -1);
+    port_ = port == 0 ? server_->bind_to_any_port(host)
+                      : (server_->bind_to_port(host, port) ? port : -1);
     if (port_ <= 0) {
       return UnavailableError("HTTP gateway cannot listen on " + host + ":" + std::to_string(port) +
                               " (port in use or address not available)");
     }
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    thread_ = std::thread([this] { server_->listen_after_bind(); });
     return OkStatus();
   }
 
   void Shutdown() {
-    server_.stop();
+    if (!server_) {
+      return;
+    }
+    server_->stop();
     if (thread_.joinable()) {
       thread_.join();
     }
@@ -119,80 +166,17 @@ class HttpGateway::Impl {
   // `endpoint` empty: POST /post, whose body names it as execEndpoint.
   void HandleData(const std::string& text, std::string endpoint, httplib::Response& res) {
     // Client input: 400 with a message for anything malformed, never 500.
-    if (text.empty()) {
-      ReplyError(res, 400, "request body is empty; expected a JSON object");
-      return;
-    }
-    StatusOr<json> parsed = ParseJsonBounded(text);
-    if (!parsed.ok()) {
-      ReplyError(res, 400,
-                 "request body must be a JSON object: " + std::string(parsed.status().message()));
-      return;
-    }
-    json body = std::move(parsed).value();
-    if (!body.is_object()) {
-      ReplyError(res, 400,
-                 "request body must be a JSON object, got " + std::string(body.type_name()));
-      return;
-    }
-    if (endpoint.empty()) {
-      endpoint = body.value("execEndpoint", "/default");
-      if (endpoint.empty()) {
-        endpoint = "/default";
-      }
-    }
     jina::DataRequestProto request;
-    auto* header = request.mutable_header();
-    const json header_json = body.value("header", json::object());
-    header->set_request_id(header_json.is_object() && header_json.contains("requestId") &&
-                                   header_json["requestId"].is_string()
-                               ? header_json["requestId"].get<std::string>()
-                               : RandomRequestId());
-    header->set_exec_endpoint(endpoint);
-    std::string target = body.value("targetExecutor", std::string());
-    if (header_json.is_object() && header_json.contains("targetExecutor") &&
-        header_json["targetExecutor"].is_string()) {
-      target = header_json["targetExecutor"].get<std::string>();
-    }
-    if (!target.empty()) {
-      header->set_target_executor(target);
-    }
-    if (Status s = JsonToStruct(body.value("parameters", json::object()), "parameters",
-                                request.mutable_parameters());
+    bool single = false;
+    if (Status s = ParseHttpDataRequest(text, endpoint, max_message_bytes_, &request, &single);
         !s.ok()) {
-      ReplyError(res, 400, s.message());
+      ReplyError(res, s.code() == StatusCode::kResourceExhausted ? 413 : 400, s.message());
       return;
     }
-    const json data = body.value("data", json::array());
-    bool single = data.is_object();
-    auto* docs = request.mutable_data()->mutable_docs();
-    if (single) {
-      if (Status s = JsonToDocProto(data, "data", max_message_bytes_, docs->add_docs()); !s.ok()) {
-        ReplyError(res, 400, s.message());
-        return;
-      }
-    } else if (data.is_array()) {
-      for (std::size_t i = 0; i < data.size(); ++i) {
-        if (Status s = JsonToDocProto(data[i], "data[" + std::to_string(i) + "]",
-                                      max_message_bytes_, docs->add_docs());
-            !s.ok()) {
-          ReplyError(res, 400, s.message());
-          return;
-        }
-      }
-    } else if (!data.is_null()) {
-      ReplyError(res, 400, "data: expected a document or a list of documents");
-      return;
+    if (request.header().request_id().empty()) {
+      request.mutable_header()->set_request_id(RandomRequestId());
     }
-
-    // JSON numbers are shorter than their tensor bytes, so a body under the
-    // cap can still make a request over it.
-    if (std::size_t size = request.ByteSizeLong(); size > max_message_bytes_) {
-      ReplyError(res, 413,
-                 "request of " + std::to_string(size) + " bytes (as protobuf) exceeds the " +
-                     std::to_string(max_message_bytes_) + "-byte message cap");
-      return;
-    }
+    endpoint = request.header().exec_endpoint();
     HttpForwardResult result = forward_(request.SerializeAsString());
     if (result.grpc_code != 0) {
       // A worker's INVALID_ARGUMENT is about the request: a 400, as for the
@@ -259,7 +243,7 @@ class HttpGateway::Impl {
   HttpForwardFn forward_;
   std::map<std::string, std::string> info_;
   std::uint64_t max_message_bytes_;
-  httplib::Server server_;
+  std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;
 };
@@ -271,9 +255,10 @@ HttpGateway::~HttpGateway() { Shutdown(); }
 StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(const std::string& host, int port,
                                                           HttpForwardFn forward,
                                                           std::map<std::string, std::string> info,
-                                                          std::int64_t max_message_bytes) {
+                                                          std::int64_t max_message_bytes,
+                                                          const ServerTlsOptions& tls) {
   auto impl = std::make_unique<Impl>(std::move(forward), std::move(info), max_message_bytes);
-  GANTRY_RETURN_IF_ERROR(impl->Start(host, port));
+  GANTRY_RETURN_IF_ERROR(impl->Start(host, port, tls));
   return std::unique_ptr<HttpGateway>(new HttpGateway(std::move(impl)));
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/checked_size.h"
+#include "core/value_json.h"
 
 namespace gantry::internal {
 namespace {
@@ -521,6 +522,68 @@ json StructToJson(const google::protobuf::Struct& proto) {
     out[key] = convert(value);
   }
   return out;
+}
+
+Status ParseHttpDataRequest(std::string_view text, std::string endpoint, std::uint64_t max_bytes,
+                            jina::DataRequestProto* request, bool* single) {
+  *single = false;
+  if (text.empty()) {
+    return InvalidArgumentError("request body is empty; expected a JSON object");
+  }
+  StatusOr<json> parsed = ParseJsonBounded(text);
+  if (!parsed.ok()) {
+    return InvalidArgumentError("request body must be a JSON object: " +
+                                std::string(parsed.status().message()));
+  }
+  json body = std::move(parsed).value();
+  if (!body.is_object()) {
+    return InvalidArgumentError("request body must be a JSON object, got " +
+                                std::string(body.type_name()));
+  }
+  if (endpoint.empty()) {
+    endpoint = body.value("execEndpoint", "/default");
+    if (endpoint.empty()) {
+      endpoint = "/default";
+    }
+  }
+  auto* header = request->mutable_header();
+  const json header_json = body.value("header", json::object());
+  if (header_json.is_object() && header_json.contains("requestId") &&
+      header_json["requestId"].is_string()) {
+    header->set_request_id(header_json["requestId"].get<std::string>());
+  }
+  header->set_exec_endpoint(endpoint);
+  std::string target = body.value("targetExecutor", std::string());
+  if (header_json.is_object() && header_json.contains("targetExecutor") &&
+      header_json["targetExecutor"].is_string()) {
+    target = header_json["targetExecutor"].get<std::string>();
+  }
+  if (!target.empty()) {
+    header->set_target_executor(target);
+  }
+  GANTRY_RETURN_IF_ERROR(JsonToStruct(body.value("parameters", json::object()), "parameters",
+                                      request->mutable_parameters()));
+  const json data = body.value("data", json::array());
+  *single = data.is_object();
+  auto* docs = request->mutable_data()->mutable_docs();
+  if (*single) {
+    GANTRY_RETURN_IF_ERROR(JsonToDocProto(data, "data", max_bytes, docs->add_docs()));
+  } else if (data.is_array()) {
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      GANTRY_RETURN_IF_ERROR(
+          JsonToDocProto(data[i], "data[" + std::to_string(i) + "]", max_bytes, docs->add_docs()));
+    }
+  } else if (!data.is_null()) {
+    return InvalidArgumentError("data: expected a document or a list of documents");
+  }
+  // JSON numbers are shorter than their tensor bytes, so a body under the
+  // cap can still make a request over it.
+  if (std::size_t size = request->ByteSizeLong(); size > max_bytes) {
+    return ResourceExhaustedError("request of " + std::to_string(size) +
+                                  " bytes (as protobuf) exceeds the " + std::to_string(max_bytes) +
+                                  "-byte message cap");
+  }
+  return OkStatus();
 }
 
 }  // namespace gantry::internal
