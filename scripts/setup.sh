@@ -17,6 +17,8 @@ packages=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libutf8proc-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
   clang-format clang-tidy
+  # libFuzzer (scripts/fuzz.sh): clang and its runtime, only recommended by clang
+  clang libclang-rt-dev libssl-dev openssl
 )
 sudo=""
 if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi

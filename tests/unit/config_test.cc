@@ -11,6 +11,7 @@
 namespace gantry {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -457,6 +458,41 @@ TEST(DeploymentConfigTest, RejectsIncompleteTlsSettings) {
               HasSubstr("dep.yml:4:17: with.ssl_certfile: "));
   EXPECT_THAT(DeploymentError(head + "  ssl_certfile: \"\"\n  ssl_keyfile: k.pem\n"),
               HasSubstr("with.ssl_certfile"));
+}
+
+// Found by the config fuzzer (tests/fuzz/corpus/config/regress_alias_cycle.yml):
+// an alias inside the node it names recursed without end.
+TEST(DeploymentConfigTest, RefusesAliasCyclesAndAliasBombs) {
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith: &w\n  uses: MyExec\n  uses_with: *w\n")
+                .substr(0, 8),
+            "dep.yml:");
+  EXPECT_THAT(DeploymentError("jtype: Deployment\nwith: &w\n  uses: MyExec\n  uses_with: *w\n"),
+              HasSubstr("nested deeper than 100 levels (a YAML alias inside the node it names?)"));
+  // Each level ten aliases of the one before: 10^7 values once expanded.
+  std::string bomb = "jtype: Deployment\nwith:\n  uses: MyExec\n  uses_with:\n    a0: &a0 x\n";
+  for (int i = 1; i <= 7; ++i) {
+    const std::string previous = "*a" + std::to_string(i - 1);
+    bomb += "    a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int j = 0; j < 10; ++j) {
+      bomb += (j > 0 ? ", " : "") + previous;
+    }
+    bomb += "]\n";
+  }
+  EXPECT_THAT(DeploymentError(bomb),
+              HasSubstr("more than 100000 values in the file once YAML aliases are expanded"));
+}
+
+// Found by the config fuzzer (tests/fuzz/corpus/config/regress_leading_comma.yml):
+// yaml-cpp 0.7 never returns on a document that starts with ','.
+TEST(DeploymentConfigTest, RefusesADocumentStartingWithACommaInsteadOfHanging) {
+  for (const std::string yaml : {",x", "--- ,x", "&a ,x", "jtype: Deployment\n---\n, 'a'"}) {
+    EXPECT_THAT(DeploymentError(yaml),
+                AllOf(StartsWith("dep.yml:"),
+                      HasSubstr("not YAML the parser can read (a ',' where a document should "
+                                "start?)")))
+        << yaml;
+    EXPECT_THAT(ExecutorError(yaml), HasSubstr("not YAML the parser can read")) << yaml;
+  }
 }
 
 TEST(DeploymentConfigTest, FlattensInlineUsesAndOverridesWith) {
