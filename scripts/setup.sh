@@ -18,6 +18,8 @@ packages=(
   libutf8proc-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
   libb64-0d
   clang-format clang-tidy
+  # libFuzzer (scripts/fuzz.sh): clang and its runtime, only recommended by clang
+  clang libclang-rt-dev libssl-dev openssl
 )
 sudo=""
 if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi

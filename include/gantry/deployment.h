@@ -26,6 +26,7 @@
 #include <gantry/client.h>
 #include <gantry/document.h>
 #include <gantry/status.h>
+#include <gantry/tls.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -71,6 +72,10 @@ struct DeploymentOptions {
   // the gRPC port: name -> the executor endpoint that serves it. Empty: the
   // deployment's `name` serves "/encode".
   std::map<std::string, std::string> models{};
+  // TLS on the gateway's gRPC and HTTP ports (gantry/tls.h); off when no
+  // certificate is set. Workers stay plaintext on 127.0.0.1. Post() reaches
+  // the gateway in-process then, so it needs no CA or client certificate.
+  ServerTlsOptions tls{};
   // GPUs per replica: "" (not managed: the executor's `device` is used as
   // given), "0" (none: GPUs are hidden from the workers), a whole number
   // ("2"), a fraction ("0.5": two replicas share one GPU), "all" (one

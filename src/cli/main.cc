@@ -1,13 +1,16 @@
 // The `gantry` command line: argument parsing and wiring only.
 //
 //   gantry deployment --uses deployment.yml [--port N] [--http-port N] [--port-file F]
-//                     [--max-message-bytes N]
+//                     [--max-message-bytes N] [--ssl-certfile F --ssl-keyfile F
+//                     [--ssl-client-cafile F]]
 //   gantry executor --uses executor.yml|JTYPE [--lib PLUGIN.so]... [--port N] [--port-file F]
 //                   [--max-message-bytes N]
 //   gantry gateway --replica-addresses H:P,H:P [--port N] [--http-port N]
-//                  [--max-message-bytes N]
+//                  [--max-message-bytes N] [--ssl-certfile F --ssl-keyfile F
+//                  [--ssl-client-cafile F]]
 //   gantry new NAME [--dir DIR]
-//   gantry ping HOST:PORT [--timeout MS] [--attempts N]
+//   gantry ping HOST:PORT [--timeout MS] [--attempts N] [--tls [--ssl-cafile F]
+//               [--ssl-certfile F --ssl-keyfile F]]
 //   gantry executors
 //   gantry --version
 #include <gantry/client.h>
@@ -77,7 +80,8 @@ int ExecWorker(const std::vector<std::string>& args) {
 }
 
 int RunDeployment(const std::string& uses, int port, int http_port, const std::string& port_file,
-                  const std::string& log_level, std::int64_t max_message_bytes) {
+                  const std::string& log_level, std::int64_t max_message_bytes,
+                  const gantry::ServerTlsOptions& tls) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   auto options = gantry::LoadDeploymentConfig(uses);
   if (!options.ok()) {
@@ -94,6 +98,10 @@ int RunDeployment(const std::string& uses, int port, int http_port, const std::s
   }
   if (max_message_bytes > 0) {
     options->max_message_bytes = max_message_bytes;
+  }
+  // The flags replace the YAML's TLS files as a set.
+  if (tls.enabled() || !tls.client_ca_file.empty()) {
+    options->tls = tls;
   }
   gantry::Deployment deployment(std::move(options).value());
   if (!deployment.ok()) {
@@ -180,13 +188,17 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
 
 int RunGateway(const std::string& addresses, const std::string& host, int port, int http_port,
                const std::string& name, const std::string& port_file, const std::string& log_level,
-               std::int64_t max_message_bytes) {
+               std::int64_t max_message_bytes, const gantry::ServerTlsOptions& tls) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   gantry::internal::GatewayOptions options;
   options.host = host;
   options.port = port < 0 ? 0 : port;
   options.http_port = http_port;
   options.deployment_name = name;
+  if (gantry::Status s = gantry::internal::CheckServerTlsOptions(tls); !s.ok()) {
+    return Fail(s);
+  }
+  options.tls = tls;
   if (max_message_bytes > 0) {
     options.max_message_bytes = max_message_bytes;
   }
@@ -218,8 +230,9 @@ int RunGateway(const std::string& addresses, const std::string& host, int port, 
   return 0;
 }
 
-int RunPing(const std::string& address, int timeout_ms, int attempts) {
-  gantry::Client client(address);
+int RunPing(const std::string& address, int timeout_ms, int attempts,
+            const gantry::ClientTlsOptions& tls) {
+  gantry::Client client(address, gantry::ClientOptions{.tls = tls});
   gantry::Status last;
   for (int i = 0; i < std::max(1, attempts); ++i) {
     last = client.Ping(std::chrono::milliseconds(timeout_ms));
@@ -273,6 +286,16 @@ int main(int argc, char** argv) try {
       ->add_option("--max-message-bytes", max_message_bytes,
                    std::string(kMaxMessageHelp) + "; overrides the YAML's")
       ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
+  gantry::ServerTlsOptions tls;
+  // TLS on the gateway's gRPC and HTTP ports (`deployment` and `gateway`).
+  const auto add_tls_options = [&tls](CLI::App* command) {
+    command->add_option("--ssl-certfile", tls.cert_file,
+                        "serve TLS with this PEM certificate chain (needs --ssl-keyfile)");
+    command->add_option("--ssl-keyfile", tls.key_file, "the certificate's PEM private key");
+    command->add_option("--ssl-client-cafile", tls.client_ca_file,
+                        "require client certificates signed by these PEM CA certificates");
+  };
+  add_tls_options(deployment);
 
   std::string device;
   std::string name;
@@ -309,6 +332,7 @@ int main(int argc, char** argv) try {
   gateway->add_option("--log-level", log_level, "debug, info, warning or error");
   gateway->add_option("--max-message-bytes", max_message_bytes, kMaxMessageHelp)
       ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
+  add_tls_options(gateway);
 
   std::string address;
   int timeout_ms = 3000;
@@ -317,6 +341,12 @@ int main(int argc, char** argv) try {
   ping->add_option("address", address, "HOST:PORT")->required();
   ping->add_option("--timeout", timeout_ms, "milliseconds per attempt")->default_val(3000);
   ping->add_option("--attempts", attempts, "attempts before giving up")->default_val(1);
+  gantry::ClientTlsOptions client_tls;
+  ping->add_flag("--tls", client_tls.enabled, "connect with TLS (implied by the --ssl-* options)");
+  ping->add_option("--ssl-cafile", client_tls.ca_file,
+                   "trust these PEM CA certificates (default: the system's)");
+  ping->add_option("--ssl-certfile", client_tls.cert_file, "client certificate (PEM)");
+  ping->add_option("--ssl-keyfile", client_tls.key_file, "client certificate's key (PEM)");
 
   auto* executors = app.add_subcommand("executors", "List the executor types gantry-worker serves");
 
@@ -330,7 +360,7 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
 
   if (deployment->parsed()) {
-    return RunDeployment(uses, port, http_port, port_file, log_level, max_message_bytes);
+    return RunDeployment(uses, port, http_port, port_file, log_level, max_message_bytes, tls);
   }
   if (executor->parsed()) {
     return RunExecutor(uses, host, port, port_file, device, name, uses_with, libs, log_level,
@@ -339,10 +369,13 @@ int main(int argc, char** argv) try {
   if (gateway->parsed()) {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     return RunGateway(addresses, host, port, http_port, gateway_name, port_file, log_level,
-                      max_message_bytes);
+                      max_message_bytes, tls);
   }
   if (ping->parsed()) {
-    return RunPing(address, timeout_ms, attempts);
+    // A CA or client certificate only makes sense over TLS.
+    client_tls.enabled = client_tls.enabled || !client_tls.ca_file.empty() ||
+                         !client_tls.cert_file.empty() || !client_tls.key_file.empty();
+    return RunPing(address, timeout_ms, attempts, client_tls);
   }
   if (scaffold->parsed()) {
     gantry::Status status =

@@ -9,6 +9,7 @@
 
 #include "client/progress_bar.h"
 #include "common/grpc_options.h"
+#include "common/tls.h"
 #include "core/doc_proto.h"
 #include "core/limits.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -18,15 +19,21 @@ namespace gantry {
 
 class Client::Impl {
  public:
-  Impl(std::string address, ClientOptions options)
-      : address_(std::move(address)), options_(options) {}
+  Impl(std::string address, ClientOptions options, std::shared_ptr<grpc::Channel> channel = nullptr)
+      : address_(std::move(address)), options_(std::move(options)), channel_(std::move(channel)) {}
 
   const std::string& address() const { return address_; }
 
-  std::shared_ptr<grpc::Channel> channel() {
+  // Made on first use; a bad TLS file fails every call with its message.
+  StatusOr<std::shared_ptr<grpc::Channel>> channel() {
     std::lock_guard lock(mutex_);
     if (!channel_) {
-      channel_ = internal::MakeChannel(address_, options_.max_message_bytes);
+      StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+          internal::MakeChannelCredentials(options_.tls);
+      if (!credentials.ok()) {
+        return credentials.status().WithPrefix("client of " + address_);
+      }
+      channel_ = internal::MakeChannel(address_, options_.max_message_bytes, *credentials);
     }
     return channel_;
   }
@@ -99,7 +106,8 @@ StatusOr<DocList> Client::Impl::Post(std::string_view endpoint, const DocList& d
     (*parameters.mutable_fields())["__results__"].mutable_struct_value();
   }
 
-  auto stub = jina::JinaRPC::NewStub(channel());
+  GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, this->channel());
+  auto stub = jina::JinaRPC::NewStub(channel);
   grpc::ClientContext context;
   if (options.timeout.count() > 0) {
     context.set_deadline(std::chrono::system_clock::now() + options.timeout);
@@ -229,7 +237,9 @@ StatusOr<DocList> Client::Impl::Post(std::string_view endpoint, const DocList& d
 
 Client::Client(std::string address) : Client(std::move(address), ClientOptions{}) {}
 Client::Client(std::string address, ClientOptions options)
-    : impl_(std::make_unique<Impl>(std::move(address), options)) {}
+    : impl_(std::make_unique<Impl>(std::move(address), std::move(options))) {}
+Client::Client(std::string address, ClientOptions options, std::shared_ptr<grpc::Channel> channel)
+    : impl_(std::make_unique<Impl>(std::move(address), std::move(options), std::move(channel))) {}
 Client::~Client() = default;
 Client::Client(Client&&) noexcept = default;
 Client& Client::operator=(Client&&) noexcept = default;
@@ -242,7 +252,8 @@ StatusOr<DocList> Client::Post(std::string_view endpoint, const DocList& docs,
 }
 
 Status Client::Ping(std::chrono::milliseconds timeout) {
-  auto stub = grpc::health::v1::Health::NewStub(impl_->channel());
+  GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, impl_->channel());
+  auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout);
   grpc::health::v1::HealthCheckRequest request;
@@ -258,7 +269,8 @@ Status Client::Ping(std::chrono::milliseconds timeout) {
 }
 
 Status Client::DryRun(std::chrono::milliseconds timeout) {
-  auto stub = jina::JinaGatewayDryRunRPC::NewStub(impl_->channel());
+  GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, impl_->channel());
+  auto stub = jina::JinaGatewayDryRunRPC::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout);
   google::protobuf::Empty request;

@@ -28,8 +28,7 @@ void ConfigureServerBuilder(grpc::ServerBuilder& builder, std::int64_t max_messa
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
-                                           std::int64_t max_message_bytes) {
+grpc::ChannelArguments MakeChannelArguments(std::int64_t max_message_bytes) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(MessageCapForGrpc(max_message_bytes));
   args.SetMaxSendMessageSize(MessageCapForGrpc(max_message_bytes));
@@ -43,7 +42,15 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   // Each Gantry channel is its own connection: the gateway's channels to
   // different replicas must not share one subchannel pool entry.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return args;
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           std::int64_t max_message_bytes,
+                                           std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  return grpc::CreateCustomChannel(
+      address, credentials ? std::move(credentials) : grpc::InsecureChannelCredentials(),
+      MakeChannelArguments(max_message_bytes));
 }
 
 std::string JoinHostPort(std::string_view host, int port) {

@@ -16,8 +16,13 @@ namespace gantry::internal {
 
 // `max_message_bytes` caps every message received and sent, both ways.
 void ConfigureServerBuilder(grpc::ServerBuilder& builder, std::int64_t max_message_bytes);
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
-                                           std::int64_t max_message_bytes);
+// `credentials`: plaintext when null (workers, and clients of a gateway
+// without TLS).
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& address, std::int64_t max_message_bytes,
+    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+// The channel arguments MakeChannel uses (also for in-process channels).
+grpc::ChannelArguments MakeChannelArguments(std::int64_t max_message_bytes);
 
 inline grpc::Status ToGrpcStatus(const Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());

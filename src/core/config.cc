@@ -1,4 +1,5 @@
 #include <gantry/config.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
@@ -15,12 +16,14 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "core/deployment_rules.h"
+#include "core/limits.h"
 
 namespace gantry {
 namespace {
@@ -43,7 +46,8 @@ constexpr std::string_view kDeploymentWithKeys[] = {"uses",          "uses_with"
                                                     "timeout_ready", "log_level",
                                                     "gpus",          "uses_dynamic_batching",
                                                     "http_port",     "max_message_bytes",
-                                                    "models"};
+                                                    "models",        "ssl_certfile",
+                                                    "ssl_keyfile",   "ssl_client_cafile"};
 // Jina's batching keys, plus Triton-style caps of ours.
 constexpr std::string_view kBatchingKeys[] = {
     "preferred_batch_size", "timeout",        "flush_all",     "use_dynamic_batching",
@@ -184,6 +188,51 @@ bool IsNullText(std::string_view text) {
   return text == "~" || text == "null" || text == "Null" || text == "NULL";
 }
 
+// Counts a parse's events and stops it (ParserStalled) past `max_events`.
+// yaml-cpp 0.7 never returns on a document whose first token is ',' (",x",
+// "--- ,x": found by the config fuzzer); it emits events without end, so a
+// bound linear in the text's length catches that before YAML::LoadAll
+// would run out of memory. Thread safety: one parse, one thread.
+class StallDetector final : public YAML::EventHandler {
+ public:
+  struct ParserStalled {
+    YAML::Mark mark;
+  };
+
+  explicit StallDetector(std::size_t max_events) : max_events_(max_events) {}
+
+  void OnDocumentStart(const YAML::Mark& mark) override { Tick(mark); }
+  void OnDocumentEnd() override { Tick(last_); }
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t /*anchor*/) override { Tick(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t /*anchor*/) override { Tick(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string& /*tag*/, YAML::anchor_t /*anchor*/,
+                const std::string& /*value*/) override {
+    Tick(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string& /*tag*/,
+                       YAML::anchor_t /*anchor*/, YAML::EmitterStyle::value /*style*/) override {
+    Tick(mark);
+  }
+  void OnSequenceEnd() override { Tick(last_); }
+  void OnMapStart(const YAML::Mark& mark, const std::string& /*tag*/, YAML::anchor_t /*anchor*/,
+                  YAML::EmitterStyle::value /*style*/) override {
+    Tick(mark);
+  }
+  void OnMapEnd() override { Tick(last_); }
+
+ private:
+  void Tick(const YAML::Mark& mark) {
+    last_ = mark;
+    if (++events_ > max_events_) {
+      throw ParserStalled{mark};
+    }
+  }
+
+  std::size_t max_events_;
+  std::size_t events_ = 0;
+  YAML::Mark last_;
+};
+
 // A scalar after substitution and typing; `text` is what it became.
 struct Scalar {
   Value value;
@@ -200,6 +249,8 @@ struct Entry {
   YAML::Mark mark;
 };
 
+// Reads one YAML document (and the executor file its `uses:` names) into
+// options. Thread safety: one Parser per file, used by one thread.
 class Parser {
  public:
   Parser(std::string source, std::filesystem::path base_dir)
@@ -221,10 +272,21 @@ class Parser {
   // Loads the single document of `yaml` and checks that it is a mapping.
   StatusOr<YAML::Node> LoadDocument(std::string_view yaml) const {
     std::vector<YAML::Node> docs;
+    const std::string text(yaml);
     try {
-      docs = YAML::LoadAll(std::string(yaml));
+      // Valid YAML gives a few events per byte at most (an empty flow
+      // entry "{a,b}" is two); see StallDetector.
+      std::istringstream stream(text);
+      YAML::Parser parser(stream);
+      StallDetector detector(4 * text.size() + 16);
+      while (parser.HandleNextDocument(detector)) {
+      }
+      docs = YAML::LoadAll(text);
     } catch (const YAML::Exception& e) {
       return Error(e.mark, "", e.msg);
+    } catch (const StallDetector::ParserStalled& stalled) {
+      return Error(stalled.mark, "",
+                   "not YAML the parser can read (a ',' where a document should start?)");
     }
     YAML::Mark start;
     if (docs.empty()) {
@@ -468,13 +530,28 @@ class Parser {
     return Scalar{Value(text), text};
   }
 
-  StatusOr<Value> ToValue(const YAML::Node& node, const YAML::Mark& mark,
-                          const std::string& path) const {
+  // `depth` and the file's value budget bound what YAML aliases can build:
+  // an alias inside the node it names is a cycle to yaml-cpp (found by the
+  // config fuzzer: unbounded recursion), and aliases of aliases expand
+  // exponentially.
+  StatusOr<Value> ToValue(const YAML::Node& node, const YAML::Mark& mark, const std::string& path,
+                          int depth = 0) const {
+    if (depth > internal::kMaxNestingDepth) {
+      return Error(mark, path,
+                   "nested deeper than " + std::to_string(internal::kMaxNestingDepth) +
+                       " levels (a YAML alias inside the node it names?)");
+    }
+    if (++values_read_ > kMaxValuesPerFile) {
+      return Error(mark, path,
+                   "more than " + std::to_string(kMaxValuesPerFile) +
+                       " values in the file once YAML aliases are expanded");
+    }
     if (node.IsMap()) {
       GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(node, path, {}));
       Value::Dict dict;
       for (const Entry& e : entries) {
-        GANTRY_ASSIGN_OR_RETURN(Value value, ToValue(e.value, e.mark, Join(path, e.key)));
+        GANTRY_ASSIGN_OR_RETURN(Value value,
+                                ToValue(e.value, e.mark, Join(path, e.key), depth + 1));
         dict.emplace(e.key, std::move(value));
       }
       return Value(std::move(dict));
@@ -483,8 +560,9 @@ class Parser {
       Value::List items;
       std::size_t index = 0;
       for (auto it = node.begin(); it != node.end(); ++it, ++index) {
-        GANTRY_ASSIGN_OR_RETURN(Value item, ToValue(*it, it->IsNull() ? mark : it->Mark(),
-                                                    path + "[" + std::to_string(index) + "]"));
+        GANTRY_ASSIGN_OR_RETURN(Value item,
+                                ToValue(*it, it->IsNull() ? mark : it->Mark(),
+                                        path + "[" + std::to_string(index) + "]", depth + 1));
         items.push_back(std::move(item));
       }
       return Value(std::move(items));
@@ -507,6 +585,17 @@ class Parser {
       return Error(e.mark, path, "expected a non-empty string");
     }
     return text;
+  }
+
+  // A file path (TLS files): relative ones resolve against the YAML file's
+  // directory, as `uses:` does. Whether it exists is checked at start.
+  StatusOr<std::string> ReadPath(const Entry& e, std::string_view path) const {
+    GANTRY_ASSIGN_OR_RETURN(std::string text, ReadName(e, path));
+    std::filesystem::path file(text);
+    if (file.is_relative() && !base_dir_.empty()) {
+      file = base_dir_ / file;
+    }
+    return file.string();
   }
 
   // An integer within `rule` (core/deployment_rules.h); a value of another
@@ -654,6 +743,12 @@ class Parser {
                                 ReadInt(e, path, internal::kMaxMessageBytesRule));
       } else if (e.key == "models") {
         GANTRY_RETURN_IF_ERROR(ParseServedModels(e, path, &options.models));
+      } else if (e.key == "ssl_certfile") {
+        GANTRY_ASSIGN_OR_RETURN(options.tls.cert_file, ReadPath(e, path));
+      } else if (e.key == "ssl_keyfile") {
+        GANTRY_ASSIGN_OR_RETURN(options.tls.key_file, ReadPath(e, path));
+      } else if (e.key == "ssl_client_cafile") {
+        GANTRY_ASSIGN_OR_RETURN(options.tls.client_ca_file, ReadPath(e, path));
       } else if (e.key == "host") {
         GANTRY_ASSIGN_OR_RETURN(options.host, ReadName(e, path));
       } else if (e.key == "env") {
@@ -675,6 +770,9 @@ class Parser {
     }
     if (!has_uses) {
       return Error(with.mark, "with.uses", "required key is missing");
+    }
+    if (Status s = internal::CheckServerTlsOptions(options.tls); !s.ok()) {
+      return Error(with.mark, "with", s.message());
     }
     // uses_with / uses_metas override the executor's own with / metas.
     for (auto& [key, value] : options.uses_with) {
@@ -842,8 +940,12 @@ class Parser {
     return OkStatus();
   }
 
+  // Far above any hand-written file; see ToValue.
+  static constexpr std::size_t kMaxValuesPerFile = 100000;
+
   std::string source_;
   std::filesystem::path base_dir_;
+  mutable std::size_t values_read_ = 0;  // by ToValue, against kMaxValuesPerFile
 };
 
 StatusOr<std::string> ReadFile(const std::string& path) {

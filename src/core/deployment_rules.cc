@@ -133,6 +133,22 @@ Status CheckServedModel(const std::string& name, const std::string& endpoint) {
   return OkStatus();
 }
 
+Status CheckServerTlsOptions(const ServerTlsOptions& tls) {
+  if (tls.cert_file.empty() && tls.key_file.empty()) {
+    if (!tls.client_ca_file.empty()) {
+      return InvalidArgumentError(
+          "ssl_client_cafile needs TLS: set ssl_certfile and ssl_keyfile too");
+    }
+    return OkStatus();
+  }
+  if (tls.cert_file.empty() || tls.key_file.empty()) {
+    return InvalidArgumentError(
+        "TLS needs both a certificate (ssl_certfile) and its private key (ssl_keyfile); got " +
+        std::string(tls.cert_file.empty() ? "only ssl_keyfile" : "only ssl_certfile"));
+  }
+  return OkStatus();
+}
+
 Status ValidateDeploymentOptions(const DeploymentOptions& options) {
   const std::string where = "deployment '" + options.name + "'";
   if (options.uses.empty()) {
@@ -152,6 +168,9 @@ Status ValidateDeploymentOptions(const DeploymentOptions& options) {
     if (Status s = CheckServedModel(name, endpoint); !s.ok()) {
       return InvalidArgumentError(prefix + "models: " + s.message());
     }
+  }
+  if (Status s = CheckServerTlsOptions(options.tls); !s.ok()) {
+    return InvalidArgumentError(prefix + s.message());
   }
   // Any level the logger knows ("trace", "warn", "off" too), as options
   // built in C++ always could; files keep to CheckLogLevel's four.

@@ -19,6 +19,7 @@
 #include <gantry/deployment.h>
 #include <gantry/document.h>
 #include <gantry/status.h>
+#include <gantry/tls.h>
 
 #include <cstdint>
 #include <limits>
@@ -118,6 +119,12 @@ StatusOr<GpuSpec> ParseGpuSpec(std::string_view gpus);
 // One `models` entry: a model name of 1 to 256 characters without
 // whitespace, mapped to an executor endpoint ("/encode").
 Status CheckServedModel(const std::string& name, const std::string& endpoint);
+
+// A gateway's TLS files as given (not yet read): a certificate and a key,
+// both or neither; a client CA only with them. Messages name the YAML keys
+// (ssl_certfile, ssl_keyfile, ssl_client_cafile). Reading and checking the
+// files is common/tls.h's business, at start.
+Status CheckServerTlsOptions(const ServerTlsOptions& tls);
 
 // The rules for a Deployment's own options built in C++: `uses` given,
 // replicas, port, max_message_bytes, name and log level. Messages start

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/grpc_options.h"
+#include "common/tls.h"
 #include "core/deployment_rules.h"
 #include "core/logging.h"
 #include "core/registry.h"
@@ -226,6 +227,12 @@ Status Deployment::Impl::Start() {
   internal::ExitIfUninitialisedWorker();
   internal::EnsureProcessLogger("gateway");
   GANTRY_RETURN_IF_ERROR(Validate());
+  // Bad TLS files fail the start before any worker is spawned.
+  if (options_.tls.enabled()) {
+    GANTRY_RETURN_IF_ERROR(internal::LoadServerTls(options_.tls)
+                               .status()
+                               .WithPrefix("deployment '" + options_.name + "'"));
+  }
 
   std::string program = options_.worker_program;
   if (program.empty()) {
@@ -253,6 +260,7 @@ Status Deployment::Impl::Start() {
   gateway_options.http_port = options_.http_port;
   gateway_options.models = options_.models;
   gateway_options.max_message_bytes = options_.max_message_bytes;
+  gateway_options.tls = options_.tls;
   for (const Replica& replica : replicas_) {
     gateway_options.replica_addresses.push_back("127.0.0.1:" + std::to_string(replica.port));
     gateway_options.replica_names.push_back(replica.name);
@@ -261,10 +269,14 @@ Status Deployment::Impl::Start() {
                           internal::Gateway::Start(std::move(gateway_options)));
   std::lock_guard state_lock(state_mutex_);
   gateway_ = std::move(gateway);
-  client_ = std::make_shared<Client>(
-      internal::JoinHostPort(options_.host == "0.0.0.0" ? "127.0.0.1" : options_.host,
-                             gateway_->port()),
-      ClientOptions{.max_message_bytes = options_.max_message_bytes});
+  std::string client_address = internal::JoinHostPort(
+      options_.host == "0.0.0.0" ? "127.0.0.1" : options_.host, gateway_->port());
+  ClientOptions client_options{.max_message_bytes = options_.max_message_bytes};
+  // Over TLS, Post goes in-process: no CA or client certificate to hold.
+  client_ = options_.tls.enabled()
+                ? std::shared_ptr<Client>(new Client(std::move(client_address), client_options,
+                                                     gateway_->InProcessChannel()))
+                : std::make_shared<Client>(std::move(client_address), client_options);
 
   std::string address = internal::JoinHostPort(options_.host, gateway_->port());
   std::string line(48, '-');

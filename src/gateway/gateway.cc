@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/grpc_options.h"
+#include "common/tls.h"
 #include "gateway/http_gateway.h"
 #include "gateway/kserve_service.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -166,6 +167,10 @@ class Gateway::Impl {
   int prefetch() const { return options_.prefetch; }
   int port() const { return port_; }
   int http_port() const { return http_ ? http_->port() : -1; }
+  std::shared_ptr<grpc::Channel> InProcessChannel() const {
+    grpc::ChannelArguments args = MakeChannelArguments(options_.max_message_bytes);
+    return server_->InProcessChannel(args);
+  }
   std::vector<ReplicaState> States() const {
     std::vector<ReplicaState> out;
     for (const auto& r : replicas_) {
@@ -557,7 +562,9 @@ Status Gateway::Impl::Init() {
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(builder, options_.max_message_bytes);
   std::string address = JoinHostPort(options_.host, options_.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
+  GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                          MakeServerCredentials(options_.tls));
+  builder.AddListeningPort(address, credentials, &port_);
   builder.RegisterService(dry_run_service_.get());
   builder.RegisterService(info_service_.get());
   builder.RegisterService(reflection_service_.get());
@@ -573,7 +580,8 @@ Status Gateway::Impl::Init() {
         options_.host, options_.http_port,
         [this](const std::string& request) { return ForwardAndWait(request); },
         {{"gantry", GANTRY_VERSION}, {"protocol", "jina-3.x/docarray-v2"}},
-        options_.max_message_bytes, options_.models, [this] { return AnyReplicaAvailable(); });
+        options_.max_message_bytes, options_.tls, options_.models,
+        [this] { return AnyReplicaAvailable(); });
     if (!http.ok()) {
       return http.status().WithPrefix("gateway");
     }
@@ -859,6 +867,10 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
 int Gateway::port() const { return impl_->port(); }
 
 int Gateway::http_port() const { return impl_->http_port(); }
+
+std::shared_ptr<grpc::Channel> Gateway::InProcessChannel() const {
+  return impl_->InProcessChannel();
+}
 
 std::vector<ReplicaState> Gateway::ReplicaStates() const { return impl_->States(); }
 

@@ -37,6 +37,7 @@
 #define GANTRY_GATEWAY_GATEWAY_H_
 
 #include <gantry/status.h>
+#include <gantry/tls.h>
 
 #include <chrono>
 #include <cstdint>
@@ -47,6 +48,10 @@
 #include <vector>
 
 #include "core/limits.h"
+
+namespace grpc {
+class Channel;
+}  // namespace grpc
 
 namespace gantry::internal {
 
@@ -70,6 +75,8 @@ struct GatewayOptions {
   // Model names -> executor endpoints, for the OpenAI API (HTTP port) and
   // KServe v2 (gRPC port). Empty: `deployment_name` serves "/encode".
   std::map<std::string, std::string> models;
+  // TLS on the gRPC and HTTP ports (gantry/tls.h); replicas stay plaintext.
+  ServerTlsOptions tls{};
 };
 
 // A client's `__prefetch__` metadata as a bound on requests in flight:
@@ -95,6 +102,9 @@ class Gateway {
   int port() const;
   // The HTTP port, or -1 when the gateway serves no HTTP.
   int http_port() const;
+  // A channel to this gateway inside the process, past TLS (for
+  // Deployment::Post).
+  std::shared_ptr<grpc::Channel> InProcessChannel() const;
   // One entry per replica, in the order of `replica_addresses`.
   std::vector<ReplicaState> ReplicaStates() const;
   // Stops accepting calls, waits up to `grace` for those in flight.

@@ -10,6 +10,7 @@
 #include <thread>
 #include <variant>
 
+#include "common/tls.h"
 #include "core/value_json.h"
 #include "gateway/json_docs.h"
 #include "gateway/kserve.h"
@@ -58,6 +59,36 @@ void ReplyError(httplib::Response& res, int http_status, const std::string& deta
   Reply(res, http_status, json{{"detail", detail}});
 }
 
+// cpp-httplib's SSLServer context: certificate chain, key, TLS 1.2 or
+// later, and client certificates when a client CA is given. The files were
+// checked by LoadServerTls; what OpenSSL still refuses lands in `error`.
+bool ConfigureSslContext(SSL_CTX& ctx, const ServerTlsOptions& tls, std::string* error) {
+  if (SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION) != 1 ||
+      SSL_CTX_use_certificate_chain_file(&ctx, tls.cert_file.c_str()) != 1 ||
+      SSL_CTX_use_PrivateKey_file(&ctx, tls.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(&ctx) != 1) {
+    *error = "OpenSSL refuses ssl_certfile '" + tls.cert_file + "' or ssl_keyfile '" +
+             tls.key_file + "'";
+    ERR_clear_error();
+    return false;
+  }
+  if (!tls.client_ca_file.empty()) {
+    STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(tls.client_ca_file.c_str());
+    if (names == nullptr ||
+        SSL_CTX_load_verify_locations(&ctx, tls.client_ca_file.c_str(), nullptr) != 1) {
+      if (names != nullptr) {
+        sk_X509_NAME_pop_free(names, X509_NAME_free);
+      }
+      *error = "OpenSSL refuses ssl_client_cafile '" + tls.client_ca_file + "'";
+      ERR_clear_error();
+      return false;
+    }
+    SSL_CTX_set_client_CA_list(&ctx, names);  // takes ownership
+    SSL_CTX_set_verify(&ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  return true;
+}
+
 }  // namespace
 
 class HttpGateway::Impl {
@@ -77,16 +108,30 @@ class HttpGateway::Impl {
                                : static_cast<std::uint64_t>(kDefaultMaxMessageBytes)) {}
   ~Impl() { Shutdown(); }
 
-  Status Start(const std::string& host, int port) {
+  Status Start(const std::string& host, int port, const ServerTlsOptions& tls) {
+    if (tls.enabled()) {
+      // The files are read and checked first, so that errors name them;
+      // OpenSSL then loads the same files into cpp-httplib's context.
+      GANTRY_RETURN_IF_ERROR(LoadServerTls(tls).status());
+      std::string error;
+      server_ = std::make_unique<httplib::SSLServer>(
+          [&tls, &error](SSL_CTX& ctx) { return ConfigureSslContext(ctx, tls, &error); });
+      if (!server_->is_valid()) {
+        return InvalidArgumentError("HTTPS gateway: " +
+                                    (error.empty() ? std::string("cannot set up TLS") : error));
+      }
+    } else {
+      server_ = std::make_unique<httplib::Server>();
+    }
     // Bodies over the cap are refused (413) before they are read whole.
-    server_.set_payload_max_length(max_message_bytes_);
+    server_->set_payload_max_length(max_message_bytes_);
     // cpp-httplib writes headers and body apart; with Nagle on, a keep-alive
     // client's delayed ACK held every reply ~40 ms (KServe over HTTP: 36
     // requests/s at concurrency 1 before, bench/kserve/run.sh).
-    server_.set_tcp_nodelay(true);
+    server_->set_tcp_nodelay(true);
     // Errors cpp-httplib answers itself (413, 400 for a malformed request,
     // 404) get a JSON detail like ours.
-    server_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    server_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) {
         return;
       }
@@ -97,43 +142,46 @@ class HttpGateway::Impl {
               : "HTTP " + std::to_string(res.status) + " for " + req.method + " " + req.path;
       ReplyError(res, res.status, detail);
     });
-    server_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
       Reply(res, 200, json::object());
     });
-    server_.Get("/status", [this](const httplib::Request&, httplib::Response& res) {
+    server_->Get("/status", [this](const httplib::Request&, httplib::Response& res) {
       Reply(res, 200, json{{"jina", info_}, {"envs", json::object()}});
     });
-    server_.Get("/dry_run",
-                [this](const httplib::Request&, httplib::Response& res) { DryRun(res); });
+    server_->Get("/dry_run",
+                 [this](const httplib::Request&, httplib::Response& res) { DryRun(res); });
     RegisterKServeRoutes();
     if (!served_models_.empty()) {
       // Before the catch-all POST /<endpoint> below: cpp-httplib takes the
       // first route that matches.
-      server_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      server_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
         Reply(res, 200, OpenAiModelList(served_models_, started_at_));
       });
-      server_.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+      server_->Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
         HandleOpenAiEmbeddings(req.body, res);
       });
     }
-    server_.Post("/post", [this](const httplib::Request& req, httplib::Response& res) {
+    server_->Post("/post", [this](const httplib::Request& req, httplib::Response& res) {
       HandleData(req.body, "", res);
     });
-    server_.Post(R"(/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    server_->Post(R"(/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
       HandleData(req.body, "/" + req.matches[1].str(), res);
     });
-    port_ =
-        port == 0 ? server_.bind_to_any_port(host) : (server_.bind_to_port(host, port) ? port : -1);
+    port_ = port == 0 ? server_->bind_to_any_port(host)
+                      : (server_->bind_to_port(host, port) ? port : -1);
     if (port_ <= 0) {
       return UnavailableError("HTTP gateway cannot listen on " + host + ":" + std::to_string(port) +
                               " (port in use or address not available)");
     }
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    thread_ = std::thread([this] { server_->listen_after_bind(); });
     return OkStatus();
   }
 
   void Shutdown() {
-    server_.stop();
+    if (!server_) {
+      return;
+    }
+    server_->stop();
     if (thread_.joinable()) {
       thread_.join();
     }
@@ -145,80 +193,17 @@ class HttpGateway::Impl {
   // `endpoint` empty: POST /post, whose body names it as execEndpoint.
   void HandleData(const std::string& text, std::string endpoint, httplib::Response& res) {
     // Client input: 400 with a message for anything malformed, never 500.
-    if (text.empty()) {
-      ReplyError(res, 400, "request body is empty; expected a JSON object");
-      return;
-    }
-    StatusOr<json> parsed = ParseJsonBounded(text);
-    if (!parsed.ok()) {
-      ReplyError(res, 400,
-                 "request body must be a JSON object: " + std::string(parsed.status().message()));
-      return;
-    }
-    json body = std::move(parsed).value();
-    if (!body.is_object()) {
-      ReplyError(res, 400,
-                 "request body must be a JSON object, got " + std::string(body.type_name()));
-      return;
-    }
-    if (endpoint.empty()) {
-      endpoint = body.value("execEndpoint", "/default");
-      if (endpoint.empty()) {
-        endpoint = "/default";
-      }
-    }
     jina::DataRequestProto request;
-    auto* header = request.mutable_header();
-    const json header_json = body.value("header", json::object());
-    header->set_request_id(header_json.is_object() && header_json.contains("requestId") &&
-                                   header_json["requestId"].is_string()
-                               ? header_json["requestId"].get<std::string>()
-                               : RandomRequestId());
-    header->set_exec_endpoint(endpoint);
-    std::string target = body.value("targetExecutor", std::string());
-    if (header_json.is_object() && header_json.contains("targetExecutor") &&
-        header_json["targetExecutor"].is_string()) {
-      target = header_json["targetExecutor"].get<std::string>();
-    }
-    if (!target.empty()) {
-      header->set_target_executor(target);
-    }
-    if (Status s = JsonToStruct(body.value("parameters", json::object()), "parameters",
-                                request.mutable_parameters());
+    bool single = false;
+    if (Status s = ParseHttpDataRequest(text, endpoint, max_message_bytes_, &request, &single);
         !s.ok()) {
-      ReplyError(res, 400, s.message());
+      ReplyError(res, s.code() == StatusCode::kResourceExhausted ? 413 : 400, s.message());
       return;
     }
-    const json data = body.value("data", json::array());
-    bool single = data.is_object();
-    auto* docs = request.mutable_data()->mutable_docs();
-    if (single) {
-      if (Status s = JsonToDocProto(data, "data", max_message_bytes_, docs->add_docs()); !s.ok()) {
-        ReplyError(res, 400, s.message());
-        return;
-      }
-    } else if (data.is_array()) {
-      for (std::size_t i = 0; i < data.size(); ++i) {
-        if (Status s = JsonToDocProto(data[i], "data[" + std::to_string(i) + "]",
-                                      max_message_bytes_, docs->add_docs());
-            !s.ok()) {
-          ReplyError(res, 400, s.message());
-          return;
-        }
-      }
-    } else if (!data.is_null()) {
-      ReplyError(res, 400, "data: expected a document or a list of documents");
-      return;
+    if (request.header().request_id().empty()) {
+      request.mutable_header()->set_request_id(RandomRequestId());
     }
-
-    // JSON numbers are shorter than their tensor bytes, so a body under the
-    // cap can still make a request over it.
-    if (std::size_t size = request.ByteSizeLong(); size > max_message_bytes_) {
-      ReplyError(res, 413,
-                 "request of " + std::to_string(size) + " bytes (as protobuf) exceeds the " +
-                     std::to_string(max_message_bytes_) + "-byte message cap");
-      return;
-    }
+    endpoint = request.header().exec_endpoint();
     HttpForwardResult result = forward_(request.SerializeAsString());
     if (result.grpc_code != 0) {
       // A worker's INVALID_ARGUMENT is about the request: a 400, as for the
@@ -321,15 +306,15 @@ class HttpGateway::Impl {
     auto kserve_error = [](httplib::Response& res, int status, const std::string& message) {
       Reply(res, status, json{{"error", message}});
     };
-    server_.Get("/v2", [](const httplib::Request&, httplib::Response& res) {
+    server_->Get("/v2", [](const httplib::Request&, httplib::Response& res) {
       Reply(res, 200,
             json{{"name", "gantry"},
                  {"version", GANTRY_VERSION},
                  {"extensions", {"model_configuration", "binary_tensor_data"}}});
     });
-    server_.Get("/v2/health/live",
-                [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
-    server_.Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& res) {
+    server_->Get("/v2/health/live",
+                 [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+    server_->Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& res) {
       res.status = ready_() ? 200 : 400;
     });
     // /v2/models/{model}[/versions/{version}][/ready|/config|/infer]
@@ -357,25 +342,25 @@ class HttpGateway::Impl {
       }
       return true;
     };
-    server_.Get(model_path, [model_of](const httplib::Request& req, httplib::Response& res) {
+    server_->Get(model_path, [model_of](const httplib::Request& req, httplib::Response& res) {
       if (model_of(req, res, nullptr)) {
         Reply(res, 200, KServeMetadataJson(KServeModelMetadata(req.matches[1].str())));
       }
     });
-    server_.Get(model_path + "/ready",
-                [this, model_of](const httplib::Request& req, httplib::Response& res) {
-                  if (model_of(req, res, nullptr)) {
-                    res.status = ready_() ? 200 : 400;
-                  }
-                });
-    server_.Get(model_path + "/config",
-                [model_of](const httplib::Request& req, httplib::Response& res) {
-                  if (model_of(req, res, nullptr)) {
-                    Reply(res, 200, KServeConfigJson(KServeModelConfig(req.matches[1].str())));
-                  }
-                });
-    server_.Post(model_path + "/infer", [this, model_of, kserve_error](const httplib::Request& req,
-                                                                       httplib::Response& res) {
+    server_->Get(model_path + "/ready",
+                 [this, model_of](const httplib::Request& req, httplib::Response& res) {
+                   if (model_of(req, res, nullptr)) {
+                     res.status = ready_() ? 200 : 400;
+                   }
+                 });
+    server_->Get(model_path + "/config",
+                 [model_of](const httplib::Request& req, httplib::Response& res) {
+                   if (model_of(req, res, nullptr)) {
+                     Reply(res, 200, KServeConfigJson(KServeModelConfig(req.matches[1].str())));
+                   }
+                 });
+    server_->Post(model_path + "/infer", [this, model_of, kserve_error](const httplib::Request& req,
+                                                                        httplib::Response& res) {
       std::string endpoint;
       if (!model_of(req, res, &endpoint)) {
         return;
@@ -469,7 +454,7 @@ class HttpGateway::Impl {
   std::map<std::string, std::string> served_models_;
   std::int64_t started_at_;  // Unix seconds, for /v1/models' `created`
   std::uint64_t max_message_bytes_;
-  httplib::Server server_;
+  std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;
 };
@@ -482,11 +467,12 @@ StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(const std::string& hos
                                                           HttpForwardFn forward,
                                                           std::map<std::string, std::string> info,
                                                           std::int64_t max_message_bytes,
+                                                          const ServerTlsOptions& tls,
                                                           std::map<std::string, std::string> models,
                                                           std::function<bool()> ready) {
   auto impl = std::make_unique<Impl>(std::move(forward), std::move(info), max_message_bytes,
                                      std::move(models), std::move(ready));
-  GANTRY_RETURN_IF_ERROR(impl->Start(host, port));
+  GANTRY_RETURN_IF_ERROR(impl->Start(host, port, tls));
   return std::unique_ptr<HttpGateway>(new HttpGateway(std::move(impl)));
 }
 

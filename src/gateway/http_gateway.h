@@ -27,6 +27,7 @@
 #define GANTRY_GATEWAY_HTTP_GATEWAY_H_
 
 #include <gantry/status.h>
+#include <gantry/tls.h>
 
 #include <cstdint>
 #include <functional>
@@ -56,13 +57,16 @@ class HttpGateway {
   // Binds host:port (0 picks a free port) and serves on a thread of its own.
   // `info` is reported by GET /status under "jina". Bodies over
   // `max_message_bytes` get 413, as do requests that would exceed it once
-  // converted to protobuf. `ready` answers /v2/health/ready (null: always
-  // ready). `models` maps model names to the
-  // executor endpoints that serve them (none: no /v1 routes).
+  // converted to protobuf. With `tls` enabled it serves HTTPS (OpenSSL
+  // through cpp-httplib's SSLServer, TLS 1.2 or later), and with a client CA
+  // it requires client certificates signed by it; bad files are an error
+  // naming the file. `models` maps model names to the executor endpoints
+  // that serve them (none: no /v1 routes); `ready` answers
+  // /v2/health/ready (null: always ready).
   static StatusOr<std::unique_ptr<HttpGateway>> Start(
       const std::string& host, int port, HttpForwardFn forward,
       std::map<std::string, std::string> info,
-      std::int64_t max_message_bytes = kDefaultMaxMessageBytes,
+      std::int64_t max_message_bytes = kDefaultMaxMessageBytes, const ServerTlsOptions& tls = {},
       std::map<std::string, std::string> models = {}, std::function<bool()> ready = nullptr);
   ~HttpGateway();
   HttpGateway(const HttpGateway&) = delete;

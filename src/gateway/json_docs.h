@@ -17,9 +17,11 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "docarray/docarray.pb.h"
 #include "google/protobuf/struct.pb.h"
+#include "jina/jina.pb.h"
 
 namespace gantry::internal {
 
@@ -38,6 +40,17 @@ nlohmann::json DocProtoToJson(const docarray::DocProto& doc);
 Status JsonToStruct(const nlohmann::json& object, const std::string& subject,
                     google::protobuf::Struct* out);
 nlohmann::json StructToJson(const google::protobuf::Struct& proto);
+
+// The JSON body of the HTTP gateway's POST /<endpoint> (`endpoint` "/x") or
+// POST /post (`endpoint` empty: the body's "execEndpoint", else /default)
+// as the DataRequestProto it forwards: header (requestId, left empty when
+// the body names none; targetExecutor), parameters and documents. Client
+// mistakes (empty body, not JSON, not an object, too deep, bad documents)
+// are InvalidArgument; a request over `max_bytes` once converted to
+// protobuf is ResourceExhausted. `*single` tells whether "data" was one
+// document rather than a list (the reply then is one document too).
+Status ParseHttpDataRequest(std::string_view body, std::string endpoint, std::uint64_t max_bytes,
+                            jina::DataRequestProto* request, bool* single);
 
 }  // namespace gantry::internal
 

@@ -7,6 +7,8 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
+#include <optional>
+
 #include "deployment/child_process.h"
 #include "testutil/testutil.h"
 
@@ -136,6 +138,62 @@ TEST(CliTest, PingFailsForNothingListening) {
   auto [code, out] = RunCli({"ping", "127.0.0.1:1", "--timeout", "300"});
   EXPECT_EQ(code, 1);
   EXPECT_THAT(out, HasSubstr("is not ready"));
+}
+
+TEST(CliTest, DeploymentServesTlsFromYamlAndPingUsesIt) {
+  testing::TempDir dir;
+  std::string error;
+  std::optional<testing::TestPki> pki = testing::MakeTestPki(dir, &error);
+  ASSERT_TRUE(pki.has_value()) << error;
+  std::string yaml = dir.File("dep.yml");
+  testing::WriteFile(yaml, "jtype: Deployment\nwith:\n  uses: " + testing::SourceDir() +
+                               "/examples/seed/executor.yml\n  replicas: 1\n  ssl_certfile: " +
+                               pki->server_cert + "\n  ssl_keyfile: " + pki->server_key + "\n");
+  std::string port_file = dir.File("port");
+  ChildProcessPtr cli = StartCli(
+      {"deployment", "--uses", yaml, "--port", "0", "--port-file", port_file}, dir.File("cli.log"));
+  ASSERT_NE(cli, nullptr);
+  auto port = testing::WaitForFile(port_file, kReadyTimeout);
+  ASSERT_TRUE(port.has_value()) << testing::ReadFile(dir.File("cli.log"));
+  std::string address = "127.0.0.1:" + std::to_string(std::stoi(*port));
+
+  auto [tls_code, tls_out] = RunCli({"ping", address, "--tls", "--ssl-cafile", pki->ca});
+  EXPECT_EQ(tls_code, 0) << tls_out;
+  auto [plain_code, plain_out] = RunCli({"ping", address, "--timeout", "1000"});
+  EXPECT_EQ(plain_code, 1) << plain_out;
+  auto [wrong_code, wrong_out] =
+      RunCli({"ping", address, "--timeout", "1000", "--tls", "--ssl-cafile", pki->other_ca});
+  EXPECT_EQ(wrong_code, 1) << wrong_out;
+
+  Client client(address, {.tls = {.enabled = true, .ca_file = pki->ca}});
+  auto result = client.Post("/encode", MakeDocs(5), {.timeout = std::chrono::seconds(30)});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->size(), 5u);
+
+  cli->Signal(SIGTERM);
+  ASSERT_TRUE(cli->WaitFor(std::chrono::seconds(30)));
+  EXPECT_TRUE(WIFEXITED(*cli->exit_status()) && WEXITSTATUS(*cli->exit_status()) == 0)
+      << ChildProcess::DescribeWaitStatus(*cli->exit_status());
+}
+
+TEST(CliTest, BadTlsFlagsAreReportedNamingFileAndFlag) {
+  testing::TempDir dir;
+  std::string missing = dir.File("missing.pem");
+  auto [code, out] =
+      RunCli({"deployment", "--uses", testing::SourceDir() + "/examples/seed/deployment.yml",
+              "--port", "0", "--ssl-certfile", missing, "--ssl-keyfile", missing});
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, HasSubstr("TLS certificate (ssl_certfile) '" + missing + "': cannot open"));
+
+  auto [half_code, half_out] =
+      RunCli({"gateway", "--replica-addresses", "127.0.0.1:1", "--ssl-keyfile", missing});
+  EXPECT_EQ(half_code, 1);
+  EXPECT_THAT(half_out, HasSubstr("got only ssl_keyfile"));
+
+  auto [ping_code, ping_out] =
+      RunCli({"ping", "127.0.0.1:1", "--tls", "--ssl-cafile", missing, "--timeout", "300"});
+  EXPECT_EQ(ping_code, 1);
+  EXPECT_THAT(ping_out, HasSubstr("TLS CA file '" + missing + "': cannot open"));
 }
 
 TEST(CliTest, SigkillOfTheParentLeavesNoWorkerBehind) {

@@ -136,4 +136,59 @@ std::string GantryCli() { return GANTRY_TEST_CLI; }
 std::string GantryWorker() { return GANTRY_TEST_WORKER; }
 std::string SourceDir() { return GANTRY_TEST_SOURCE_DIR; }
 
+namespace {
+
+// Runs one shell command line, bounded by coreutils' `timeout`; false (with
+// its output in `error`) when it fails.
+bool RunBounded(const std::string& command, const std::string& log, std::string* error) {
+  const std::string line = "timeout 60 " + command + " >>'" + log + "' 2>&1";
+  if (std::system(line.c_str()) != 0) {
+    *error = "failed: " + command + "\n" + ReadFile(log);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<TestPki> MakeTestPki(const TempDir& dir, std::string* error) {
+  const std::string log = dir.File("openssl.log");
+  // EC P-256 keys: generated in milliseconds, unlike RSA.
+  const std::string new_key = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  const auto make_ca = [&](const std::string& name) {
+    return RunBounded("openssl req -x509" + new_key + " -days 1 -subj /CN=gantry-test-" + name +
+                          " -keyout '" + dir.File(name + ".key") + "' -out '" +
+                          dir.File(name + ".pem") + "'",
+                      log, error);
+  };
+  // A key, a request, and a certificate signed by `ca` with `extensions`.
+  const auto make_leaf = [&](const std::string& name, const std::string& ca,
+                             const std::string& extensions) {
+    WriteFile(dir.File(name + ".ext"), extensions);
+    return RunBounded("openssl req" + new_key + " -subj /CN=" + name + " -keyout '" +
+                          dir.File(name + ".key") + "' -out '" + dir.File(name + ".csr") + "'",
+                      log, error) &&
+           RunBounded("openssl x509 -req -days 1 -in '" + dir.File(name + ".csr") + "' -CA '" +
+                          dir.File(ca + ".pem") + "' -CAkey '" + dir.File(ca + ".key") +
+                          "' -set_serial 1 -extfile '" + dir.File(name + ".ext") + "' -out '" +
+                          dir.File(name + ".pem") + "'",
+                      log, error);
+  };
+  if (!make_ca("ca") || !make_ca("other-ca") || !make_ca("client-ca") ||
+      !make_leaf("server", "ca",
+                 "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+                 "subjectAltName=IP:127.0.0.1,DNS:localhost\n") ||
+      !make_leaf("client", "client-ca",
+                 "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n")) {
+    return std::nullopt;
+  }
+  return TestPki{.ca = dir.File("ca.pem"),
+                 .server_cert = dir.File("server.pem"),
+                 .server_key = dir.File("server.key"),
+                 .other_ca = dir.File("other-ca.pem"),
+                 .client_ca = dir.File("client-ca.pem"),
+                 .client_cert = dir.File("client.pem"),
+                 .client_key = dir.File("client.key")};
+}
+
 }  // namespace gantry::testing

@@ -66,6 +66,22 @@ class Watchdog {
 void JoinWithin(std::vector<std::thread>& threads, std::chrono::milliseconds timeout,
                 const std::string& what);
 
+// Certificates for TLS tests, made by the `openssl` command in `dir`: a CA
+// and a server certificate it signed (for 127.0.0.1 and localhost), an
+// unrelated CA, and a client CA with a client certificate it signed. All
+// PEM, keys unencrypted; valid for a day. nullopt (with the reason in
+// `error`) when openssl is missing or fails; every openssl run is bounded.
+struct TestPki {
+  std::string ca;
+  std::string server_cert;
+  std::string server_key;
+  std::string other_ca;
+  std::string client_ca;
+  std::string client_cert;
+  std::string client_key;
+};
+std::optional<TestPki> MakeTestPki(const TempDir& dir, std::string* error);
+
 // Path of a built program, from the compile definitions of the test target.
 std::string GantryCli();
 std::string GantryWorker();

@@ -11,6 +11,7 @@
 namespace gantry {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -421,6 +422,78 @@ TEST(DeploymentConfigTest, MaxMessageBytesIsBounded) {
       HasSubstr("dep.yml:4:22: with.max_message_bytes: " + expected));
 }
 
+TEST(DeploymentConfigTest, ReadsTlsFilesRelativeToTheDeploymentFile) {
+  TempDir dir;
+  std::string dep = dir.Write("conf/dep.yml", R"(jtype: Deployment
+with:
+  uses: MyExec
+  ssl_certfile: tls/server.pem
+  ssl_keyfile: /etc/gantry/server.key
+  ssl_client_cafile: ../clients.pem
+)");
+  StatusOr<DeploymentOptions> options = LoadDeploymentConfig(dep);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->tls.cert_file, dir.path() + "/conf/tls/server.pem");
+  EXPECT_EQ(options->tls.key_file, "/etc/gantry/server.key");
+  EXPECT_EQ(options->tls.client_ca_file, dir.path() + "/conf/../clients.pem");
+  EXPECT_TRUE(options->tls.enabled());
+  // Without TLS keys, TLS is off.
+  StatusOr<DeploymentOptions> plain =
+      ParseDeploymentConfig("jtype: Deployment\nwith:\n  uses: MyExec\n", "dep.yml");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->tls.enabled());
+}
+
+TEST(DeploymentConfigTest, RejectsIncompleteTlsSettings) {
+  const std::string head = "jtype: Deployment\nwith:\n  uses: MyExec\n";
+  const std::string needs_both =
+      "dep.yml:3:3: with: TLS needs both a certificate (ssl_certfile) and its private key "
+      "(ssl_keyfile); got only ";
+  EXPECT_EQ(DeploymentError(head + "  ssl_keyfile: k.pem\n"), needs_both + "ssl_keyfile");
+  EXPECT_EQ(DeploymentError(head + "  ssl_certfile: c.pem\n"), needs_both + "ssl_certfile");
+  EXPECT_EQ(DeploymentError(head + "  ssl_client_cafile: ca.pem\n"),
+            "dep.yml:3:3: with: ssl_client_cafile needs TLS: set ssl_certfile and ssl_keyfile too");
+  EXPECT_THAT(DeploymentError(head + "  ssl_certfile: [a, b]\n  ssl_keyfile: k.pem\n"),
+              HasSubstr("dep.yml:4:17: with.ssl_certfile: "));
+  EXPECT_THAT(DeploymentError(head + "  ssl_certfile: \"\"\n  ssl_keyfile: k.pem\n"),
+              HasSubstr("with.ssl_certfile"));
+}
+
+// Found by the config fuzzer (tests/fuzz/corpus/config/regress_alias_cycle.yml):
+// an alias inside the node it names recursed without end.
+TEST(DeploymentConfigTest, RefusesAliasCyclesAndAliasBombs) {
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith: &w\n  uses: MyExec\n  uses_with: *w\n")
+                .substr(0, 8),
+            "dep.yml:");
+  EXPECT_THAT(DeploymentError("jtype: Deployment\nwith: &w\n  uses: MyExec\n  uses_with: *w\n"),
+              HasSubstr("nested deeper than 100 levels (a YAML alias inside the node it names?)"));
+  // Each level ten aliases of the one before: 10^7 values once expanded.
+  std::string bomb = "jtype: Deployment\nwith:\n  uses: MyExec\n  uses_with:\n    a0: &a0 x\n";
+  for (int i = 1; i <= 7; ++i) {
+    const std::string previous = "*a" + std::to_string(i - 1);
+    bomb += "    a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int j = 0; j < 10; ++j) {
+      bomb += (j > 0 ? ", " : "") + previous;
+    }
+    bomb += "]\n";
+  }
+  EXPECT_THAT(DeploymentError(bomb),
+              HasSubstr("more than 100000 values in the file once YAML aliases are expanded"));
+}
+
+// Found by the config fuzzer (tests/fuzz/corpus/config/regress_leading_comma.yml):
+// yaml-cpp 0.7 never returns on a document that starts with ','.
+TEST(DeploymentConfigTest, RefusesADocumentStartingWithACommaInsteadOfHanging) {
+  for (const std::string yaml : {",x", "--- ,x", "&a ,x", "jtype: Deployment\n---\n, 'a'"}) {
+    EXPECT_THAT(DeploymentError(yaml),
+                AllOf(StartsWith("dep.yml:"),
+                      HasSubstr("not YAML the parser can read (a ',' where a document should "
+                                "start?)")))
+        << yaml;
+    EXPECT_THAT(ExecutorError(yaml), HasSubstr("not YAML the parser can read")) << yaml;
+  }
+}
+
 TEST(DeploymentConfigTest, FlattensInlineUsesAndOverridesWith) {
   StatusOr<DeploymentOptions> options = ParseDeploymentConfig(R"(jtype: Deployment
 with:
@@ -543,7 +616,7 @@ TEST(DeploymentConfigTest, RejectsUnknownKeys) {
       DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  replica: 2\n"),
       "dep.yml:4:3: with.replica: unknown key; allowed keys: uses, uses_with, uses_metas, "
       "name, replicas, port, host, env, timeout_ready, log_level, gpus, uses_dynamic_batching, "
-      "http_port, max_message_bytes, models");
+      "http_port, max_message_bytes, models, ssl_certfile, ssl_keyfile, ssl_client_cafile");
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  uses_metas: {size: 1}\n"),
             "dep.yml:4:16: with.uses_metas.size: unknown key; allowed keys: name, description, "
             "workspace, url, keywords, libs");

@@ -270,5 +270,24 @@ TEST(DeploymentRulesTest, ValidateExecutorOptionsChecksBatchingAndDevice) {
             "\"cuda:N\" or \"auto\"");
 }
 
+TEST(DeploymentRulesTest, TlsNeedsCertificateAndKeyTogether) {
+  EXPECT_TRUE(CheckServerTlsOptions({}).ok());
+  EXPECT_TRUE(CheckServerTlsOptions({.cert_file = "c.pem", .key_file = "k.pem"}).ok());
+  EXPECT_TRUE(
+      CheckServerTlsOptions({.cert_file = "c.pem", .key_file = "k.pem", .client_ca_file = "ca.pem"})
+          .ok());
+  EXPECT_THAT(CheckServerTlsOptions({.cert_file = "c.pem"}).message(),
+              HasSubstr("got only ssl_certfile"));
+  EXPECT_THAT(CheckServerTlsOptions({.key_file = "k.pem"}).message(),
+              HasSubstr("got only ssl_keyfile"));
+  EXPECT_THAT(CheckServerTlsOptions({.client_ca_file = "ca.pem"}).message(),
+              HasSubstr("ssl_client_cafile needs TLS"));
+  // A Deployment built in C++ is held to the same rule, under its name.
+  EXPECT_THAT(
+      ValidateDeploymentOptions({.uses = "MyExec", .name = "enc", .tls = {.key_file = "k.pem"}})
+          .message(),
+      HasSubstr("deployment 'enc': TLS needs both"));
+}
+
 }  // namespace
 }  // namespace gantry::internal

@@ -233,6 +233,32 @@ TEST(HostileInputTest, JsonTensorShapesAreChecked) {
   EXPECT_TRUE(JsonDoc(R"({"e": [[1, 2], [3, 4]]})").ok());
 }
 
+// Found by the json_docs fuzzer (tests/fuzz/corpus/json_docs/
+// regress_uint8_out_of_range.json): 950 as uint8 was an out-of-range
+// float-to-integer cast, undefined behaviour.
+TEST(HostileInputTest, JsonTensorValuesMustFitTheirDtype) {
+  EXPECT_EQ(JsonDoc(R"({"id": "u", "e": {"dtype": "|u1", "data": [1, 950]}})").message(),
+            "data[2] (id 'u'): field 'e': value 950 does not fit uint8");
+  EXPECT_EQ(JsonDoc(R"({"e": {"dtype": "uint32", "data": [-1]}})").message(),
+            "data[2] (no id): field 'e': value -1 does not fit uint32");
+  EXPECT_EQ(JsonDoc(R"({"e": {"dtype": "int8", "data": [1.5]}})").message(),
+            "data[2] (no id): field 'e': value 1.5 does not fit int8");
+  EXPECT_EQ(JsonDoc(R"({"e": {"dtype": "int64", "data": [9.3e18]}})").message(),
+            "data[2] (no id): field 'e': value 9.3e+18 does not fit int64");
+  EXPECT_EQ(JsonDoc(R"({"e": {"dtype": "int64", "data": [18446744073709551615]}})").message(),
+            "data[2] (no id): field 'e': value 18446744073709551615 does not fit int64");
+  EXPECT_EQ(JsonDoc(R"({"e": [1e300]})").message(),
+            "data[2] (no id): field 'e': value 1e+300 does not fit float32");
+  // The edges of each range, and whole floats, fit.
+  EXPECT_TRUE(JsonDoc(R"({"e": {"dtype": "|u1", "data": [0, 255, 7.0]}})").ok());
+  EXPECT_TRUE(JsonDoc(R"({"e": {"dtype": "|i1", "data": [-128, 127]}})").ok());
+  EXPECT_TRUE(JsonDoc(R"({"e": {"dtype": "<u8", "data": [0, 18446744073709551615]}})").ok());
+  EXPECT_TRUE(
+      JsonDoc(R"({"e": {"dtype": "<i8", "data": [-9223372036854775808, 9223372036854775807]}})")
+          .ok());
+  EXPECT_TRUE(JsonDoc(R"({"e": {"dtype": "float64", "data": [1e300, -2.5]}})").ok());
+}
+
 // ---- the worker's gRPC face, in-process ----------------------------------------
 
 class InProcessWorker : public ::testing::Test {
