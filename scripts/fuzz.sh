@@ -4,7 +4,7 @@
 # turn, for SECONDS each.
 #
 #   scripts/fuzz.sh TARGET|all SECONDS [libFuzzer flags...]
-#     TARGET: config, doc_proto, json_docs, tokenizer
+#     TARGET: config, doc_proto, json_docs, protocols, tokenizer
 #
 # New inputs go to build-fuzz/fuzz-work/TARGET/corpus (the seeds in
 # tests/fuzz/corpus/TARGET are read, never written); a crashing input is
@@ -24,7 +24,7 @@ fi
 which="$1"
 seconds="$2"
 shift 2
-targets=(config doc_proto json_docs tokenizer)
+targets=(config doc_proto json_docs protocols tokenizer)
 if [[ "${which}" != all ]]; then
   known=0
   for t in "${targets[@]}"; do [[ "$t" == "${which}" ]] && known=1; done
