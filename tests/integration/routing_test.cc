@@ -112,7 +112,12 @@ TEST(RoutingTest, WorkerErrorPassesThroughWithItsCodeAndBlamesNoReplica) {
 }
 
 TEST(RoutingTest, HealthIsNotServingAndRequestsFailFastWhenEveryReplicaIsDead) {
-  Deployment dep({.uses = "EchoExec", .name = "dead", .replicas = 2});
+  // Respawn (respawn_test.cc) put off past the end of the test.
+  Deployment dep({.uses = "EchoExec",
+                  .name = "dead",
+                  .replicas = 2,
+                  .restart_backoff_initial = std::chrono::minutes(10),
+                  .restart_backoff_max = std::chrono::minutes(10)});
   ASSERT_TRUE(dep.ok()) << dep.status();
   Client client(dep.address());
   ASSERT_TRUE(client.Ping(Ms(1000)).ok());
