@@ -284,17 +284,22 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
   DataReactor(Gateway::Impl* gateway, grpc::GenericCallbackServerContext* context)
       : gateway_(gateway), context_(context) {
     const std::string& method = context->method();
-    if (method == kSingleMethod) {
-      unary_ = true;
-    } else if (method != kCallMethod) {
+    const bool known = method == kSingleMethod || method == kCallMethod;
+    // Outside mutex_: Drain takes the gateway's reactor lock, then ours.
+    const bool registered = known && gateway->Register(this);
+    // Held to the end, so that OnDone, on another thread, sees what is set
+    // here on every path.
+    std::lock_guard lock(mutex_);
+    if (!known) {
       Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "gateway does not serve " + method));
       return;
     }
-    if (!gateway->Register(this)) {
+    if (!registered) {
       Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, gateway->ShuttingDownMessage()));
       return;
     }
     registered_ = true;
+    unary_ = method == kSingleMethod;
     prefetch_ = gateway->prefetch();
     const auto& metadata = context->client_metadata();
     if (auto it = metadata.find("__prefetch__"); it != metadata.end()) {
@@ -303,7 +308,6 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     if (auto it = metadata.find("__results_in_order__"); it != metadata.end()) {
       in_order_ = it->second == "true";
     }
-    std::lock_guard lock(mutex_);
     StartReadLocked();
   }
 
@@ -389,8 +393,12 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     // other callback of this reactor can run after OnDone. OnForwardDone is
     // not one of them (it runs on a worker call's thread) and may have called
     // Finish under mutex_: it must have let go of mutex_ before the delete.
-    { std::lock_guard lock(mutex_); }
-    if (registered_) {
+    bool registered = false;
+    {
+      std::lock_guard lock(mutex_);
+      registered = registered_;
+    }
+    if (registered) {
       gateway_->Unregister(this);
     }
     delete this;
@@ -485,7 +493,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
 
   Gateway::Impl* gateway_;
   grpc::GenericCallbackServerContext* context_;
-  // Whether the gateway counts this call among its live ones.
+  // Whether the gateway counts this call among its live ones (under mutex_).
   bool registered_ = false;
   bool unary_ = false;
   bool in_order_ = false;
@@ -812,6 +820,10 @@ void Gateway::Impl::Shutdown(std::chrono::milliseconds grace) {
     // What the drain left is cancelled now.
     server_->Shutdown(Clock::now());
     server_->Wait();
+    // Every call's OnDone has run, the last Unregister under this lock;
+    // taking it orders those writes before the destructor frees reactors_
+    // (libgrpc's own ordering is invisible to TSan).
+    std::lock_guard lock(reactors_mutex_);
   });
 }
 

@@ -199,22 +199,22 @@ TEST(CliTest, DeploymentRespawnsAWorkerAndDrainsOnSigterm) {
                                          .count()));
   workers = testing::ChildrenOf(cli->pid());
 
-  // SIGTERM with four requests of 1 s in flight.
-  constexpr int kInFlight = 4;
+  // SIGTERM while two requests of 1.5 s run, one on each replica: both
+  // handlers have started (logged), so both are in flight.
+  constexpr int kInFlight = 2;
   std::vector<StatusOr<DocList>> results(kInFlight, InternalError("not run"));
   std::vector<std::thread> posters;
   for (int t = 0; t < kInFlight; ++t) {
     posters.emplace_back([&, t] {
       results[static_cast<std::size_t>(t)] =
           Client(address).Post("/work", {Doc("inflight " + std::to_string(t))},
-                               {.parameters = Parameters(Value::Dict{{"sleep_ms", Value(1000.0)}}),
+                               {.parameters = Parameters(Value::Dict{{"sleep_ms", Value(1500.0)}}),
                                 .timeout = std::chrono::seconds(60)});
     });
   }
   // No ASSERT while the posters run: they are joined (bounded) first.
-  EXPECT_TRUE(testing::WaitUntil([&] { return LoggedCalls(log) >= 2; }, std::chrono::seconds(20)));
-  // The two not yet started are queued by then (local sockets).
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(
+      testing::WaitUntil([&] { return LoggedCalls(log) >= kInFlight; }, std::chrono::seconds(20)));
   cli->Signal(SIGTERM);
   EXPECT_TRUE(testing::WaitUntil([&] { return !client.Ping(std::chrono::milliseconds(500)).ok(); },
                                  std::chrono::seconds(5)));
