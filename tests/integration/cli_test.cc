@@ -152,12 +152,6 @@ std::string ThisProgram() {
   return std::filesystem::read_symlink("/proc/self/exe", error).string();
 }
 
-// Lines in ChaosExec's call log: calls its handler has started.
-std::size_t LoggedCalls(const std::string& log) {
-  std::string content = testing::ReadFile(log);
-  return static_cast<std::size_t>(std::count(content.begin(), content.end(), '\n'));
-}
-
 // The CLI from YAML: a killed worker is replaced, then SIGTERM under load
 // lets every request in flight finish and refuses new ones.
 TEST(CliTest, DeploymentRespawnsAWorkerAndDrainsOnSigterm) {
@@ -194,9 +188,7 @@ TEST(CliTest, DeploymentRespawnsAWorkerAndDrainsOnSigterm) {
       std::chrono::seconds(10)))
       << testing::ReadFile(dir.File("cli.log"));
   std::printf("[ measured ] CLI: killed worker replaced and ready after %lld ms\n",
-              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         std::chrono::steady_clock::now() - killed_at)
-                                         .count()));
+              static_cast<long long>(testing::Since(killed_at).count()));
   workers = testing::ChildrenOf(cli->pid());
 
   // SIGTERM while two requests of 1.5 s run, one on each replica: both
@@ -213,8 +205,8 @@ TEST(CliTest, DeploymentRespawnsAWorkerAndDrainsOnSigterm) {
     });
   }
   // No ASSERT while the posters run: they are joined (bounded) first.
-  EXPECT_TRUE(
-      testing::WaitUntil([&] { return LoggedCalls(log) >= kInFlight; }, std::chrono::seconds(20)));
+  EXPECT_TRUE(testing::WaitUntil([&] { return testing::CountLines(log) >= kInFlight; },
+                                 std::chrono::seconds(20)));
   cli->Signal(SIGTERM);
   EXPECT_TRUE(testing::WaitUntil([&] { return !client.Ping(std::chrono::milliseconds(500)).ok(); },
                                  std::chrono::seconds(5)));

@@ -23,21 +23,9 @@ using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using Ms = std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
+using testing::CountLines;
+using testing::Since;
 using testing::WaitUntil;
-
-Ms Since(SteadyClock::time_point start) {
-  return std::chrono::duration_cast<Ms>(SteadyClock::now() - start);
-}
-
-// Lines in ChaosExec's call log: calls its handler has started.
-std::size_t LoggedCalls(const std::string& log) {
-  std::string content = testing::ReadFile(log);
-  std::size_t lines = 0;
-  for (char c : content) {
-    lines += c == '\n' ? 1 : 0;
-  }
-  return lines;
-}
 
 PostOptions Slow(Ms sleep) {
   return {.parameters =
@@ -77,7 +65,7 @@ TEST(DrainTest, DestructorFinishesRequestsInFlightAndRefusesNewOnes) {
         for (const ReplicaInfo& r : dep->replicas()) {
           in_flight += r.in_flight;
         }
-        return in_flight == kInFlight && LoggedCalls(log) >= 2;
+        return in_flight == kInFlight && CountLines(log) >= 2;
       },
       Ms(20000)));
 
@@ -125,7 +113,7 @@ TEST(DrainTest, RequestsPastTimeoutDrainAreCancelled) {
   std::vector<std::thread> poster;
   poster.emplace_back(
       [&] { result = Client(dep.address()).Post("/work", {Doc("long")}, Slow(Ms(20000))); });
-  EXPECT_TRUE(WaitUntil([&] { return LoggedCalls(log) >= 1; }, Ms(20000)));
+  EXPECT_TRUE(WaitUntil([&] { return CountLines(log) >= 1; }, Ms(20000)));
   auto start = SteadyClock::now();
   dep.Stop();
   Ms took = Since(start);

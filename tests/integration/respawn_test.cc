@@ -24,26 +24,14 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using Ms = std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
+using testing::CountLines;
+using testing::Since;
 using testing::WaitUntil;
 
 // Kill to serving again: backoff (100 ms) + re-exec of this binary + its
 // health check. Measured at about 0.3 s on an idle 2-core machine; the
 // bound leaves room for a loaded CI machine.
 constexpr Ms kRespawnBound{10000};
-
-Ms Since(SteadyClock::time_point start) {
-  return std::chrono::duration_cast<Ms>(SteadyClock::now() - start);
-}
-
-// Lines in ChaosExec's call log.
-std::size_t LoggedCalls(const std::string& log) {
-  std::string content = testing::ReadFile(log);
-  std::size_t lines = 0;
-  for (char c : content) {
-    lines += c == '\n' ? 1 : 0;
-  }
-  return lines;
-}
 
 TEST(RespawnTest, ReplicaKilledWhilePostingTenThousandDocsIsReplacedAndLosesNone) {
   testing::TempDir dir;
@@ -70,7 +58,7 @@ TEST(RespawnTest, ReplicaKilledWhilePostingTenThousandDocsIsReplacedAndLosesNone
                      .prefetch = 16,
                      .timeout = Ms(90000)});
   });
-  ASSERT_TRUE(WaitUntil([&] { return LoggedCalls(log) >= 100; }, Ms(20000)));
+  ASSERT_TRUE(WaitUntil([&] { return CountLines(log) >= 100; }, Ms(20000)));
   const auto killed_at = SteadyClock::now();
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
 
@@ -87,7 +75,7 @@ TEST(RespawnTest, ReplicaKilledWhilePostingTenThousandDocsIsReplacedAndLosesNone
   std::printf("[ measured ] killed replica replaced and back in rotation after %lld ms\n",
               static_cast<long long>(respawned_in.count()));
   EXPECT_LT(respawned_in, kRespawnBound);
-  const std::size_t calls_at_respawn = LoggedCalls(log);
+  const std::size_t calls_at_respawn = CountLines(log);
 
   StatusOr<DocList> out = post.get();
   ASSERT_TRUE(out.ok()) << out.status();

@@ -32,11 +32,8 @@ using ::testing::Not;
 using Ms = std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
 
+using testing::Since;
 using testing::WaitUntil;
-
-Ms Since(SteadyClock::time_point start) {
-  return std::chrono::duration_cast<Ms>(SteadyClock::now() - start);
-}
 
 // Lines of ChaosExec's call log: one per handler call.
 std::vector<std::string> LogLines(const std::string& path) {
