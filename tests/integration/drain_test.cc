@@ -48,14 +48,15 @@ TEST(DrainTest, DestructorFinishesRequestsInFlightAndRefusesNewOnes) {
     workers.push_back(r.pid);
   }
 
-  // Four requests of 1 s each, all in flight when the stop begins.
+  // Four requests of 3 s each (two per replica, which runs one at a time):
+  // long enough that all four are in flight together even on a slow machine.
   constexpr int kInFlight = 4;
   std::vector<StatusOr<DocList>> results(kInFlight, InternalError("not run"));
   std::vector<std::thread> posters;
   for (int t = 0; t < kInFlight; ++t) {
     posters.emplace_back([&, t] {
       results[static_cast<std::size_t>(t)] =
-          Client(address).Post("/work", {Doc("inflight " + std::to_string(t))}, Slow(Ms(1000)));
+          Client(address).Post("/work", {Doc("inflight " + std::to_string(t))}, Slow(Ms(3000)));
     });
   }
   // No ASSERT while threads run: they are joined (bounded) first.
@@ -90,7 +91,7 @@ TEST(DrainTest, DestructorFinishesRequestsInFlightAndRefusesNewOnes) {
     ASSERT_TRUE(result.ok()) << "request " << t << " was in flight and lost: " << result.status();
     EXPECT_EQ((*result)[0].text(), "done:inflight " + std::to_string(t));
   }
-  std::printf("[ measured ] destructor with %d requests of 1 s in flight took %lld ms\n", kInFlight,
+  std::printf("[ measured ] destructor with %d requests of 3 s in flight took %lld ms\n", kInFlight,
               static_cast<long long>(stop_took.count()));
   EXPECT_LT(stop_took, Ms(20000));
   // The late request never reached a worker.
