@@ -49,16 +49,17 @@ TEST(RespawnTest, ReplicaKilledWhilePostingTenThousandDocsIsReplacedAndLosesNone
   for (int i = 0; i < kDocs; ++i) {
     docs.emplace_back("doc " + std::to_string(i));
   }
-  // 2000 requests of 5 documents, 3 ms each: several seconds, so the new
-  // replica joins while the stream is still going.
+  // 500 requests of 20 documents, 10 ms each: a few seconds, so the new
+  // replica joins while the stream is still going (and few enough calls to
+  // leave a TSan build's neighbours some CPU).
   std::future<StatusOr<DocList>> post = std::async(std::launch::async, [&] {
     return dep.Post("/work", docs,
-                    {.request_size = 5,
-                     .parameters = Parameters(Value::Dict{{"sleep_ms", Value(3.0)}}),
-                     .prefetch = 16,
+                    {.request_size = 20,
+                     .parameters = Parameters(Value::Dict{{"sleep_ms", Value(10.0)}}),
+                     .prefetch = 8,
                      .timeout = Ms(90000)});
   });
-  ASSERT_TRUE(WaitUntil([&] { return CountLines(log) >= 100; }, Ms(20000)));
+  ASSERT_TRUE(WaitUntil([&] { return CountLines(log) >= 25; }, Ms(20000)));
   const auto killed_at = SteadyClock::now();
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
 

@@ -103,7 +103,8 @@ TEST(RoutingTest, WorkerErrorPassesThroughWithItsCodeAndBlamesNoReplica) {
   }
   EXPECT_EQ(answered, 1u);
   Client client(dep.address());
-  EXPECT_TRUE(client.Ping(Ms(1000)).ok());
+  Status ping = client.Ping(Ms(1000));
+  EXPECT_TRUE(ping.ok()) << ping;
   auto out = dep.Post("/echo", {Doc("fine")});
   ASSERT_TRUE(out.ok()) << out.status();
 }
