@@ -110,7 +110,7 @@ TEST(RespawnTest, ReplicaKilledWhilePostingTenThousandDocsIsReplacedAndLosesNone
     more_by_successor += *doc.tags().at("pid").AsInt() == successor ? 1 : 0;
   }
   EXPECT_GT(more_by_successor, 0u);
-  EXPECT_TRUE(Client(dep.address()).Ping(Ms(1000)).ok());
+  EXPECT_TRUE(Client(dep.address()).Ping(Ms(5000)).ok());
 }
 
 TEST(RespawnTest, CrashLoopingReplicaIsGivenUpWithItsErrorAndTheOtherServesOn) {
@@ -145,7 +145,7 @@ TEST(RespawnTest, CrashLoopingReplicaIsGivenUpWithItsErrorAndTheOtherServesOn) {
 
   // The other replica serves on, and the deployment is healthy.
   Client client(dep.address());
-  EXPECT_TRUE(client.Ping(Ms(1000)).ok());
+  EXPECT_TRUE(client.Ping(Ms(5000)).ok());
   auto out = dep.Post("/", {Doc("a"), Doc("b"), Doc("c")}, {.request_size = 1});
   ASSERT_TRUE(out.ok()) << out.status();
   for (const Doc& doc : *out) {

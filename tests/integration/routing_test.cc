@@ -103,7 +103,8 @@ TEST(RoutingTest, WorkerErrorPassesThroughWithItsCodeAndBlamesNoReplica) {
   }
   EXPECT_EQ(answered, 1u);
   Client client(dep.address());
-  Status ping = client.Ping(Ms(1000));
+  // A generous bound: this asks "serving?", not "how fast?" (TSan, -j2).
+  Status ping = client.Ping(Ms(5000));
   EXPECT_TRUE(ping.ok()) << ping;
   auto out = dep.Post("/echo", {Doc("fine")});
   ASSERT_TRUE(out.ok()) << out.status();
@@ -118,7 +119,7 @@ TEST(RoutingTest, HealthIsNotServingAndRequestsFailFastWhenEveryReplicaIsDead) {
                   .restart_backoff_max = std::chrono::minutes(10)});
   ASSERT_TRUE(dep.ok()) << dep.status();
   Client client(dep.address());
-  ASSERT_TRUE(client.Ping(Ms(1000)).ok());
+  ASSERT_TRUE(client.Ping(Ms(5000)).ok());
   for (const ReplicaInfo& r : dep.replicas()) {
     ASSERT_EQ(::kill(r.pid, SIGKILL), 0) << r.name;
   }
