@@ -3,9 +3,20 @@
 // A Deployment runs `replicas` copies of one executor, each in its own worker
 // process serving gRPC on 127.0.0.1, behind a gateway that speaks Jina's
 // protocol on `host:port`. It is started by the constructor and stopped by
-// the destructor (workers get SIGTERM, then SIGKILL after a grace period, and
-// are always reaped). Workers also exit on their own when this process dies,
-// even by SIGKILL.
+// the destructor, in this order: the gateway stops accepting (new requests
+// get UNAVAILABLE), requests in flight finish within `timeout_drain`, then
+// workers get SIGTERM (they drain their own queues), SIGKILL after a grace
+// period, and are always reaped. Workers also exit on their own when this
+// process dies, even by SIGKILL.
+//
+// A replica whose process dies is started again with the same name, device
+// and placement, after a delay that doubles on each restart from
+// `restart_backoff_initial` up to `restart_backoff_max`; it rejoins the
+// gateway's rotation once its health check passes. A replica that fails to
+// start `max_init_failures` times in a row is given up: replicas() reports
+// it failed and why, the error is logged, and the Deployment serves on with
+// the replicas it has (a request finding none left fails with UNAVAILABLE
+// naming why).
 //
 //   gantry::Deployment dep({.uses = "MyExec", .uses_with = {{"device", "cpu"}}, .replicas = 2});
 //   if (!dep.ok()) { ... dep.status() ... }
@@ -94,6 +105,21 @@ struct DeploymentOptions {
   // larger request is refused with RESOURCE_EXHAUSTED before it is read
   // whole. Default: 64 MiB.
   std::int64_t max_message_bytes = std::int64_t{64} << 20;
+  // Respawning a replica whose process died: the first restart waits
+  // `restart_backoff_initial`, each further one twice as long as the one
+  // before, at most `restart_backoff_max` (>= initial, both >= 1 ms). The
+  // doubling starts over once a replica has served for
+  // `restart_backoff_max` without dying.
+  std::chrono::milliseconds restart_backoff_initial{100};
+  std::chrono::milliseconds restart_backoff_max{30000};
+  // A replica that fails to start (its executor's constructor throws, or
+  // its process dies or hangs past timeout_ready before it is ready) this
+  // many times in a row is not started again (>= 1).
+  int max_init_failures = 5;
+  // On Stop, the destructor, or SIGINT/SIGTERM in Block(): how long requests
+  // already in flight may take to finish after the gateway stops accepting
+  // new ones (>= 0); whatever is left is then cancelled.
+  std::chrono::milliseconds timeout_drain{10000};
 };
 
 struct ReplicaInfo {
@@ -113,6 +139,13 @@ struct ReplicaInfo {
   // what the placement was ("GPU 1 (NVIDIA H100 80GB) x0.5"); else empty.
   std::string cuda_visible_devices{};
   std::string placement{};
+  // Times this replica's process was started again after it died.
+  int restarts = 0;
+  // True once the replica was given up (max_init_failures failed starts in
+  // a row); `error` then says why (the last start's error). While it waits
+  // to be restarted, `error` says how its process ended.
+  bool failed = false;
+  std::string error{};
 };
 
 class Deployment {
@@ -141,7 +174,9 @@ class Deployment {
 
   // Blocks until SIGINT or SIGTERM arrives or Stop() is called.
   void Block();
-  // Stops the gateway and all replicas; idempotent.
+  // Stops the gateway (new requests get UNAVAILABLE), lets requests in
+  // flight finish within `timeout_drain`, then stops every replica;
+  // idempotent, and a second call waits for the first.
   void Stop();
 
  private:

@@ -2,12 +2,13 @@
 //
 //   gantry deployment --uses deployment.yml [--port N] [--http-port N] [--port-file F]
 //                     [--max-message-bytes N] [--ssl-certfile F --ssl-keyfile F
-//                     [--ssl-client-cafile F]]
+//                     [--ssl-client-cafile F]] [--restart-backoff-initial MS]
+//                     [--restart-backoff-max MS] [--max-init-failures N] [--timeout-drain MS]
 //   gantry executor --uses executor.yml|JTYPE [--lib PLUGIN.so]... [--port N] [--port-file F]
 //                   [--max-message-bytes N]
 //   gantry gateway --replica-addresses H:P,H:P [--port N] [--http-port N]
 //                  [--max-message-bytes N] [--ssl-certfile F --ssl-keyfile F
-//                  [--ssl-client-cafile F]]
+//                  [--ssl-client-cafile F]] [--timeout-drain MS]
 //   gantry new NAME [--dir DIR]
 //   gantry ping HOST:PORT [--timeout MS] [--attempts N] [--tls [--ssl-cafile F]
 //               [--ssl-certfile F --ssl-keyfile F]]
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -79,9 +81,18 @@ int ExecWorker(const std::vector<std::string>& args) {
       "cannot run " + program + ": " + std::strerror(errno) + " (set GANTRY_WORKER_PROGRAM)"));
 }
 
+// Respawn and drain options of `gantry deployment`; -1: not given (the
+// YAML's, else DeploymentOptions' default).
+struct LifecycleFlags {
+  std::int64_t restart_backoff_initial = -1;
+  std::int64_t restart_backoff_max = -1;
+  std::int64_t max_init_failures = -1;
+  std::int64_t timeout_drain = -1;
+};
+
 int RunDeployment(const std::string& uses, int port, int http_port, const std::string& port_file,
                   const std::string& log_level, std::int64_t max_message_bytes,
-                  const gantry::ServerTlsOptions& tls) {
+                  const gantry::ServerTlsOptions& tls, const LifecycleFlags& lifecycle) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   auto options = gantry::LoadDeploymentConfig(uses);
   if (!options.ok()) {
@@ -102,6 +113,19 @@ int RunDeployment(const std::string& uses, int port, int http_port, const std::s
   // The flags replace the YAML's TLS files as a set.
   if (tls.enabled() || !tls.client_ca_file.empty()) {
     options->tls = tls;
+  }
+  using Ms = std::chrono::milliseconds;
+  if (lifecycle.restart_backoff_initial >= 0) {
+    options->restart_backoff_initial = Ms(lifecycle.restart_backoff_initial);
+  }
+  if (lifecycle.restart_backoff_max >= 0) {
+    options->restart_backoff_max = Ms(lifecycle.restart_backoff_max);
+  }
+  if (lifecycle.max_init_failures >= 0) {
+    options->max_init_failures = static_cast<int>(lifecycle.max_init_failures);
+  }
+  if (lifecycle.timeout_drain >= 0) {
+    options->timeout_drain = Ms(lifecycle.timeout_drain);
   }
   gantry::Deployment deployment(std::move(options).value());
   if (!deployment.ok()) {
@@ -188,7 +212,8 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
 
 int RunGateway(const std::string& addresses, const std::string& host, int port, int http_port,
                const std::string& name, const std::string& port_file, const std::string& log_level,
-               std::int64_t max_message_bytes, const gantry::ServerTlsOptions& tls) {
+               std::int64_t max_message_bytes, const gantry::ServerTlsOptions& tls,
+               std::int64_t timeout_drain) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   gantry::internal::GatewayOptions options;
   options.host = host;
@@ -226,7 +251,9 @@ int RunGateway(const std::string& addresses, const std::string& host, int port, 
   sigaddset(&set, SIGTERM);
   int signal_number = 0;
   sigwait(&set, &signal_number);
-  (*gateway)->Shutdown(std::chrono::seconds(5));
+  spdlog::info("received {}; draining requests in flight (up to {} ms)", strsignal(signal_number),
+               timeout_drain);
+  (*gateway)->Shutdown(std::chrono::milliseconds(timeout_drain));
   return 0;
 }
 
@@ -296,6 +323,28 @@ int main(int argc, char** argv) try {
                         "require client certificates signed by these PEM CA certificates");
   };
   add_tls_options(deployment);
+  LifecycleFlags lifecycle;
+  deployment
+      ->add_option("--restart-backoff-initial", lifecycle.restart_backoff_initial,
+                   "ms before a dead replica's first restart; doubles on each further one "
+                   "(default 100; overrides the YAML's)")
+      ->check(RangeOf(gantry::internal::kRestartBackoffRule));
+  deployment
+      ->add_option("--restart-backoff-max", lifecycle.restart_backoff_max,
+                   "longest wait before a restart, in ms (default 30000; overrides the YAML's)")
+      ->check(RangeOf(gantry::internal::kRestartBackoffRule));
+  deployment
+      ->add_option("--max-init-failures", lifecycle.max_init_failures,
+                   "failed starts in a row before a replica is given up (default 5; overrides "
+                   "the YAML's)")
+      ->check(RangeOf(gantry::internal::kMaxInitFailuresRule));
+  constexpr const char* kTimeoutDrainHelp =
+      "on SIGTERM/SIGINT, ms that requests in flight may take to finish once new ones are "
+      "refused";
+  deployment
+      ->add_option("--timeout-drain", lifecycle.timeout_drain,
+                   std::string(kTimeoutDrainHelp) + " (default 10000; overrides the YAML's)")
+      ->check(RangeOf(gantry::internal::kTimeoutDrainRule));
 
   std::string device;
   std::string name;
@@ -333,6 +382,11 @@ int main(int argc, char** argv) try {
   gateway->add_option("--max-message-bytes", max_message_bytes, kMaxMessageHelp)
       ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
   add_tls_options(gateway);
+  std::int64_t gateway_timeout_drain = 10000;
+  gateway
+      ->add_option("--timeout-drain", gateway_timeout_drain,
+                   std::string(kTimeoutDrainHelp) + " (default 10000)")
+      ->check(RangeOf(gantry::internal::kTimeoutDrainRule));
 
   std::string address;
   int timeout_ms = 3000;
@@ -360,7 +414,8 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
 
   if (deployment->parsed()) {
-    return RunDeployment(uses, port, http_port, port_file, log_level, max_message_bytes, tls);
+    return RunDeployment(uses, port, http_port, port_file, log_level, max_message_bytes, tls,
+                         lifecycle);
   }
   if (executor->parsed()) {
     return RunExecutor(uses, host, port, port_file, device, name, uses_with, libs, log_level,
@@ -369,7 +424,7 @@ int main(int argc, char** argv) try {
   if (gateway->parsed()) {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     return RunGateway(addresses, host, port, http_port, gateway_name, port_file, log_level,
-                      max_message_bytes, tls);
+                      max_message_bytes, tls, gateway_timeout_drain);
   }
   if (ping->parsed()) {
     // A CA or client certificate only makes sense over TLS.

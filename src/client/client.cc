@@ -213,7 +213,9 @@ StatusOr<DocList> Client::Impl::Post(std::string_view endpoint, const DocList& d
   if (!error.ok()) {
     return error;
   }
-  if (!finish.ok()) {
+  // With every reply in, how the stream ended loses nothing: a gateway that
+  // starts draining before our WritesDone arrives ends it UNAVAILABLE.
+  if (!finish.ok() && received_batches < batches) {
     Status status = internal::FromGrpcStatus(finish);
     if (status.code() == StatusCode::kUnavailable) {
       return status.WithPrefix("cannot reach " + address_);

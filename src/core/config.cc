@@ -39,15 +39,28 @@ constexpr std::string_view kExecutorKeys[] = {"jtype", "with", "metas", "request
 constexpr std::string_view kMetasKeys[] = {"name", "description", "workspace",
                                            "url",  "keywords",    "libs"};
 constexpr std::string_view kDeploymentKeys[] = {"jtype", "version", "with"};
-constexpr std::string_view kDeploymentWithKeys[] = {"uses",          "uses_with",
-                                                    "uses_metas",    "name",
-                                                    "replicas",      "port",
-                                                    "host",          "env",
-                                                    "timeout_ready", "log_level",
-                                                    "gpus",          "uses_dynamic_batching",
-                                                    "http_port",     "max_message_bytes",
-                                                    "models",        "ssl_certfile",
-                                                    "ssl_keyfile",   "ssl_client_cafile"};
+constexpr std::string_view kDeploymentWithKeys[] = {"uses",
+                                                    "uses_with",
+                                                    "uses_metas",
+                                                    "name",
+                                                    "replicas",
+                                                    "port",
+                                                    "host",
+                                                    "env",
+                                                    "timeout_ready",
+                                                    "log_level",
+                                                    "gpus",
+                                                    "uses_dynamic_batching",
+                                                    "http_port",
+                                                    "max_message_bytes",
+                                                    "models",
+                                                    "ssl_certfile",
+                                                    "ssl_keyfile",
+                                                    "ssl_client_cafile",
+                                                    "restart_backoff_initial",
+                                                    "restart_backoff_max",
+                                                    "max_init_failures",
+                                                    "timeout_drain"};
 // Jina's batching keys, plus Triton-style caps of ours.
 constexpr std::string_view kBatchingKeys[] = {
     "preferred_batch_size", "timeout",        "flush_all",     "use_dynamic_batching",
@@ -695,6 +708,8 @@ class Parser {
     Value::Dict base_metas;
     std::map<std::string, DynamicBatching> base_batching;
     bool has_uses = false;
+    // Where restart_backoff_max was written, for the check against _initial.
+    std::optional<YAML::Mark> backoff_max_mark;
     for (const Entry& e : entries) {
       std::string path = Join("with", e.key);
       if (e.key == "uses") {
@@ -757,6 +772,20 @@ class Parser {
         GANTRY_ASSIGN_OR_RETURN(options.gpus, ParseGpus(e, path));
       } else if (e.key == "uses_dynamic_batching") {
         GANTRY_ASSIGN_OR_RETURN(options.uses_dynamic_batching, ParseBatching(e, path));
+      } else if (e.key == "restart_backoff_initial" || e.key == "restart_backoff_max") {
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t ms, ReadInt(e, path, internal::kRestartBackoffRule));
+        (e.key == "restart_backoff_initial" ? options.restart_backoff_initial
+                                            : options.restart_backoff_max) =
+            std::chrono::milliseconds(ms);
+        if (e.key == "restart_backoff_max") {
+          backoff_max_mark = e.mark;
+        }
+      } else if (e.key == "max_init_failures") {
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t n, ReadInt(e, path, internal::kMaxInitFailuresRule));
+        options.max_init_failures = static_cast<int>(n);
+      } else if (e.key == "timeout_drain") {
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t ms, ReadInt(e, path, internal::kTimeoutDrainRule));
+        options.timeout_drain = std::chrono::milliseconds(ms);
       } else if (e.key == "timeout_ready") {
         GANTRY_ASSIGN_OR_RETURN(std::int64_t ms, ReadInt(e, path, internal::kTimeoutReadyRule));
         options.timeout_ready = ms < 0 ? kForever : std::chrono::milliseconds(ms);
@@ -773,6 +802,11 @@ class Parser {
     }
     if (Status s = internal::CheckServerTlsOptions(options.tls); !s.ok()) {
       return Error(with.mark, "with", s.message());
+    }
+    if (Status s = internal::CheckRestartBackoff(options.restart_backoff_initial.count(),
+                                                 options.restart_backoff_max.count());
+        !s.ok()) {
+      return Error(backoff_max_mark.value_or(with.mark), "with.restart_backoff_max", s.message());
     }
     // uses_with / uses_metas override the executor's own with / metas.
     for (auto& [key, value] : options.uses_with) {

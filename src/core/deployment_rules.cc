@@ -149,6 +149,15 @@ Status CheckServerTlsOptions(const ServerTlsOptions& tls) {
   return OkStatus();
 }
 
+Status CheckRestartBackoff(std::int64_t initial_ms, std::int64_t max_ms) {
+  if (max_ms < initial_ms) {
+    return InvalidArgumentError("restart_backoff_max (" + std::to_string(max_ms) +
+                                " ms) is below restart_backoff_initial (" +
+                                std::to_string(initial_ms) + " ms)");
+  }
+  return OkStatus();
+}
+
 Status ValidateDeploymentOptions(const DeploymentOptions& options) {
   const std::string where = "deployment '" + options.name + "'";
   if (options.uses.empty()) {
@@ -158,7 +167,15 @@ Status ValidateDeploymentOptions(const DeploymentOptions& options) {
   for (const Status& s :
        {CheckIntOption(kReplicasRule, "replicas", options.replicas),
         CheckIntOption(kPortRule, "port", options.port),
-        CheckIntOption(kMaxMessageBytesRule, "max_message_bytes", options.max_message_bytes)}) {
+        CheckIntOption(kMaxMessageBytesRule, "max_message_bytes", options.max_message_bytes),
+        CheckIntOption(kRestartBackoffRule, "restart_backoff_initial",
+                       options.restart_backoff_initial.count()),
+        CheckIntOption(kRestartBackoffRule, "restart_backoff_max",
+                       options.restart_backoff_max.count()),
+        CheckRestartBackoff(options.restart_backoff_initial.count(),
+                            options.restart_backoff_max.count()),
+        CheckIntOption(kMaxInitFailuresRule, "max_init_failures", options.max_init_failures),
+        CheckIntOption(kTimeoutDrainRule, "timeout_drain", options.timeout_drain.count())}) {
     if (!s.ok()) {
       return InvalidArgumentError(prefix + s.message());
     }

@@ -53,6 +53,14 @@ inline constexpr IntRule kMaxMessageBytesRule{1, std::numeric_limits<std::int32_
 // `timeout_ready` in YAML, in milliseconds.
 inline constexpr IntRule kTimeoutReadyRule{-1, std::numeric_limits<std::int64_t>::max(),
                                            "milliseconds >= 0, or -1 to wait forever", false};
+// Respawning: restart_backoff_initial and restart_backoff_max (ms), and
+// max_init_failures (failed starts in a row before a replica is given up).
+inline constexpr IntRule kRestartBackoffRule{1, std::numeric_limits<std::int64_t>::max(),
+                                             "milliseconds >= 1", false};
+inline constexpr IntRule kMaxInitFailuresRule{1, kIntMax, "an integer >= 1", false};
+// `timeout_drain` (ms): how long requests in flight may finish on shutdown.
+inline constexpr IntRule kTimeoutDrainRule{0, std::numeric_limits<std::int64_t>::max(),
+                                           "milliseconds >= 0", false};
 // Dynamic batching: preferred_batch_size, timeout (ms), and the caps
 // max_batch_size and max_queue_size.
 inline constexpr IntRule kPreferredBatchSizeRule{1, kIntMax, "an integer >= 1", false};
@@ -126,8 +134,15 @@ Status CheckServedModel(const std::string& name, const std::string& endpoint);
 // files is common/tls.h's business, at start.
 Status CheckServerTlsOptions(const ServerTlsOptions& tls);
 
+// restart_backoff_max must not be below restart_backoff_initial (each is
+// checked against kRestartBackoffRule on its own). InvalidArgument
+// "restart_backoff_max (<max> ms) is below restart_backoff_initial
+// (<initial> ms)".
+Status CheckRestartBackoff(std::int64_t initial_ms, std::int64_t max_ms);
+
 // The rules for a Deployment's own options built in C++: `uses` given,
-// replicas, port, max_message_bytes, name and log level. Messages start
+// replicas, port, max_message_bytes, restart_backoff_initial and _max,
+// max_init_failures, timeout_drain, name and log level. Messages start
 // with "deployment '<name>': " (or name the bad name). The YAML loader
 // checks the same rules, with its own words, as it reads a file.
 Status ValidateDeploymentOptions(const DeploymentOptions& options);

@@ -23,6 +23,7 @@
 #include "core/worker_mode.h"
 #include "deployment/child_process.h"
 #include "deployment/placement.h"
+#include "deployment/restart_policy.h"
 #include "deployment/worker_program.h"
 #include "gateway/gateway.h"
 #include "worker/worker_spec.h"
@@ -66,18 +67,51 @@ struct Pipe {
   }
 };
 
+using SteadyClock = std::chrono::steady_clock;
+
+// How often the supervisor looks for replicas that died.
+constexpr std::chrono::milliseconds kSuperviseInterval{50};
+// How long a worker that reported a failed start (or closed its status pipe)
+// may take to exit before it is killed.
+constexpr std::chrono::milliseconds kFailedStartExitGrace{2000};
+
 struct Replica {
+  // Where the supervisor is with this replica.
+  enum class State {
+    kStarting,  // spawned; its status pipe is open until it reports
+    kServing,   // reported ready; watched for its exit
+    kEnding,    // failed to start; waiting for its process to end
+    kWaiting,   // its process ended; started again at restart_at
+    kFailed,    // given up after max_init_failures failed starts in a row
+  };
+
+  Replica(std::chrono::milliseconds backoff_initial, std::chrono::milliseconds backoff_max,
+          int max_init_failures)
+      : policy(backoff_initial, backoff_max, max_init_failures) {}
+
   std::string name;
   std::string device;
   std::string cuda_visible_devices;
   std::string placement;
   internal::WorkerSpec spec;
+  // The worker's environment: the options' env plus its placement.
+  std::map<std::string, std::string> env;
   ChildProcessPtr process;
   // The parent keeps the write end; the worker exits when it closes.
   std::unique_ptr<Pipe> lifeline;
-  // Read end of the start-up status pipe, until the worker reports.
-  int status_fd = -1;
+  // The start-up status pipe (read end only), until the worker reports.
+  std::unique_ptr<Pipe> status;
+  std::string status_text;
   int port = 0;
+
+  State state = State::kStarting;
+  internal::RestartPolicy policy;
+  SteadyClock::time_point started_at{};
+  // kStarting: timeout_ready; kEnding: when to SIGKILL; kWaiting: restart.
+  SteadyClock::time_point deadline{};
+  int restarts = 0;
+  // Why the last start failed, or how the process last ended.
+  std::string error;
 };
 
 std::string SelfExecutable() {
@@ -154,7 +188,11 @@ class Deployment::Impl {
 
   Status status_;
   DeploymentOptions options_;
+  // The vector is filled by Start before the supervisor starts and never
+  // resized after; each Replica's fields are guarded by replicas_mutex_
+  // from then on (the supervisor changes them, replicas() reads them).
   std::vector<Replica> replicas_;
+  mutable std::mutex replicas_mutex_;
   // Shared, not unique: Post and the accessors take a reference under
   // state_mutex_ and use it unlocked, so Stop can drop these while a Post
   // is still running on another thread.
@@ -170,8 +208,26 @@ class Deployment::Impl {
  private:
   Status Place();
   Status Validate();
-  Status SpawnReplicas(const std::string& program);
+  Status SpawnReplicas();
+  // Spawns `replica`'s worker with its spec, env and fresh pipes.
+  Status SpawnReplica(Replica& replica);
   Status AwaitReplicas();
+
+  // The supervisor thread: restarts replicas whose process died (see
+  // gantry/deployment.h). Runs from the end of Start until Stop.
+  void Supervise();
+  // One look at replica `index` (under replicas_mutex_); `readable`: its
+  // status pipe has something to read.
+  void Step(std::size_t index, bool readable, internal::Gateway& gateway);
+  // Its process ended (reaped).
+  void OnExited(std::size_t index, internal::Gateway& gateway);
+  void StopSupervisor();
+
+  std::string program_;
+  std::thread supervisor_;
+  // Written by StopSupervisor to wake the supervisor's poll.
+  Pipe supervisor_wake_;
+  std::atomic<bool> stop_supervising_{false};
 };
 
 Status Deployment::Impl::Validate() {
@@ -234,7 +290,8 @@ Status Deployment::Impl::Start() {
                                .WithPrefix("deployment '" + options_.name + "'"));
   }
 
-  std::string program = options_.worker_program;
+  std::string& program = program_;
+  program = options_.worker_program;
   if (program.empty()) {
     if (internal::FindExecutorType(options_.uses) != nullptr) {
       // Re-execute this program: gantry::Init turns it into the worker.
@@ -250,7 +307,7 @@ Status Deployment::Impl::Start() {
       }
     }
   }
-  GANTRY_RETURN_IF_ERROR(SpawnReplicas(program));
+  GANTRY_RETURN_IF_ERROR(SpawnReplicas());
   GANTRY_RETURN_IF_ERROR(AwaitReplicas());
 
   internal::GatewayOptions gateway_options;
@@ -277,6 +334,10 @@ Status Deployment::Impl::Start() {
                 ? std::shared_ptr<Client>(new Client(std::move(client_address), client_options,
                                                      gateway_->InProcessChannel()))
                 : std::make_shared<Client>(std::move(client_address), client_options);
+  if (!supervisor_wake_.ok()) {
+    return InternalError(std::string("cannot create a pipe: ") + std::strerror(errno));
+  }
+  supervisor_ = std::thread([this] { Supervise(); });
 
   std::string address = internal::JoinHostPort(options_.host, gateway_->port());
   std::string line(48, '-');
@@ -287,9 +348,11 @@ Status Deployment::Impl::Start() {
   return OkStatus();
 }
 
-Status Deployment::Impl::SpawnReplicas(const std::string& program) {
+Status Deployment::Impl::SpawnReplicas() {
+  replicas_.reserve(static_cast<std::size_t>(options_.replicas));
   for (int i = 0; i < options_.replicas; ++i) {
-    Replica replica;
+    Replica& replica = replicas_.emplace_back(
+        options_.restart_backoff_initial, options_.restart_backoff_max, options_.max_init_failures);
     replica.name = options_.name + "/rep-" + std::to_string(i);
     internal::WorkerSpec& spec = replica.spec;
     spec.jtype = options_.uses;
@@ -310,46 +373,54 @@ Status Deployment::Impl::SpawnReplicas(const std::string& program) {
     replica.placement = placement.description;
     spec.log_level = options_.log_level;
     spec.max_message_bytes = options_.max_message_bytes;
-
-    Pipe status_pipe;
-    replica.lifeline = std::make_unique<Pipe>();
-    if (!status_pipe.ok() || !replica.lifeline->ok()) {
-      return InternalError(std::string("cannot create pipes: ") + std::strerror(errno));
-    }
-    internal::ChildProcessOptions child;
-    child.program = program;
-    child.args = internal::WorkerArguments(spec);
-    child.args.insert(child.args.end(), {"--status-fd", "3", "--lifeline-fd", "4"});
-    child.env = options_.env;
+    replica.env = options_.env;
     if (placement.cuda_visible_devices) {
       // Replaces any "RR..." value, which CUDA itself would reject.
-      child.env["CUDA_VISIBLE_DEVICES"] = *placement.cuda_visible_devices;
+      replica.env["CUDA_VISIBLE_DEVICES"] = *placement.cuda_visible_devices;
       replica.cuda_visible_devices = *placement.cuda_visible_devices;
       // Indices were counted in NVML's (PCI bus) order; make CUDA agree.
-      if (!placement.gpus.empty() && !child.env.contains("CUDA_DEVICE_ORDER") &&
+      if (!placement.gpus.empty() && !replica.env.contains("CUDA_DEVICE_ORDER") &&
           std::getenv("CUDA_DEVICE_ORDER") == nullptr) {
-        child.env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
+        replica.env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
       }
     }
-    child.fds = {{3, status_pipe.write_fd}, {4, replica.lifeline->read_fd}};
-    auto process = ChildProcess::Spawn(child);
-    if (!process.ok()) {
-      return process.status().WithPrefix("replica " + replica.name);
-    }
-    replica.process = std::move(process).value();
-    // Our copies of the child's ends must close, or EOF never comes.
-    status_pipe.CloseWrite();
-    replica.lifeline->CloseRead();
-    replica.status_fd = status_pipe.read_fd;
-    status_pipe.read_fd = -1;
-    spdlog::debug("spawned {} pid={} device={} placement={}", replica.name, replica.process->pid(),
-                  replica.device, replica.placement);
+    GANTRY_RETURN_IF_ERROR(SpawnReplica(replica));
     if (placement.cuda_visible_devices && !placement.cuda_visible_devices->empty()) {
       spdlog::info("{} placed on {}: CUDA_VISIBLE_DEVICES={} device={}", replica.name,
                    replica.placement, replica.cuda_visible_devices, replica.device);
     }
-    replicas_.push_back(std::move(replica));
   }
+  return OkStatus();
+}
+
+Status Deployment::Impl::SpawnReplica(Replica& replica) {
+  auto status_pipe = std::make_unique<Pipe>();
+  auto lifeline = std::make_unique<Pipe>();
+  if (!status_pipe->ok() || !lifeline->ok()) {
+    return InternalError(std::string("cannot create pipes: ") + std::strerror(errno));
+  }
+  internal::ChildProcessOptions child;
+  child.program = program_;
+  child.args = internal::WorkerArguments(replica.spec);
+  child.args.insert(child.args.end(), {"--status-fd", "3", "--lifeline-fd", "4"});
+  child.env = replica.env;
+  child.fds = {{3, status_pipe->write_fd}, {4, lifeline->read_fd}};
+  auto process = ChildProcess::Spawn(child);
+  if (!process.ok()) {
+    return process.status().WithPrefix("replica " + replica.name);
+  }
+  replica.process = std::move(process).value();
+  // Our copies of the child's ends must close, or EOF never comes.
+  status_pipe->CloseWrite();
+  lifeline->CloseRead();
+  replica.status = std::move(status_pipe);
+  replica.lifeline = std::move(lifeline);
+  replica.status_text.clear();
+  replica.started_at = SteadyClock::now();
+  replica.deadline = replica.started_at + options_.timeout_ready;
+  replica.state = Replica::State::kStarting;
+  spdlog::debug("spawned {} pid={} device={} placement={}", replica.name, replica.process->pid(),
+                replica.device, replica.placement);
   return OkStatus();
 }
 
@@ -361,8 +432,9 @@ Status Deployment::Impl::AwaitReplicas() {
   };
   std::vector<Pending> pending;
   for (Replica& replica : replicas_) {
-    pending.push_back({replica.status_fd, "", false});
-    replica.status_fd = -1;
+    pending.push_back({replica.status->read_fd, "", false});
+    replica.status->read_fd = -1;  // closed by close_all or below
+    replica.status.reset();
   }
   auto close_all = [&] {
     for (Pending& p : pending) {
@@ -423,6 +495,8 @@ Status Deployment::Impl::AwaitReplicas() {
       Replica& replica = replicas_[index[k]];
       if (p.text.starts_with("READY ")) {
         replica.port = std::atoi(p.text.c_str() + 6);
+        replica.state = Replica::State::kServing;
+        replica.policy.OnReady(SteadyClock::now());
         spdlog::info("{} ready on 127.0.0.1:{} (pid {}, {})", replica.name, replica.port,
                      replica.process->pid(), replica.device);
         continue;
@@ -444,12 +518,174 @@ Status Deployment::Impl::AwaitReplicas() {
   return OkStatus();
 }
 
+void Deployment::Impl::Supervise() {
+  while (!stop_supervising_.load()) {
+    std::vector<pollfd> fds{{supervisor_wake_.read_fd, POLLIN, 0}};
+    std::vector<std::size_t> index;
+    {
+      std::lock_guard lock(replicas_mutex_);
+      for (std::size_t i = 0; i < replicas_.size(); ++i) {
+        if (replicas_[i].state == Replica::State::kStarting && replicas_[i].status) {
+          fds.push_back({replicas_[i].status->read_fd, POLLIN, 0});
+          index.push_back(i);
+        }
+      }
+    }
+    int n = ::poll(fds.data(), fds.size(), static_cast<int>(kSuperviseInterval.count()));
+    if (n < 0 && errno != EINTR) {
+      spdlog::error("deployment '{}': supervisor: poll: {}; replicas are no longer restarted",
+                    options_.name, std::strerror(errno));
+      return;
+    }
+    if (stop_supervising_.load()) {
+      return;
+    }
+    // Stop resets gateway_ only after this thread has ended.
+    std::shared_ptr<internal::Gateway> gateway = this->gateway();
+    if (!gateway) {
+      return;
+    }
+    std::lock_guard lock(replicas_mutex_);
+    for (std::size_t i = 0; i < replicas_.size(); ++i) {
+      bool readable = false;
+      for (std::size_t k = 0; k < index.size(); ++k) {
+        readable = readable || (index[k] == i && fds[k + 1].revents != 0);
+      }
+      Step(i, readable, *gateway);
+    }
+  }
+}
+
+void Deployment::Impl::Step(std::size_t index, bool readable, internal::Gateway& gateway) {
+  Replica& replica = replicas_[index];
+  const SteadyClock::time_point now = SteadyClock::now();
+  switch (replica.state) {
+    case Replica::State::kStarting: {
+      bool ended = false;
+      if (readable) {
+        char buffer[4096];
+        ssize_t got = ::read(replica.status->read_fd, buffer, sizeof(buffer));
+        if (got > 0) {
+          replica.status_text.append(buffer, static_cast<std::size_t>(got));
+        } else if (got == 0 || errno != EINTR) {
+          ended = true;  // EOF: the worker said all it will say
+        }
+      }
+      if (ended && replica.status_text.starts_with("READY ")) {
+        replica.status.reset();
+        replica.port = std::atoi(replica.status_text.c_str() + 6);
+        replica.state = Replica::State::kServing;
+        replica.policy.OnReady(now);
+        replica.error.clear();
+        auto took = std::chrono::duration_cast<std::chrono::milliseconds>(now - replica.started_at);
+        spdlog::info("{} restarted: ready on 127.0.0.1:{} (pid {}, {}) after {} ms", replica.name,
+                     replica.port, replica.process->pid(), replica.device, took.count());
+        gateway.ReplicaRestarted(index, "127.0.0.1:" + std::to_string(replica.port));
+        return;
+      }
+      if (ended) {
+        replica.status.reset();
+        replica.error = replica.status_text.starts_with("ERROR ")
+                            ? replica.status_text.substr(6)
+                            : "it closed its status pipe before it was ready";
+      } else if (now >= replica.deadline) {
+        replica.status.reset();
+        replica.error = "it was not ready within " +
+                        std::to_string(options_.timeout_ready.count()) + " ms (timeout_ready)";
+        replica.process->Signal(SIGKILL);
+      } else {
+        return;
+      }
+      replica.state = Replica::State::kEnding;
+      replica.deadline = now + kFailedStartExitGrace;
+      return;
+    }
+    case Replica::State::kEnding:
+      if (!replica.process->Running()) {
+        OnExited(index, gateway);
+      } else if (now >= replica.deadline) {
+        replica.process->Signal(SIGKILL);
+      }
+      return;
+    case Replica::State::kServing:
+      if (!replica.process->Running()) {
+        OnExited(index, gateway);
+      }
+      return;
+    case Replica::State::kWaiting:
+      if (now >= replica.deadline) {
+        ++replica.restarts;
+        spdlog::info("{}: starting it again (restart {})", replica.name, replica.restarts);
+        if (Status spawned = SpawnReplica(replica); !spawned.ok()) {
+          // Counts as a failed start; Step sees no process and goes on.
+          replica.error = spawned.message();
+          replica.status.reset();
+          replica.state = Replica::State::kEnding;
+          OnExited(index, gateway);
+        }
+      }
+      return;
+    case Replica::State::kFailed:
+      return;
+  }
+}
+
+void Deployment::Impl::OnExited(std::size_t index, internal::Gateway& gateway) {
+  Replica& replica = replicas_[index];
+  const bool during_init = replica.state != Replica::State::kServing;
+  const SteadyClock::time_point now = SteadyClock::now();
+  std::string how;
+  if (replica.process) {
+    how = "(pid " + std::to_string(replica.process->pid()) + ") " +
+          ChildProcess::DescribeWaitStatus(replica.process->exit_status().value_or(0));
+  }
+  if (!during_init) {
+    replica.error = "its process " + how;
+    gateway.ReplicaDown(index, replica.error);
+  } else if (replica.error.starts_with("it closed its status pipe") && !how.empty()) {
+    replica.error += ": its process " + how;
+  }
+  replica.lifeline.reset();
+  std::optional<std::chrono::milliseconds> delay = replica.policy.OnExit(now, during_init);
+  if (!delay) {
+    replica.state = Replica::State::kFailed;
+    replica.error =
+        "it failed to start " + std::to_string(replica.policy.init_failures()) +
+        " times in a row (max_init_failures); not restarting it. Last error: " + replica.error;
+    spdlog::error("deployment '{}': replica {} {}", options_.name, replica.name, replica.error);
+    gateway.ReplicaGivenUp(index, replica.error);
+    return;
+  }
+  replica.state = Replica::State::kWaiting;
+  replica.deadline = now + *delay;
+  if (during_init) {
+    spdlog::warn("{} failed to start ({} of {} in a row): {}; trying again in {} ms", replica.name,
+                 replica.policy.init_failures(), options_.max_init_failures, replica.error,
+                 delay->count());
+  } else {
+    spdlog::warn("{}: {}; starting it again in {} ms", replica.name, replica.error, delay->count());
+  }
+}
+
+void Deployment::Impl::StopSupervisor() {
+  stop_supervising_.store(true);
+  if (supervisor_wake_.write_fd >= 0) {
+    char byte = 1;
+    (void)!::write(supervisor_wake_.write_fd, &byte, 1);
+  }
+  if (supervisor_.joinable()) {
+    supervisor_.join();
+  }
+}
+
 void Deployment::Impl::Stop() {
   std::lock_guard lock(stop_mutex_);
   if (stopped_) {
     return;
   }
   stopped_ = true;
+  // No replica is restarted from here on.
+  StopSupervisor();
   std::shared_ptr<internal::Gateway> gateway;
   {
     // From here on Post answers "stopped"; Posts already running keep their
@@ -459,9 +695,11 @@ void Deployment::Impl::Stop() {
     client_.reset();
   }
   if (gateway) {
-    gateway->Shutdown(std::chrono::milliseconds(2000));
+    // New requests are refused; those in flight finish, up to timeout_drain.
+    gateway->Shutdown(options_.timeout_drain);
   }
-  // Signal every replica first, then wait: they drain in parallel.
+  // Only then the workers. Signal every replica first, then wait: they
+  // drain their own queues in parallel.
   for (Replica& replica : replicas_) {
     if (replica.process) {
       replica.process->Signal(SIGTERM);
@@ -476,6 +714,7 @@ void Deployment::Impl::Stop() {
       }
     }
     replica.lifeline.reset();
+    replica.status.reset();
   }
   {
     std::lock_guard state_lock(state_mutex_);
@@ -548,6 +787,7 @@ std::vector<ReplicaInfo> Deployment::replicas() const {
   if (std::shared_ptr<internal::Gateway> gateway = impl_->gateway()) {
     states = gateway->ReplicaStates();
   }
+  std::lock_guard lock(impl_->replicas_mutex_);
   for (std::size_t i = 0; i < impl_->replicas_.size(); ++i) {
     const Replica& replica = impl_->replicas_[i];
     ReplicaInfo info;
@@ -562,6 +802,11 @@ std::vector<ReplicaInfo> Deployment::replicas() const {
     }
     info.cuda_visible_devices = replica.cuda_visible_devices;
     info.placement = replica.placement;
+    info.restarts = replica.restarts;
+    info.failed = replica.state == Replica::State::kFailed;
+    if (replica.state != Replica::State::kServing) {
+      info.error = replica.error;
+    }
     out.push_back(std::move(info));
   }
   return out;

@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "common/grpc_options.h"
@@ -41,18 +42,43 @@ constexpr int kMaxReplicasKilledPerRequest = 2;
 
 using Clock = std::chrono::system_clock;
 
-struct Replica {
+// Where one replica's process listens. Replaced whole when the Deployment
+// starts the replica again on a new port; a call keeps the endpoint it was
+// sent on until it completes.
+struct Endpoint {
+  Endpoint(std::string where, std::int64_t max_message_bytes)
+      : address(std::move(where)),
+        channel(MakeChannel(address, max_message_bytes)),
+        stub(std::make_unique<grpc::GenericStub>(channel)),
+        health(grpc::health::v1::Health::NewStub(channel)) {}
   std::string address;
-  std::string name;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<grpc::GenericStub> stub;
   std::unique_ptr<grpc::health::v1::Health::Stub> health;
+};
+
+struct Replica {
+  std::string name;
   std::atomic<int> in_flight{0};
   std::atomic<std::uint64_t> served{0};
-  // In rotation: cleared by a transport failure, set by a passing probe.
+  // In rotation: cleared by a transport failure or by the supervisor, set by
+  // a passing probe of the current endpoint (under `mutex`, read anywhere).
   std::atomic<bool> available{true};
 
-  std::string Describe() const { return name + " (" + address + ")"; }
+  mutable std::mutex mutex;
+  // Shared with the calls in flight on it.
+  std::shared_ptr<Endpoint> endpoint;  // guarded by mutex
+  // The supervisor says the process is gone: not probed until restarted.
+  bool down = false;  // guarded by mutex
+  // Non-empty once the supervisor gave the replica up: why.
+  std::string given_up;  // guarded by mutex
+
+  std::shared_ptr<Endpoint> CurrentEndpoint() const {
+    std::lock_guard lock(mutex);
+    return endpoint;
+  }
+  std::string Describe() const { return Describe(*CurrentEndpoint()); }
+  std::string Describe(const Endpoint& on) const { return name + " (" + on.address + ")"; }
 };
 
 // gRPC reports a replica it could not connect to ("failed to connect to all
@@ -145,14 +171,21 @@ class ForwardCall {
   bool send_timeout_bound_ = false;
   int attempt_ = 0;
   std::size_t replica_ = 0;
-  // Replicas that dropped the connection in the middle of this request.
-  std::vector<std::size_t> killed_;
+  // The replica's endpoint the attempt in flight was sent on.
+  std::shared_ptr<Endpoint> endpoint_;
+  // Replicas that dropped the connection in the middle of this request, as
+  // "name (address)".
+  std::vector<std::string> killed_;
   ForwardDone done_;
 
   std::mutex mutex_;
   std::unique_ptr<grpc::ClientContext> context_;  // guarded by mutex_
   bool cancelled_ = false;                        // guarded by mutex_
 };
+
+namespace {
+class DataReactor;
+}  // namespace
 
 class Gateway::Impl {
  public:
@@ -178,28 +211,19 @@ class Gateway::Impl {
     }
     return out;
   }
-  void Shutdown(std::chrono::milliseconds grace) {
-    std::call_once(shutdown_once_, [&] {
-      {
-        std::lock_guard lock(probe_mutex_);
-        stop_probing_ = true;
-      }
-      probe_wake_.notify_all();
-      if (prober_.joinable()) {
-        prober_.join();
-      }
-      if (http_) {
-        http_->Shutdown();
-      }
-      if (!server_) {
-        return;
-      }
-      if (auto* health = server_->GetHealthCheckService()) {
-        health->Shutdown();
-      }
-      server_->Shutdown(Clock::now() + grace);
-      server_->Wait();
-    });
+  void Shutdown(std::chrono::milliseconds grace);
+  void ReplicaDown(std::size_t index, const std::string& why);
+  void ReplicaRestarted(std::size_t index, const std::string& address);
+  void ReplicaGivenUp(std::size_t index, const std::string& why);
+
+  // Called by each data call's reactor when it starts: false once the
+  // gateway is draining (the call is then refused). A registered reactor
+  // calls Unregister when it is done.
+  bool Register(DataReactor* reactor);
+  void Unregister(DataReactor* reactor);
+  std::string ShuttingDownMessage() const {
+    return "deployment '" + options_.deployment_name +
+           "' is shutting down: no new requests are accepted";
   }
 
  private:
@@ -210,15 +234,21 @@ class Gateway::Impl {
   void Attempt(std::shared_ptr<ForwardCall> call);
   void OnAttemptDone(std::shared_ptr<ForwardCall> call, grpc::Status status);
   void Finish(const std::shared_ptr<ForwardCall>& call, grpc::Status status);
+  // Refuses new calls, tells every data call to finish once its requests in
+  // flight are answered, and waits up to `grace` for them all to be done.
+  void Drain(std::chrono::milliseconds grace);
   HttpForwardResult ForwardAndWait(const std::string& request,
                                    Clock::time_point deadline = Clock::time_point::max());
   bool AnyReplicaAvailable() const;
   // An available replica other than those `call` already failed on, or
   // nullopt when none is left.
   std::optional<std::size_t> PickReplica(const ForwardCall& call);
-  void MarkOut(Replica& replica, const std::string& why);
+  // Takes `replica` out of rotation if `on` is still its endpoint (a late
+  // failure of a replaced process must not take its successor out).
+  void MarkOut(Replica& replica, const Endpoint& on, const std::string& why);
   void UpdateHealth();
   void ProbeLoop();
+  void ProbeAll();
   std::string NoReplicaMessage() const;
 
   GatewayOptions options_;
@@ -241,7 +271,17 @@ class Gateway::Impl {
   std::mutex probe_mutex_;
   std::condition_variable probe_wake_;
   bool stop_probing_ = false;  // guarded by probe_mutex_
+  // A replica was restarted: probe now rather than at the next interval.
+  bool probe_now_ = false;  // guarded by probe_mutex_
   std::thread prober_;
+
+  // Live data calls, for draining.
+  std::mutex reactors_mutex_;
+  std::condition_variable reactors_done_;
+  std::set<DataReactor*> reactors_;  // guarded by reactors_mutex_
+  bool draining_ = false;            // guarded by reactors_mutex_
+  // Set once draining starts: health stays NOT_SERVING from then on.
+  std::atomic<bool> stopping_{false};
 };
 
 // ---- Data path: Call and process_single_data as raw bytes -------------------
@@ -253,12 +293,22 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
   DataReactor(Gateway::Impl* gateway, grpc::GenericCallbackServerContext* context)
       : gateway_(gateway), context_(context) {
     const std::string& method = context->method();
-    if (method == kSingleMethod) {
-      unary_ = true;
-    } else if (method != kCallMethod) {
+    const bool known = method == kSingleMethod || method == kCallMethod;
+    // Outside mutex_: Drain takes the gateway's reactor lock, then ours.
+    const bool registered = known && gateway->Register(this);
+    // Held to the end, so that OnDone, on another thread, sees what is set
+    // here on every path.
+    std::lock_guard lock(mutex_);
+    if (!known) {
       Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "gateway does not serve " + method));
       return;
     }
+    if (!registered) {
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, gateway->ShuttingDownMessage()));
+      return;
+    }
+    registered_ = true;
+    unary_ = method == kSingleMethod;
     prefetch_ = gateway->prefetch();
     const auto& metadata = context->client_metadata();
     if (auto it = metadata.find("__prefetch__"); it != metadata.end()) {
@@ -267,14 +317,25 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     if (auto it = metadata.find("__results_in_order__"); it != metadata.end()) {
       in_order_ = it->second == "true";
     }
-    std::lock_guard lock(mutex_);
     StartReadLocked();
+  }
+
+  // The gateway is shutting down: read no more requests (one that arrives
+  // is refused), and finish once those in flight are answered and written,
+  // with UNAVAILABLE if the client could still have sent more.
+  void BeginDrain() {
+    std::lock_guard lock(mutex_);
+    draining_ = true;
+    if (!reads_done_ && final_status_.ok()) {
+      final_status_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, gateway_->ShuttingDownMessage());
+    }
+    MaybeFinishLocked();
   }
 
   void OnReadDone(bool ok) override {
     std::unique_lock lock(mutex_);
     reading_ = false;
-    if (!ok || failed_) {
+    if (!ok || failed_ || draining_) {
       reads_done_ = true;
       MaybeFinishLocked();
       return;
@@ -341,7 +402,14 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     // other callback of this reactor can run after OnDone. OnForwardDone is
     // not one of them (it runs on a worker call's thread) and may have called
     // Finish under mutex_: it must have let go of mutex_ before the delete.
-    { std::lock_guard lock(mutex_); }
+    bool registered = false;
+    {
+      std::lock_guard lock(mutex_);
+      registered = registered_;
+    }
+    if (registered) {
+      gateway_->Unregister(this);
+    }
     delete this;
   }
 
@@ -401,7 +469,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
   }
 
   void StartReadLocked() {
-    if (reading_ || reads_done_ || failed_ || in_flight_ >= prefetch_) {
+    if (reading_ || reads_done_ || failed_ || draining_ || in_flight_ >= prefetch_) {
       return;
     }
     reading_ = true;
@@ -425,7 +493,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     // A failed stream ends without waiting for the client's next message: a
     // client whose prefetch window is full would wait for replies forever.
     // A read still pending then completes with ok=false.
-    if (!failed_ && (!reads_done_ || reading_ || !pending_in_order_.empty())) {
+    if (!failed_ && !draining_ && (!reads_done_ || reading_ || !pending_in_order_.empty())) {
       return;
     }
     finished_ = true;
@@ -434,6 +502,8 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
 
   Gateway::Impl* gateway_;
   grpc::GenericCallbackServerContext* context_;
+  // Whether the gateway counts this call among its live ones (under mutex_).
+  bool registered_ = false;
   bool unary_ = false;
   bool in_order_ = false;
   int prefetch_ = kMaxPrefetch;
@@ -452,6 +522,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
   bool reads_done_ = false;
   bool writing_ = false;
   bool failed_ = false;
+  bool draining_ = false;
   bool finished_ = false;
   grpc::Status final_status_;
 };
@@ -527,13 +598,11 @@ Status Gateway::Impl::Init() {
   }
   for (std::size_t i = 0; i < options_.replica_addresses.size(); ++i) {
     auto replica = std::make_unique<Replica>();
-    replica->address = options_.replica_addresses[i];
     replica->name = i < options_.replica_names.size()
                         ? options_.replica_names[i]
                         : options_.deployment_name + "/rep-" + std::to_string(i);
-    replica->channel = MakeChannel(replica->address, options_.max_message_bytes);
-    replica->stub = std::make_unique<grpc::GenericStub>(replica->channel);
-    replica->health = grpc::health::v1::Health::NewStub(replica->channel);
+    replica->endpoint =
+        std::make_shared<Endpoint>(options_.replica_addresses[i], options_.max_message_bytes);
     replicas_.push_back(std::move(replica));
   }
   max_attempts_ = std::max<int>(3, static_cast<int>(replicas_.size())) + 1;
@@ -602,6 +671,15 @@ bool Gateway::Impl::AnyReplicaAvailable() const {
 
 HttpForwardResult Gateway::Impl::ForwardAndWait(const std::string& request,
                                                 Clock::time_point deadline) {
+  // HTTP, OpenAI and KServe requests are refused like Jina calls once the
+  // gateway drains; those already forwarded finish (the gRPC server's and
+  // cpp-httplib's shutdowns wait for their handlers).
+  if (stopping_.load()) {
+    HttpForwardResult refused;
+    refused.grpc_code = static_cast<int>(grpc::StatusCode::UNAVAILABLE);
+    refused.grpc_message = ShuttingDownMessage();
+    return refused;
+  }
   grpc::Slice slice(request);
   auto promise = std::make_shared<std::promise<HttpForwardResult>>();
   std::future<HttpForwardResult> future = promise->get_future();
@@ -644,21 +722,158 @@ std::optional<std::size_t> Gateway::Impl::PickReplica(const ForwardCall& call) {
 }
 
 std::string Gateway::Impl::NoReplicaMessage() const {
-  return "deployment '" + options_.deployment_name + "': no replica is available (all " +
-         std::to_string(replicas_.size()) +
-         " are out of rotation after failing; they rejoin when their health check passes)";
+  std::string message = "deployment '" + options_.deployment_name +
+                        "': no replica is available (all " + std::to_string(replicas_.size()) +
+                        " are out of rotation after failing; they rejoin when their health check "
+                        "passes)";
+  for (const auto& replica : replicas_) {
+    std::lock_guard lock(replica->mutex);
+    if (!replica->given_up.empty()) {
+      message += "; replica " + replica->name + " was given up: " + replica->given_up;
+    }
+  }
+  return message;
 }
 
-void Gateway::Impl::MarkOut(Replica& replica, const std::string& why) {
-  if (replica.available.exchange(false)) {
+void Gateway::Impl::MarkOut(Replica& replica, const Endpoint& on, const std::string& why) {
+  {
+    std::lock_guard lock(replica.mutex);
+    if (replica.endpoint.get() != &on || !replica.available.exchange(false)) {
+      return;
+    }
+  }
+  spdlog::warn("deployment '{}': replica {} leaves rotation: {}", options_.deployment_name,
+               replica.Describe(on), why);
+  UpdateHealth();
+}
+
+void Gateway::Impl::ReplicaDown(std::size_t index, const std::string& why) {
+  Replica& replica = *replicas_.at(index);
+  bool was_available = false;
+  {
+    std::lock_guard lock(replica.mutex);
+    replica.down = true;
+    was_available = replica.available.exchange(false);
+  }
+  if (was_available) {
     spdlog::warn("deployment '{}': replica {} leaves rotation: {}", options_.deployment_name,
                  replica.Describe(), why);
     UpdateHealth();
   }
 }
 
+void Gateway::Impl::ReplicaRestarted(std::size_t index, const std::string& address) {
+  Replica& replica = *replicas_.at(index);
+  auto endpoint = std::make_shared<Endpoint>(address, options_.max_message_bytes);
+  {
+    std::lock_guard lock(replica.mutex);
+    replica.endpoint = std::move(endpoint);
+    replica.down = false;
+    replica.available.store(false);  // until its health check passes
+  }
+  {
+    std::lock_guard lock(probe_mutex_);
+    probe_now_ = true;
+  }
+  probe_wake_.notify_all();
+}
+
+void Gateway::Impl::ReplicaGivenUp(std::size_t index, const std::string& why) {
+  Replica& replica = *replicas_.at(index);
+  {
+    std::lock_guard lock(replica.mutex);
+    replica.down = true;
+    replica.given_up = why;
+    replica.available.store(false);
+  }
+  UpdateHealth();
+}
+
+bool Gateway::Impl::Register(DataReactor* reactor) {
+  std::lock_guard lock(reactors_mutex_);
+  if (draining_) {
+    return false;
+  }
+  reactors_.insert(reactor);
+  return true;
+}
+
+void Gateway::Impl::Unregister(DataReactor* reactor) {
+  std::lock_guard lock(reactors_mutex_);
+  reactors_.erase(reactor);
+  if (reactors_.empty()) {
+    reactors_done_.notify_all();
+  }
+}
+
+void Gateway::Impl::Drain(std::chrono::milliseconds grace) {
+  stopping_.store(true);
+  {
+    std::lock_guard lock(health_mutex_);
+    serving_ = false;
+    if (server_ != nullptr) {
+      if (auto* health = server_->GetHealthCheckService()) {
+        health->SetServingStatus(false);
+      }
+    }
+  }
+  std::unique_lock lock(reactors_mutex_);
+  draining_ = true;
+  const std::size_t live = reactors_.size();
+  // Under reactors_mutex_ no reactor can be deleted (Unregister comes first).
+  for (DataReactor* reactor : reactors_) {
+    reactor->BeginDrain();
+  }
+  auto start = std::chrono::steady_clock::now();
+  bool drained = reactors_done_.wait_for(lock, grace, [this] { return reactors_.empty(); });
+  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  if (drained) {
+    spdlog::info("deployment '{}': drained {} open call(s) in {} ms", options_.deployment_name,
+                 live, took.count());
+  } else {
+    spdlog::warn("deployment '{}': {} call(s) still open after timeout_drain ({} ms); cancelling",
+                 options_.deployment_name, reactors_.size(), grace.count());
+  }
+}
+
+void Gateway::Impl::Shutdown(std::chrono::milliseconds grace) {
+  std::call_once(shutdown_once_, [&] {
+    if (http_) {
+      http_->Shutdown();
+    }
+    if (server_) {
+      Drain(grace);
+    }
+    {
+      std::lock_guard lock(probe_mutex_);
+      stop_probing_ = true;
+    }
+    probe_wake_.notify_all();
+    if (prober_.joinable()) {
+      prober_.join();
+    }
+    if (!server_) {
+      return;
+    }
+    if (auto* health = server_->GetHealthCheckService()) {
+      health->Shutdown();
+    }
+    // What the drain left is cancelled now.
+    server_->Shutdown(Clock::now());
+    server_->Wait();
+    // Every call's OnDone has run, the last Unregister under this lock;
+    // taking it orders those writes before the destructor frees reactors_
+    // (libgrpc's own ordering is invisible to TSan).
+    std::lock_guard lock(reactors_mutex_);
+  });
+}
+
 void Gateway::Impl::UpdateHealth() {
   std::lock_guard lock(health_mutex_);
+  if (stopping_.load()) {
+    return;
+  }
   bool any = false;
   for (const auto& r : replicas_) {
     any = any || r->available.load();
@@ -683,28 +898,51 @@ void Gateway::Impl::UpdateHealth() {
 // NOT_SERVING (a slow answer from a busy replica is not a failure).
 void Gateway::Impl::ProbeLoop() {
   std::unique_lock lock(probe_mutex_);
-  while (!probe_wake_.wait_for(lock, kProbeInterval, [this] { return stop_probing_; })) {
-    lock.unlock();
-    for (auto& replica : replicas_) {
-      grpc::ClientContext context;
-      context.set_deadline(Clock::now() + kProbeTimeout);
-      grpc::health::v1::HealthCheckRequest request;
-      grpc::health::v1::HealthCheckResponse response;
-      grpc::Status status = replica->health->Check(&context, request, &response);
-      bool serving =
-          status.ok() && response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
-      if (serving && !replica->available.load()) {
-        replica->available.store(true);
-        spdlog::info("deployment '{}': replica {} passed its health check; back in rotation",
-                     options_.deployment_name, replica->Describe());
-        UpdateHealth();
-      } else if (!serving &&
-                 (status.ok() || status.error_code() == grpc::StatusCode::UNAVAILABLE)) {
-        MarkOut(*replica, status.ok() ? "health check answered NOT_SERVING"
-                                      : "health check failed: " + status.error_message());
-      }
+  while (true) {
+    probe_wake_.wait_for(lock, kProbeInterval, [this] { return stop_probing_ || probe_now_; });
+    if (stop_probing_) {
+      return;
     }
+    probe_now_ = false;
+    lock.unlock();
+    ProbeAll();
     lock.lock();
+  }
+}
+
+void Gateway::Impl::ProbeAll() {
+  for (auto& replica : replicas_) {
+    std::shared_ptr<Endpoint> endpoint;
+    {
+      std::lock_guard lock(replica->mutex);
+      if (replica->down) {
+        continue;  // the supervisor reports when it is back
+      }
+      endpoint = replica->endpoint;
+    }
+    grpc::ClientContext context;
+    context.set_deadline(Clock::now() + kProbeTimeout);
+    grpc::health::v1::HealthCheckRequest request;
+    grpc::health::v1::HealthCheckResponse response;
+    grpc::Status status = endpoint->health->Check(&context, request, &response);
+    bool serving =
+        status.ok() && response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+    if (serving && !replica->available.load()) {
+      {
+        std::lock_guard lock(replica->mutex);
+        if (replica->down || replica->endpoint != endpoint) {
+          continue;  // replaced or gone while it was probed
+        }
+        replica->available.store(true);
+      }
+      spdlog::info("deployment '{}': replica {} passed its health check; back in rotation",
+                   options_.deployment_name, replica->Describe(*endpoint));
+      UpdateHealth();
+    } else if (!serving && (status.ok() || status.error_code() == grpc::StatusCode::UNAVAILABLE)) {
+      MarkOut(*replica, *endpoint,
+              status.ok() ? "health check answered NOT_SERVING"
+                          : "health check failed: " + status.error_message());
+    }
   }
 }
 
@@ -729,7 +967,7 @@ void Gateway::Impl::Attempt(std::shared_ptr<ForwardCall> call) {
   if (!picked) {
     std::string message = NoReplicaMessage();
     if (!call->killed_.empty()) {
-      message += "; this request's replica " + replicas_[call->killed_.front()]->Describe() +
+      message += "; this request's replica " + call->killed_.front() +
                  " dropped the connection while processing it";
     }
     Finish(call, grpc::Status(grpc::StatusCode::UNAVAILABLE, message));
@@ -751,6 +989,7 @@ void Gateway::Impl::Attempt(std::shared_ptr<ForwardCall> call) {
   }
   call->replica_ = *picked;
   Replica& replica = *replicas_[call->replica_];
+  call->endpoint_ = replica.CurrentEndpoint();
   replica.in_flight.fetch_add(1);
   Clock::time_point deadline = call->client_deadline_;
   call->send_timeout_bound_ = false;
@@ -764,10 +1003,11 @@ void Gateway::Impl::Attempt(std::shared_ptr<ForwardCall> call) {
   call->reply_.Clear();
   ForwardCall* raw = call.get();
   raw->HandOver();
-  replica.stub->UnaryCall(context, kSingleMethod, grpc::StubOptions(), &raw->request_, &raw->reply_,
-                          [this, call = std::move(call)](grpc::Status status) mutable {
-                            OnAttemptDone(std::move(call), std::move(status));
-                          });
+  raw->endpoint_->stub->UnaryCall(context, kSingleMethod, grpc::StubOptions(), &raw->request_,
+                                  &raw->reply_,
+                                  [this, call = std::move(call)](grpc::Status status) mutable {
+                                    OnAttemptDone(std::move(call), std::move(status));
+                                  });
 }
 
 void Gateway::Impl::OnAttemptDone(std::shared_ptr<ForwardCall> call, grpc::Status status) {
@@ -775,6 +1015,7 @@ void Gateway::Impl::OnAttemptDone(std::shared_ptr<ForwardCall> call, grpc::Statu
   Replica& replica = *replicas_[call->replica_];
   replica.in_flight.fetch_sub(1);
   const std::string where = "deployment '" + options_.deployment_name + "': ";
+  const std::string described = replica.Describe(*call->endpoint_);
   if (status.ok()) {
     replica.served.fetch_add(1);
     ForwardResult result;
@@ -795,15 +1036,15 @@ void Gateway::Impl::OnAttemptDone(std::shared_ptr<ForwardCall> call, grpc::Statu
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE: {
       // A transport failure: the replica is down or dying.
-      MarkOut(replica, status.error_message());
+      MarkOut(replica, *call->endpoint_, status.error_message());
       if (!NeverConnected(status)) {
-        call->killed_.push_back(call->replica_);
+        call->killed_.push_back(described);
       }
       if (call->killed_.size() >= static_cast<std::size_t>(kMaxReplicasKilledPerRequest)) {
         std::string names;
         for (std::size_t i = 0; i < call->killed_.size(); ++i) {
           names += i == 0 ? "" : (i + 1 == call->killed_.size() ? " and " : ", ");
-          names += replicas_[call->killed_[i]]->Describe();
+          names += call->killed_[i];
         }
         status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                               where + "the request killed replica " + names +
@@ -814,13 +1055,13 @@ void Gateway::Impl::OnAttemptDone(std::shared_ptr<ForwardCall> call, grpc::Statu
         return;
       }
       if (can_try_again) {
-        spdlog::warn("{}request to {} failed ({}); retrying on another replica", where,
-                     replica.Describe(), status.error_message());
+        spdlog::warn("{}request to {} failed ({}); retrying on another replica", where, described,
+                     status.error_message());
         ++call->attempt_;
         Attempt(std::move(call));
         return;
       }
-      status = grpc::Status(grpc::StatusCode::UNAVAILABLE, where + "replica " + replica.Describe() +
+      status = grpc::Status(grpc::StatusCode::UNAVAILABLE, where + "replica " + described +
                                                                " failed after " +
                                                                std::to_string(call->attempt_ + 1) +
                                                                " tries: " + status.error_message());
@@ -832,14 +1073,14 @@ void Gateway::Impl::OnAttemptDone(std::shared_ptr<ForwardCall> call, grpc::Statu
       // deadline is final.
       if (call->send_timeout_bound_ && can_try_again) {
         spdlog::warn("{}request to {} took longer than timeout_send ({} ms); retrying", where,
-                     replica.Describe(), options_.timeout_send.count());
+                     described, options_.timeout_send.count());
         ++call->attempt_;
         Attempt(std::move(call));
         return;
       }
       status =
           grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                       where + "replica " + replica.Describe() + " did not answer within " +
+                       where + "replica " + described + " did not answer within " +
                            (call->send_timeout_bound_ ? "timeout_send" : "the request's deadline") +
                            ": " + status.error_message());
       break;
@@ -875,5 +1116,17 @@ std::shared_ptr<grpc::Channel> Gateway::InProcessChannel() const {
 std::vector<ReplicaState> Gateway::ReplicaStates() const { return impl_->States(); }
 
 void Gateway::Shutdown(std::chrono::milliseconds grace) { impl_->Shutdown(grace); }
+
+void Gateway::ReplicaDown(std::size_t index, const std::string& why) {
+  impl_->ReplicaDown(index, why);
+}
+
+void Gateway::ReplicaRestarted(std::size_t index, const std::string& address) {
+  impl_->ReplicaRestarted(index, address);
+}
+
+void Gateway::ReplicaGivenUp(std::size_t index, const std::string& why) {
+  impl_->ReplicaGivenUp(index, why);
+}
 
 }  // namespace gantry::internal

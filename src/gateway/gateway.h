@@ -28,6 +28,18 @@
 // before the client's deadline (Jina's rule); never past the client's
 // deadline, and in all at most max(3, replicas) + 1 tries.
 //
+// Replicas that are restarted: the Deployment's supervisor reports a
+// replica's process gone (ReplicaDown: out of rotation, no longer probed),
+// started again on a new address (ReplicaRestarted: probed at once, back in
+// rotation when its health check passes; calls still in flight on the old
+// address end as they would have) or given up (ReplicaGivenUp: the reason
+// is added to the UNAVAILABLE message of a request that finds no replica).
+//
+// Shutdown drains: new calls (and new requests on open Call streams) are
+// refused with UNAVAILABLE and health answers NOT_SERVING, requests in
+// flight finish and their replies are written within the grace period, then
+// what is left is cancelled.
+//
 // Deadlines and cancellation: each worker call carries the client's
 // deadline (or `timeout_send`, when sooner); a client that cancels, or whose
 // Call stream fails, cancels its requests in flight on the workers.
@@ -40,6 +52,7 @@
 #include <gantry/tls.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -107,8 +120,14 @@ class Gateway {
   std::shared_ptr<grpc::Channel> InProcessChannel() const;
   // One entry per replica, in the order of `replica_addresses`.
   std::vector<ReplicaState> ReplicaStates() const;
-  // Stops accepting calls, waits up to `grace` for those in flight.
+  // Stops accepting requests (UNAVAILABLE), waits up to `grace` for those
+  // in flight to be answered, then cancels the rest. Idempotent.
   void Shutdown(std::chrono::milliseconds grace);
+
+  // From the Deployment's supervisor; `index` follows `replica_addresses`.
+  void ReplicaDown(std::size_t index, const std::string& why);
+  void ReplicaRestarted(std::size_t index, const std::string& address);
+  void ReplicaGivenUp(std::size_t index, const std::string& why);
 
   class Impl;
 

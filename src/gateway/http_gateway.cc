@@ -4,6 +4,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -173,7 +174,22 @@ class HttpGateway::Impl {
       return UnavailableError("HTTP gateway cannot listen on " + host + ":" + std::to_string(port) +
                               " (port in use or address not available)");
     }
-    thread_ = std::thread([this] { server_->listen_after_bind(); });
+    thread_ = std::thread([this] {
+      server_->listen_after_bind();
+      listen_returned_.store(true);
+    });
+    // cpp-httplib's stop() does nothing until the listen loop runs, and the
+    // loop then blocks in accept() for good: a gateway shut down right after
+    // starting hung its destructor (seen under load in TlsTest). Start
+    // returns once the loop runs, and Shutdown stops until it has returned.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!server_->is_running()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        return UnavailableError("HTTP gateway on " + host + ":" + std::to_string(port_) +
+                                " did not start listening within 10 s");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     return OkStatus();
   }
 
@@ -181,8 +197,11 @@ class HttpGateway::Impl {
     if (!server_) {
       return;
     }
-    server_->stop();
     if (thread_.joinable()) {
+      while (!listen_returned_.load()) {
+        server_->stop();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
       thread_.join();
     }
   }
@@ -456,6 +475,7 @@ class HttpGateway::Impl {
   std::uint64_t max_message_bytes_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
+  std::atomic<bool> listen_returned_{false};
   int port_ = 0;
 };
 

@@ -7,7 +7,11 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <optional>
+#include <thread>
+#include <vector>
 
 #include "deployment/child_process.h"
 #include "testutil/testutil.h"
@@ -21,12 +25,15 @@ using ::testing::HasSubstr;
 
 constexpr auto kReadyTimeout = std::chrono::seconds(60);
 
-ChildProcessPtr StartCli(const std::vector<std::string>& args, const std::string& log) {
+// `worker_program`: what the CLI runs as each replica; gantry-worker unless
+// a test needs the executors of this binary (test_executors.cc).
+ChildProcessPtr StartCli(const std::vector<std::string>& args, const std::string& log,
+                         const std::string& worker_program = testing::GantryWorker()) {
   internal::ChildProcessOptions options;
   options.program = testing::GantryCli();
   options.args = args;
   options.output_file = log;
-  options.env["GANTRY_WORKER_PROGRAM"] = testing::GantryWorker();
+  options.env["GANTRY_WORKER_PROGRAM"] = worker_program;
   auto child = ChildProcess::Spawn(options);
   return child.ok() ? std::move(child).value() : nullptr;
 }
@@ -194,6 +201,89 @@ TEST(CliTest, BadTlsFlagsAreReportedNamingFileAndFlag) {
       RunCli({"ping", "127.0.0.1:1", "--tls", "--ssl-cafile", missing, "--timeout", "300"});
   EXPECT_EQ(ping_code, 1);
   EXPECT_THAT(ping_out, HasSubstr("TLS CA file '" + missing + "': cannot open"));
+}
+
+// This test binary: gantry::Init makes it a worker serving ChaosExec.
+std::string ThisProgram() {
+  std::error_code error;
+  return std::filesystem::read_symlink("/proc/self/exe", error).string();
+}
+
+// The CLI from YAML: a killed worker is replaced, then SIGTERM under load
+// lets every request in flight finish and refuses new ones.
+TEST(CliTest, DeploymentRespawnsAWorkerAndDrainsOnSigterm) {
+  testing::TempDir dir;
+  const std::string log = dir.File("calls.log");
+  const std::string yaml = dir.File("dep.yml");
+  testing::WriteFile(yaml,
+                     "jtype: Deployment\nwith:\n  uses: ChaosExec\n  name: clidrain\n"
+                     "  uses_with:\n    log: " +
+                         log +
+                         "\n  replicas: 2\n"
+                         "  restart_backoff_initial: 100\n  timeout_drain: 20000\n");
+  const std::string port_file = dir.File("port");
+  ChildProcessPtr cli = StartCli({"deployment", "--uses", yaml, "--port", "0", "--port-file",
+                                  port_file, "--max-init-failures", "3"},
+                                 dir.File("cli.log"), ThisProgram());
+  ASSERT_NE(cli, nullptr);
+  auto port = testing::WaitForFile(port_file, kReadyTimeout);
+  ASSERT_TRUE(port.has_value()) << testing::ReadFile(dir.File("cli.log"));
+  const std::string address = "127.0.0.1:" + std::to_string(std::stoi(*port));
+  std::vector<pid_t> workers = testing::ChildrenOf(cli->pid());
+  ASSERT_EQ(workers.size(), 2u);
+
+  // Respawn: a SIGKILLed worker is replaced by a new child that serves.
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(workers[0], SIGKILL), 0);
+  Client client(address);
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        std::vector<pid_t> now = testing::ChildrenOf(cli->pid());
+        return now.size() == 2 && std::find(now.begin(), now.end(), workers[0]) == now.end() &&
+               testing::ReadFile(dir.File("cli.log")).find("restarted: ready") != std::string::npos;
+      },
+      std::chrono::seconds(10)))
+      << testing::ReadFile(dir.File("cli.log"));
+  std::printf("[ measured ] CLI: killed worker replaced and ready after %lld ms\n",
+              static_cast<long long>(testing::Since(killed_at).count()));
+  workers = testing::ChildrenOf(cli->pid());
+
+  // SIGTERM while two requests of 1.5 s run, one on each replica: both
+  // handlers have started (logged), so both are in flight.
+  constexpr int kInFlight = 2;
+  std::vector<StatusOr<DocList>> results(kInFlight, InternalError("not run"));
+  std::vector<std::thread> posters;
+  for (int t = 0; t < kInFlight; ++t) {
+    posters.emplace_back([&, t] {
+      results[static_cast<std::size_t>(t)] =
+          Client(address).Post("/work", {Doc("inflight " + std::to_string(t))},
+                               {.parameters = Parameters(Value::Dict{{"sleep_ms", Value(1500.0)}}),
+                                .timeout = std::chrono::seconds(60)});
+    });
+  }
+  // No ASSERT while the posters run: they are joined (bounded) first.
+  EXPECT_TRUE(testing::WaitUntil([&] { return testing::CountLines(log) >= kInFlight; },
+                                 std::chrono::seconds(20)));
+  cli->Signal(SIGTERM);
+  EXPECT_TRUE(testing::WaitUntil([&] { return !client.Ping(std::chrono::milliseconds(500)).ok(); },
+                                 std::chrono::seconds(5)));
+  auto refused = client.Post("/work", {Doc("late")}, {.timeout = std::chrono::seconds(5)});
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("deployment 'clidrain' is shutting down"));
+  testing::JoinWithin(posters, std::chrono::seconds(30), "posts in flight");
+  for (int t = 0; t < kInFlight; ++t) {
+    const auto& result = results[static_cast<std::size_t>(t)];
+    ASSERT_TRUE(result.ok()) << "request " << t << " was in flight and lost: " << result.status();
+    EXPECT_EQ((*result)[0].text(), "done:inflight " + std::to_string(t));
+  }
+  ASSERT_TRUE(cli->WaitFor(std::chrono::seconds(30)));
+  EXPECT_TRUE(WIFEXITED(*cli->exit_status()) && WEXITSTATUS(*cli->exit_status()) == 0)
+      << ChildProcess::DescribeWaitStatus(*cli->exit_status());
+  for (pid_t pid : workers) {
+    EXPECT_FALSE(testing::ProcessAlive(pid));
+  }
+  EXPECT_EQ(testing::ReadFile(log).find(" late"), std::string::npos);
+  EXPECT_THAT(testing::ReadFile(dir.File("cli.log")), HasSubstr("drained"));
 }
 
 TEST(CliTest, SigkillOfTheParentLeavesNoWorkerBehind) {

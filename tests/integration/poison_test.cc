@@ -26,6 +26,10 @@ using SteadyClock = std::chrono::steady_clock;
 
 using testing::WaitUntil;
 
+// These tests look at replicas while they are dead: respawn (tested in
+// respawn_test.cc) is put off past the end of the test.
+constexpr Ms kNoRespawnWithinTest{600000};
+
 // ChaosExec's call log lines that name `text`.
 int CallsWith(const std::string& log, const std::string& text) {
   std::string content = testing::ReadFile(log);
@@ -48,7 +52,12 @@ int CallsWith(const std::string& log, const std::string& text) {
 TEST(PoisonTest, PoisonRequestIsTriedOnTwoReplicasNotAll) {
   testing::TempDir dir;
   std::string log = dir.File("calls.log");
-  Deployment dep({.uses = "ChaosExec", .uses_with = {{"log", log}}, .name = "pois", .replicas = 3});
+  Deployment dep({.uses = "ChaosExec",
+                  .uses_with = {{"log", log}},
+                  .name = "pois",
+                  .replicas = 3,
+                  .restart_backoff_initial = kNoRespawnWithinTest,
+                  .restart_backoff_max = kNoRespawnWithinTest});
   ASSERT_TRUE(dep.ok()) << dep.status();
   auto good = dep.Post("/work", {Doc("a"), Doc("b")}, {.request_size = 1});
   ASSERT_TRUE(good.ok()) << good.status();
@@ -83,13 +92,19 @@ TEST(PoisonTest, PoisonRequestIsTriedOnTwoReplicasNotAll) {
   EXPECT_EQ(dead, 2);
   auto after = dep.Post("/work", {Doc("c"), Doc("d"), Doc("e")}, {.request_size = 1});
   ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_TRUE(Client(dep.address()).Ping(Ms(1000)).ok());
+  // A generous bound: this asks "serving?", not "how fast?" (TSan, -j2).
+  EXPECT_TRUE(Client(dep.address()).Ping(Ms(5000)).ok());
 }
 
 TEST(PoisonTest, PoisonThatKillsBothReplicasLeavesAnHonestDeployment) {
   testing::TempDir dir;
   std::string log = dir.File("calls.log");
-  Deployment dep({.uses = "ChaosExec", .uses_with = {{"log", log}}, .name = "pair", .replicas = 2});
+  Deployment dep({.uses = "ChaosExec",
+                  .uses_with = {{"log", log}},
+                  .name = "pair",
+                  .replicas = 2,
+                  .restart_backoff_initial = kNoRespawnWithinTest,
+                  .restart_backoff_max = kNoRespawnWithinTest});
   ASSERT_TRUE(dep.ok()) << dep.status();
   ASSERT_TRUE(dep.Post("/work", {Doc("a"), Doc("b")}, {.request_size = 1}).ok());
 
@@ -120,7 +135,12 @@ TEST(PoisonTest, PoisonThatKillsBothReplicasLeavesAnHonestDeployment) {
 TEST(PoisonTest, ReplicaKilledMidStreamLosesNoDocument) {
   testing::TempDir dir;
   std::string log = dir.File("calls.log");
-  Deployment dep({.uses = "ChaosExec", .uses_with = {{"log", log}}, .name = "kill", .replicas = 2});
+  Deployment dep({.uses = "ChaosExec",
+                  .uses_with = {{"log", log}},
+                  .name = "kill",
+                  .replicas = 2,
+                  .restart_backoff_initial = kNoRespawnWithinTest,
+                  .restart_backoff_max = kNoRespawnWithinTest});
   ASSERT_TRUE(dep.ok()) << dep.status();
   pid_t victim = dep.replicas()[0].pid;
   constexpr int kDocs = 300;
@@ -153,7 +173,8 @@ TEST(PoisonTest, ReplicaKilledMidStreamLosesNoDocument) {
   std::vector<ReplicaInfo> replicas = dep.replicas();
   EXPECT_FALSE(replicas[0].available);
   EXPECT_TRUE(replicas[1].available);
-  EXPECT_TRUE(Client(dep.address()).Ping(Ms(1000)).ok());
+  // A generous bound: this asks "serving?", not "how fast?" (TSan, -j2).
+  EXPECT_TRUE(Client(dep.address()).Ping(Ms(5000)).ok());
 }
 
 }  // namespace

@@ -82,6 +82,26 @@ class CtorFailExec final : public gantry::Executor {
 };
 GANTRY_REGISTER_EXECUTOR(CtorFailExec);
 
+// Starts normally until the file `with.fail_flag` exists; from then on its
+// constructor fails every time, as a replica restarted after a broken
+// deploy (a deleted model, a bad config) would.
+class CrashLoopExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(CrashLoopExec);
+  explicit CrashLoopExec(const gantry::ExecutorContext& context) {
+    std::string flag = context.with.GetString("fail_flag", "");
+    if (!flag.empty() && ::access(flag.c_str(), F_OK) == 0) {
+      throw std::runtime_error("weights file is corrupt (crash-loop test)");
+    }
+  }
+  GANTRY_REQUESTS(Work);
+  void Work(gantry::DocList& docs) {
+    for (gantry::Doc& doc : docs) {
+      doc.mutable_tags()["pid"] = gantry::Value(static_cast<std::int64_t>(::getpid()));
+    }
+  }
+};
+GANTRY_REGISTER_EXECUTOR(CrashLoopExec);
+
 // Reports what the replica was given: its CUDA_VISIBLE_DEVICES and
 // context.device. Touches no CUDA, so it runs under a fake GPU plan.
 class PlacementProbeExec final : public gantry::Executor {

@@ -38,6 +38,12 @@ bool WaitUntil(const std::function<bool()>& condition, std::chrono::milliseconds
 std::optional<std::string> WaitForFile(const std::string& path, std::chrono::milliseconds timeout);
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& text);
+// Lines in the file (its newlines); 0 when it does not exist. For call logs
+// that executors in other processes append to.
+std::size_t CountLines(const std::string& path);
+
+// Time from `start` to now, in milliseconds, for measured bounds.
+std::chrono::milliseconds Since(std::chrono::steady_clock::time_point start);
 
 // Pids whose parent is `pid` (from /proc).
 std::vector<pid_t> ChildrenOf(pid_t pid);

@@ -494,6 +494,33 @@ TEST(DeploymentConfigTest, RefusesADocumentStartingWithACommaInsteadOfHanging) {
   }
 }
 
+TEST(DeploymentConfigTest, RespawnAndDrainKeys) {
+  StatusOr<DeploymentOptions> options = ParseDeploymentConfig(
+      "jtype: Deployment\nwith:\n  uses: MyExec\n  restart_backoff_initial: 250\n"
+      "  restart_backoff_max: 4000\n  max_init_failures: 2\n  timeout_drain: 0\n",
+      "dep.yml");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->restart_backoff_initial, std::chrono::milliseconds(250));
+  EXPECT_EQ(options->restart_backoff_max, std::chrono::milliseconds(4000));
+  EXPECT_EQ(options->max_init_failures, 2);
+  EXPECT_EQ(options->timeout_drain, std::chrono::milliseconds(0));
+
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n"
+                            "  restart_backoff_initial: 0\n"),
+            "dep.yml:4:28: with.restart_backoff_initial: expected milliseconds >= 1, got 0");
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  max_init_failures: 0\n"),
+            "dep.yml:4:22: with.max_init_failures: expected an integer >= 1, got 0");
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  timeout_drain: -1\n"),
+            "dep.yml:4:18: with.timeout_drain: expected milliseconds >= 0, got -1");
+  EXPECT_THAT(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  timeout_drain: 10s\n"),
+              HasSubstr("dep.yml:4:18: with.timeout_drain: expected milliseconds >= 0"));
+  // Each is fine on its own; together they contradict.
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n"
+                            "  restart_backoff_max: 50\n  restart_backoff_initial: 100\n"),
+            "dep.yml:4:24: with.restart_backoff_max: restart_backoff_max (50 ms) is below "
+            "restart_backoff_initial (100 ms)");
+}
+
 TEST(DeploymentConfigTest, FlattensInlineUsesAndOverridesWith) {
   StatusOr<DeploymentOptions> options = ParseDeploymentConfig(R"(jtype: Deployment
 with:
@@ -616,7 +643,8 @@ TEST(DeploymentConfigTest, RejectsUnknownKeys) {
       DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  replica: 2\n"),
       "dep.yml:4:3: with.replica: unknown key; allowed keys: uses, uses_with, uses_metas, "
       "name, replicas, port, host, env, timeout_ready, log_level, gpus, uses_dynamic_batching, "
-      "http_port, max_message_bytes, models, ssl_certfile, ssl_keyfile, ssl_client_cafile");
+      "http_port, max_message_bytes, models, ssl_certfile, ssl_keyfile, ssl_client_cafile, "
+      "restart_backoff_initial, restart_backoff_max, max_init_failures, timeout_drain");
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  uses_metas: {size: 1}\n"),
             "dep.yml:4:16: with.uses_metas.size: unknown key; allowed keys: name, description, "
             "workspace, url, keywords, libs");

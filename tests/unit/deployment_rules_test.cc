@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -226,6 +227,24 @@ TEST(DeploymentRulesTest, ValidateDeploymentOptionsNamesTheDeployment) {
   o.max_message_bytes = 0;
   EXPECT_EQ(ValidateDeploymentOptions(o).message(),
             "deployment 'dep': max_message_bytes 0 is outside 1..2147483647");
+  o = Valid();
+  o.max_init_failures = 0;
+  EXPECT_EQ(ValidateDeploymentOptions(o).message(),
+            "deployment 'dep': max_init_failures must be >= 1, got 0");
+  o = Valid();
+  o.restart_backoff_initial = std::chrono::milliseconds(0);
+  EXPECT_EQ(ValidateDeploymentOptions(o).message(),
+            "deployment 'dep': restart_backoff_initial must be >= 1, got 0");
+  o = Valid();
+  o.restart_backoff_initial = std::chrono::milliseconds(500);
+  o.restart_backoff_max = std::chrono::milliseconds(100);
+  EXPECT_EQ(ValidateDeploymentOptions(o).message(),
+            "deployment 'dep': restart_backoff_max (100 ms) is below restart_backoff_initial "
+            "(500 ms)");
+  o = Valid();
+  o.timeout_drain = std::chrono::milliseconds(-1);
+  EXPECT_EQ(ValidateDeploymentOptions(o).message(),
+            "deployment 'dep': timeout_drain must be >= 0, got -1");
   o = Valid();
   o.name = "a/b";
   EXPECT_EQ(ValidateDeploymentOptions(o).message(),
