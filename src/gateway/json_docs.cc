@@ -582,8 +582,17 @@ Status ParseHttpDataRequest(std::string_view text, std::string endpoint, std::ui
     return InvalidArgumentError("request body must be a JSON object, got " +
                                 std::string(body.type_name()));
   }
+  // A key of the wrong type is the client's mistake (json::value would
+  // throw; the json_docs fuzzer found that).
+  for (const char* key : {"execEndpoint", "targetExecutor"}) {
+    if (auto it = body.find(key); it != body.end() && !it->is_string() && !it->is_null()) {
+      return InvalidArgumentError(std::string(key) + " must be a string, got " +
+                                  std::string(it->type_name()));
+    }
+  }
   if (endpoint.empty()) {
-    endpoint = body.value("execEndpoint", "/default");
+    auto it = body.find("execEndpoint");
+    endpoint = it != body.end() && it->is_string() ? it->get<std::string>() : std::string();
     if (endpoint.empty()) {
       endpoint = "/default";
     }
@@ -595,7 +604,9 @@ Status ParseHttpDataRequest(std::string_view text, std::string endpoint, std::ui
     header->set_request_id(header_json["requestId"].get<std::string>());
   }
   header->set_exec_endpoint(endpoint);
-  std::string target = body.value("targetExecutor", std::string());
+  std::string target = body.contains("targetExecutor") && body["targetExecutor"].is_string()
+                           ? body["targetExecutor"].get<std::string>()
+                           : std::string();
   if (header_json.is_object() && header_json.contains("targetExecutor") &&
       header_json["targetExecutor"].is_string()) {
     target = header_json["targetExecutor"].get<std::string>();

@@ -259,6 +259,24 @@ TEST(HostileInputTest, JsonTensorValuesMustFitTheirDtype) {
   EXPECT_TRUE(JsonDoc(R"({"e": {"dtype": "float64", "data": [1e300, -2.5]}})").ok());
 }
 
+// Found by the json_docs fuzzer in a CI run (tests/fuzz/corpus/json_docs/
+// regress_exec_endpoint_object): a non-string execEndpoint or
+// targetExecutor made nlohmann::json throw out of the HTTP handler.
+TEST(HostileInputTest, HttpBodyKeysOfTheWrongTypeAreRefused) {
+  auto parse = [](const std::string& body, const std::string& endpoint) {
+    jina::DataRequestProto request;
+    bool single = false;
+    return internal::ParseHttpDataRequest(body, endpoint, std::uint64_t{1} << 20, &request,
+                                          &single);
+  };
+  EXPECT_EQ(parse(R"({"execEndpoint": {"id": "x"}})", "").message(),
+            "execEndpoint must be a string, got object");
+  EXPECT_EQ(parse(R"({"targetExecutor": [1], "data": []})", "/encode").message(),
+            "targetExecutor must be a string, got array");
+  EXPECT_TRUE(parse(R"({"execEndpoint": null, "data": [{"text": "a"}]})", "").ok());
+  EXPECT_TRUE(parse(R"({"execEndpoint": "/x", "targetExecutor": "e"})", "").ok());
+}
+
 // ---- the worker's gRPC face, in-process ----------------------------------------
 
 class InProcessWorker : public ::testing::Test {
