@@ -17,6 +17,8 @@ packages=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libutf8proc-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
   libb64-0d
+  # Prometheus: the metrics library, and the server the metrics test scrapes with
+  prometheus-cpp-dev prometheus
   clang-format clang-tidy
   # libFuzzer (scripts/fuzz.sh): clang and its runtime, only recommended by clang
   clang libclang-rt-dev libssl-dev openssl

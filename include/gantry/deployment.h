@@ -120,6 +120,17 @@ struct DeploymentOptions {
   // already in flight may take to finish after the gateway stops accepting
   // new ones (>= 0); whatever is left is then cancelled.
   std::chrono::milliseconds timeout_drain{10000};
+  // Prometheus metrics (Jina's `monitoring`/`port_monitoring`, docs/metrics.md):
+  // the gateway serves GET /metrics on `port_monitoring` of `host` (0: any
+  // free port, read it back with monitoring_port()), and each replica on a
+  // free port of 127.0.0.1 (ReplicaInfo::monitoring_port).
+  bool monitoring = false;
+  int port_monitoring = 0;
+  // With monitoring: every scrape target (gateway and replicas, with
+  // deployment, replica and role labels) written to this file in
+  // Prometheus's file_sd JSON format, and rewritten when a replica restarts
+  // on new ports, so that `file_sd_configs` follows them. Empty: not written.
+  std::string monitoring_targets_file{};
 };
 
 struct ReplicaInfo {
@@ -141,6 +152,8 @@ struct ReplicaInfo {
   std::string placement{};
   // Times this replica's process was started again after it died.
   int restarts = 0;
+  // Its Prometheus metrics port on 127.0.0.1; -1 without monitoring.
+  int monitoring_port = -1;
   // True once the replica was given up (max_init_failures failed starts in
   // a row); `error` then says why (the last start's error). While it waits
   // to be restarted, `error` says how its process ended.
@@ -166,6 +179,8 @@ class Deployment {
   std::string address() const;
   // The HTTP gateway's port; -1 when none was asked for.
   int http_port() const;
+  // The gateway's Prometheus metrics port; -1 without monitoring.
+  int monitoring_port() const;
   std::vector<ReplicaInfo> replicas() const;
 
   // Posts through the gateway with a Client (see gantry/client.h).

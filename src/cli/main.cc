@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -90,9 +91,19 @@ struct LifecycleFlags {
   std::int64_t timeout_drain = -1;
 };
 
+// Prometheus metrics (Jina's --monitoring / --port-monitoring): a port of
+// 0 or more, or --monitoring alone (any free port), turns them on.
+struct MonitoringFlags {
+  bool monitoring = false;
+  int port_monitoring = -1;
+  std::string targets_file;
+  bool enabled() const { return monitoring || port_monitoring >= 0; }
+};
+
 int RunDeployment(const std::string& uses, int port, int http_port, const std::string& port_file,
                   const std::string& log_level, std::int64_t max_message_bytes,
-                  const gantry::ServerTlsOptions& tls, const LifecycleFlags& lifecycle) {
+                  const gantry::ServerTlsOptions& tls, const LifecycleFlags& lifecycle,
+                  const MonitoringFlags& monitoring) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   auto options = gantry::LoadDeploymentConfig(uses);
   if (!options.ok()) {
@@ -127,12 +138,26 @@ int RunDeployment(const std::string& uses, int port, int http_port, const std::s
   if (lifecycle.timeout_drain >= 0) {
     options->timeout_drain = Ms(lifecycle.timeout_drain);
   }
+  if (monitoring.enabled()) {
+    options->monitoring = true;
+  }
+  if (monitoring.port_monitoring >= 0) {
+    options->port_monitoring = monitoring.port_monitoring;
+  }
+  if (!monitoring.targets_file.empty()) {
+    options->monitoring_targets_file = monitoring.targets_file;
+  }
   gantry::Deployment deployment(std::move(options).value());
   if (!deployment.ok()) {
     return Fail(deployment.status());
   }
   if (deployment.http_port() >= 0) {
     spdlog::info("HTTP gateway on port {}", deployment.http_port());
+  }
+  if (deployment.monitoring_port() >= 0) {
+    for (const gantry::ReplicaInfo& replica : deployment.replicas()) {
+      spdlog::info("{} metrics on 127.0.0.1:{}/metrics", replica.name, replica.monitoring_port);
+    }
   }
   WritePortFile(port_file, deployment.port());
   deployment.Block();
@@ -143,7 +168,8 @@ int RunDeployment(const std::string& uses, int port, int http_port, const std::s
 int RunExecutor(const std::string& uses, const std::string& host, int port,
                 const std::string& port_file, const std::string& device, const std::string& name,
                 const std::string& uses_with, const std::vector<std::string>& libs,
-                const std::string& log_level, std::int64_t max_message_bytes) {
+                const std::string& log_level, std::int64_t max_message_bytes,
+                const MonitoringFlags& monitoring) {
   gantry::internal::WorkerSpec spec;
   bool is_yaml = uses.ends_with(".yml") || uses.ends_with(".yaml");
   if (is_yaml) {
@@ -200,6 +226,9 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
   spec.runtime_name = spec.executor_name + "/rep-0";
   spec.port = port < 0 ? 0 : port;
   spec.port_file = port_file;
+  if (monitoring.enabled()) {
+    spec.monitoring_port = std::max(0, monitoring.port_monitoring);
+  }
   spec.log_level = log_level;
   if (max_message_bytes > 0) {
     spec.max_message_bytes = max_message_bytes;
@@ -345,6 +374,19 @@ int main(int argc, char** argv) try {
       ->add_option("--timeout-drain", lifecycle.timeout_drain,
                    std::string(kTimeoutDrainHelp) + " (default 10000; overrides the YAML's)")
       ->check(RangeOf(gantry::internal::kTimeoutDrainRule));
+  MonitoringFlags monitoring;
+  const auto add_monitoring_options = [&monitoring](CLI::App* command) {
+    command->add_flag("--monitoring", monitoring.monitoring,
+                      "serve Prometheus metrics at /metrics (docs/metrics.md)");
+    command
+        ->add_option("--port-monitoring", monitoring.port_monitoring,
+                     "metrics port (0 = any free; implies --monitoring)")
+        ->check(RangeOf(gantry::internal::kPortRule));
+  };
+  add_monitoring_options(deployment);
+  deployment->add_option("--monitoring-targets-file", monitoring.targets_file,
+                         "write every metrics endpoint here for Prometheus's file_sd_configs "
+                         "(implies --monitoring)");
 
   std::string device;
   std::string name;
@@ -366,6 +408,7 @@ int main(int argc, char** argv) try {
   executor->add_option("--log-level", log_level, "debug, info, warning or error");
   executor->add_option("--max-message-bytes", max_message_bytes, kMaxMessageHelp)
       ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
+  add_monitoring_options(executor);
 
   std::string addresses;
   auto* gateway = app.add_subcommand("gateway", "Run a gateway in front of running workers");
@@ -414,12 +457,13 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
 
   if (deployment->parsed()) {
+    monitoring.monitoring = monitoring.monitoring || !monitoring.targets_file.empty();
     return RunDeployment(uses, port, http_port, port_file, log_level, max_message_bytes, tls,
-                         lifecycle);
+                         lifecycle, monitoring);
   }
   if (executor->parsed()) {
     return RunExecutor(uses, host, port, port_file, device, name, uses_with, libs, log_level,
-                       max_message_bytes);
+                       max_message_bytes, monitoring);
   }
   if (gateway->parsed()) {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);

@@ -60,7 +60,10 @@ constexpr std::string_view kDeploymentWithKeys[] = {"uses",
                                                     "restart_backoff_initial",
                                                     "restart_backoff_max",
                                                     "max_init_failures",
-                                                    "timeout_drain"};
+                                                    "timeout_drain",
+                                                    "monitoring",
+                                                    "port_monitoring",
+                                                    "monitoring_targets_file"};
 // Jina's batching keys, plus Triton-style caps of ours.
 constexpr std::string_view kBatchingKeys[] = {
     "preferred_batch_size", "timeout",        "flush_all",     "use_dynamic_batching",
@@ -622,6 +625,15 @@ class Parser {
     return *i;
   }
 
+  StatusOr<bool> ReadBool(const Entry& e, std::string_view path) const {
+    GANTRY_ASSIGN_OR_RETURN(Scalar scalar, ReadScalar(e.value, e.mark, path));
+    const bool* b = scalar.value.AsBool();
+    if (b == nullptr) {
+      return Error(e.mark, path, "expected true or false, got " + Got(e.value, scalar));
+    }
+    return *b;
+  }
+
   // A mapping (or an empty value) as a Value::Dict.
   StatusOr<Value::Dict> ReadDict(const Entry& e, const std::string& path) const {
     if (e.value.IsNull()) {
@@ -753,6 +765,13 @@ class Parser {
         // A second gateway port serving HTTP/JSON, as Jina's multi-protocol gateway.
         GANTRY_ASSIGN_OR_RETURN(std::int64_t port, ReadInt(e, path, internal::kPortRule));
         options.http_port = static_cast<int>(port);
+      } else if (e.key == "monitoring") {
+        GANTRY_ASSIGN_OR_RETURN(options.monitoring, ReadBool(e, path));
+      } else if (e.key == "port_monitoring") {
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t port, ReadInt(e, path, internal::kPortRule));
+        options.port_monitoring = static_cast<int>(port);
+      } else if (e.key == "monitoring_targets_file") {
+        GANTRY_ASSIGN_OR_RETURN(options.monitoring_targets_file, ReadPath(e, path));
       } else if (e.key == "max_message_bytes") {
         GANTRY_ASSIGN_OR_RETURN(options.max_message_bytes,
                                 ReadInt(e, path, internal::kMaxMessageBytesRule));

@@ -167,6 +167,7 @@ Status ValidateDeploymentOptions(const DeploymentOptions& options) {
   for (const Status& s :
        {CheckIntOption(kReplicasRule, "replicas", options.replicas),
         CheckIntOption(kPortRule, "port", options.port),
+        CheckIntOption(kPortRule, "port_monitoring", options.port_monitoring),
         CheckIntOption(kMaxMessageBytesRule, "max_message_bytes", options.max_message_bytes),
         CheckIntOption(kRestartBackoffRule, "restart_backoff_initial",
                        options.restart_backoff_initial.count()),

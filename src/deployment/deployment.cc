@@ -10,9 +10,13 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/grpc_options.h"
@@ -103,6 +107,7 @@ struct Replica {
   std::unique_ptr<Pipe> status;
   std::string status_text;
   int port = 0;
+  int monitoring_port = -1;
 
   State state = State::kStarting;
   internal::RestartPolicy policy;
@@ -113,6 +118,17 @@ struct Replica {
   // Why the last start failed, or how the process last ended.
   std::string error;
 };
+
+// "READY <port>" or "READY <port> <metrics port>" (worker_main.cc).
+void ParseReady(const std::string& text, Replica& replica) {
+  const char* cursor = text.c_str() + 6;
+  char* end = nullptr;
+  replica.port = static_cast<int>(std::strtol(cursor, &end, 10));
+  replica.monitoring_port = -1;
+  if (end != nullptr && *end == ' ') {
+    replica.monitoring_port = static_cast<int>(std::strtol(end + 1, nullptr, 10));
+  }
+}
 
 std::string SelfExecutable() {
   std::error_code ec;
@@ -222,6 +238,10 @@ class Deployment::Impl {
   // Its process ended (reaped).
   void OnExited(std::size_t index, internal::Gateway& gateway);
   void StopSupervisor();
+  // Rewrites options_.monitoring_targets_file, if set, from the replicas'
+  // current ports (under replicas_mutex_). A write that fails is logged:
+  // metrics are not worth stopping the deployment for.
+  void WriteMonitoringTargets(int gateway_monitoring_port) const;
 
   std::string program_;
   std::thread supervisor_;
@@ -318,6 +338,7 @@ Status Deployment::Impl::Start() {
   gateway_options.models = options_.models;
   gateway_options.max_message_bytes = options_.max_message_bytes;
   gateway_options.tls = options_.tls;
+  gateway_options.monitoring_port = options_.monitoring ? options_.port_monitoring : -1;
   for (const Replica& replica : replicas_) {
     gateway_options.replica_addresses.push_back("127.0.0.1:" + std::to_string(replica.port));
     gateway_options.replica_names.push_back(replica.name);
@@ -336,6 +357,14 @@ Status Deployment::Impl::Start() {
                 : std::make_shared<Client>(std::move(client_address), client_options);
   if (!supervisor_wake_.ok()) {
     return InternalError(std::string("cannot create a pipe: ") + std::strerror(errno));
+  }
+  if (gateway_->monitoring_port() >= 0) {
+    spdlog::info("metrics on {}/metrics",
+                 internal::JoinHostPort(options_.host, gateway_->monitoring_port()));
+  }
+  {
+    std::lock_guard replicas_lock(replicas_mutex_);
+    WriteMonitoringTargets(gateway_->monitoring_port());
   }
   supervisor_ = std::thread([this] { Supervise(); });
 
@@ -373,6 +402,7 @@ Status Deployment::Impl::SpawnReplicas() {
     replica.placement = placement.description;
     spec.log_level = options_.log_level;
     spec.max_message_bytes = options_.max_message_bytes;
+    spec.monitoring_port = options_.monitoring ? 0 : -1;
     replica.env = options_.env;
     if (placement.cuda_visible_devices) {
       // Replaces any "RR..." value, which CUDA itself would reject.
@@ -494,7 +524,7 @@ Status Deployment::Impl::AwaitReplicas() {
       p.fd = -1;
       Replica& replica = replicas_[index[k]];
       if (p.text.starts_with("READY ")) {
-        replica.port = std::atoi(p.text.c_str() + 6);
+        ParseReady(p.text, replica);
         replica.state = Replica::State::kServing;
         replica.policy.OnReady(SteadyClock::now());
         spdlog::info("{} ready on 127.0.0.1:{} (pid {}, {})", replica.name, replica.port,
@@ -573,7 +603,7 @@ void Deployment::Impl::Step(std::size_t index, bool readable, internal::Gateway&
       }
       if (ended && replica.status_text.starts_with("READY ")) {
         replica.status.reset();
-        replica.port = std::atoi(replica.status_text.c_str() + 6);
+        ParseReady(replica.status_text, replica);
         replica.state = Replica::State::kServing;
         replica.policy.OnReady(now);
         replica.error.clear();
@@ -581,6 +611,7 @@ void Deployment::Impl::Step(std::size_t index, bool readable, internal::Gateway&
         spdlog::info("{} restarted: ready on 127.0.0.1:{} (pid {}, {}) after {} ms", replica.name,
                      replica.port, replica.process->pid(), replica.device, took.count());
         gateway.ReplicaRestarted(index, "127.0.0.1:" + std::to_string(replica.port));
+        WriteMonitoringTargets(gateway.monitoring_port());
         return;
       }
       if (ended) {
@@ -616,6 +647,7 @@ void Deployment::Impl::Step(std::size_t index, bool readable, internal::Gateway&
       if (now >= replica.deadline) {
         ++replica.restarts;
         spdlog::info("{}: starting it again (restart {})", replica.name, replica.restarts);
+        gateway.ReplicaRestarting(index);
         if (Status spawned = SpawnReplica(replica); !spawned.ok()) {
           // Counts as a failed start; Step sees no process and goes on.
           replica.error = spawned.message();
@@ -781,6 +813,45 @@ std::string Deployment::address() const {
   return client ? client->address() : std::string();
 }
 
+void Deployment::Impl::WriteMonitoringTargets(int gateway_monitoring_port) const {
+  if (options_.monitoring_targets_file.empty() || gateway_monitoring_port < 0) {
+    return;
+  }
+  const std::string gateway_host = options_.host == "0.0.0.0" ? "127.0.0.1" : options_.host;
+  nlohmann::json groups = nlohmann::json::array();
+  groups.push_back({{"targets", {internal::JoinHostPort(gateway_host, gateway_monitoring_port)}},
+                    {"labels", {{"gantry_role", "gateway"}, {"deployment", options_.name}}}});
+  for (const Replica& replica : replicas_) {
+    if (replica.state != Replica::State::kServing || replica.monitoring_port < 0) {
+      continue;
+    }
+    groups.push_back(
+        {{"targets", {"127.0.0.1:" + std::to_string(replica.monitoring_port)}},
+         {"labels",
+          {{"gantry_role", "worker"}, {"deployment", options_.name}, {"replica", replica.name}}}});
+  }
+  // Written then renamed: Prometheus never reads half a file.
+  const std::string& path = options_.monitoring_targets_file;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << groups.dump(2) << "\n";
+    if (!out) {
+      spdlog::warn("monitoring_targets_file: cannot write {}: {}", tmp, std::strerror(errno));
+      return;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    spdlog::warn("monitoring_targets_file: cannot rename {} to {}: {}", tmp, path,
+                 std::strerror(errno));
+  }
+}
+
+int Deployment::monitoring_port() const {
+  std::shared_ptr<internal::Gateway> gateway = impl_->gateway();
+  return gateway ? gateway->monitoring_port() : -1;
+}
+
 std::vector<ReplicaInfo> Deployment::replicas() const {
   std::vector<ReplicaInfo> out;
   std::vector<internal::ReplicaState> states;
@@ -803,6 +874,7 @@ std::vector<ReplicaInfo> Deployment::replicas() const {
     info.cuda_visible_devices = replica.cuda_visible_devices;
     info.placement = replica.placement;
     info.restarts = replica.restarts;
+    info.monitoring_port = replica.monitoring_port;
     info.failed = replica.state == Replica::State::kFailed;
     if (replica.state != Replica::State::kServing) {
       info.error = replica.error;

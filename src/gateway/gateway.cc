@@ -20,7 +20,9 @@
 #include <thread>
 
 #include "common/grpc_options.h"
+#include "common/metrics_server.h"
 #include "common/tls.h"
+#include "gateway/gateway_metrics.h"
 #include "gateway/http_gateway.h"
 #include "gateway/kserve_service.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -200,6 +202,7 @@ class Gateway::Impl {
   int prefetch() const { return options_.prefetch; }
   int port() const { return port_; }
   int http_port() const { return http_ ? http_->port() : -1; }
+  int monitoring_port() const { return metrics_server_ ? metrics_server_->port() : -1; }
   std::shared_ptr<grpc::Channel> InProcessChannel() const {
     grpc::ChannelArguments args = MakeChannelArguments(options_.max_message_bytes);
     return server_->InProcessChannel(args);
@@ -213,6 +216,11 @@ class Gateway::Impl {
   }
   void Shutdown(std::chrono::milliseconds grace);
   void ReplicaDown(std::size_t index, const std::string& why);
+  void ReplicaRestarting(std::size_t index) {
+    if (metrics_) {
+      metrics_->ReplicaRestarted(index);
+    }
+  }
   void ReplicaRestarted(std::size_t index, const std::string& address);
   void ReplicaGivenUp(std::size_t index, const std::string& why);
 
@@ -262,6 +270,10 @@ class Gateway::Impl {
   std::unique_ptr<KServeService> kserve_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpGateway> http_;
+  // Null without monitoring. Shared with each request's completion, which
+  // may in principle run after the gateway is gone.
+  std::shared_ptr<GatewayMetrics> metrics_;
+  std::unique_ptr<MetricsServer> metrics_server_;
   int port_ = 0;
   std::once_flag shutdown_once_;
 
@@ -606,6 +618,19 @@ Status Gateway::Impl::Init() {
     replicas_.push_back(std::move(replica));
   }
   max_attempts_ = std::max<int>(3, static_cast<int>(replicas_.size())) + 1;
+  if (options_.monitoring_port >= 0) {
+    std::vector<std::string> names;
+    for (const auto& r : replicas_) {
+      names.push_back(r->name);
+    }
+    metrics_ = std::make_shared<GatewayMetrics>(options_.deployment_name, names);
+    auto server =
+        MetricsServer::Start(options_.host, options_.monitoring_port, {metrics_->registry()});
+    if (!server.ok()) {
+      return server.status().WithPrefix("gateway");
+    }
+    metrics_server_ = std::move(server).value();
+  }
   options_.prefetch = std::clamp(options_.prefetch, 1, kMaxPrefetch);
 
   data_service_ = std::make_unique<DataService>(this);
@@ -779,6 +804,9 @@ void Gateway::Impl::ReplicaRestarted(std::size_t index, const std::string& addre
 }
 
 void Gateway::Impl::ReplicaGivenUp(std::size_t index, const std::string& why) {
+  if (metrics_) {
+    metrics_->ReplicaGivenUp(index);
+  }
   Replica& replica = *replicas_.at(index);
   {
     std::lock_guard lock(replica.mutex);
@@ -951,6 +979,13 @@ std::shared_ptr<ForwardCall> Gateway::Impl::Forward(const grpc::ByteBuffer& requ
   auto call = std::make_shared<ForwardCall>();
   call->request_ = request;
   call->client_deadline_ = deadline;
+  if (metrics_) {
+    GatewayMetrics::Request measured = metrics_->Begin(ExecEndpointOf(request));
+    done = [metrics = metrics_, measured, done = std::move(done)](ForwardResult result) {
+      metrics->End(measured, static_cast<int>(result.status.error_code()), result.is_error);
+      done(std::move(result));
+    };
+  }
   call->done_ = std::move(done);
   Attempt(call);
   return call;
@@ -1109,6 +1144,8 @@ int Gateway::port() const { return impl_->port(); }
 
 int Gateway::http_port() const { return impl_->http_port(); }
 
+int Gateway::monitoring_port() const { return impl_->monitoring_port(); }
+
 std::shared_ptr<grpc::Channel> Gateway::InProcessChannel() const {
   return impl_->InProcessChannel();
 }
@@ -1120,6 +1157,8 @@ void Gateway::Shutdown(std::chrono::milliseconds grace) { impl_->Shutdown(grace)
 void Gateway::ReplicaDown(std::size_t index, const std::string& why) {
   impl_->ReplicaDown(index, why);
 }
+
+void Gateway::ReplicaRestarting(std::size_t index) { impl_->ReplicaRestarting(index); }
 
 void Gateway::ReplicaRestarted(std::size_t index, const std::string& address) {
   impl_->ReplicaRestarted(index, address);

@@ -90,6 +90,9 @@ struct GatewayOptions {
   std::map<std::string, std::string> models;
   // TLS on the gRPC and HTTP ports (gantry/tls.h); replicas stay plaintext.
   ServerTlsOptions tls{};
+  // Prometheus metrics (gateway/gateway_metrics.h) on this HTTP port of
+  // `host`: -1 for none, 0 for any free port.
+  int monitoring_port = -1;
 };
 
 // A client's `__prefetch__` metadata as a bound on requests in flight:
@@ -115,6 +118,8 @@ class Gateway {
   int port() const;
   // The HTTP port, or -1 when the gateway serves no HTTP.
   int http_port() const;
+  // The metrics port, or -1 when the gateway exports no metrics.
+  int monitoring_port() const;
   // A channel to this gateway inside the process, past TLS (for
   // Deployment::Post).
   std::shared_ptr<grpc::Channel> InProcessChannel() const;
@@ -126,6 +131,8 @@ class Gateway {
 
   // From the Deployment's supervisor; `index` follows `replica_addresses`.
   void ReplicaDown(std::size_t index, const std::string& why);
+  // Its process is being started again (counted in the metrics).
+  void ReplicaRestarting(std::size_t index);
   void ReplicaRestarted(std::size_t index, const std::string& address);
   void ReplicaGivenUp(std::size_t index, const std::string& why);
 

@@ -11,6 +11,7 @@
 #include <thread>
 #include <variant>
 
+#include "common/http_listen.h"
 #include "common/tls.h"
 #include "core/value_json.h"
 #include "gateway/json_docs.h"
@@ -130,6 +131,7 @@ class HttpGateway::Impl {
     // client's delayed ACK held every reply ~40 ms (KServe over HTTP: 36
     // requests/s at concurrency 1 before, bench/kserve/run.sh).
     server_->set_tcp_nodelay(true);
+    UseExclusivePort(*server_);
     // Errors cpp-httplib answers itself (413, 400 for a malformed request,
     // 404) get a JSON detail like ours.
     server_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {

@@ -221,12 +221,12 @@ void BatchQueueSet::Flush(Queue& queue, std::deque<Pending*>& batch) {
     if (call.size() == end - begin) {
       std::move(call.docs().begin(), call.docs().end(), all.begin() + begin);
     }
-    if (!outcome.status.ok()) {
-      for (std::size_t k = begin; k < end; ++k) {
-        HandlerOutcome& mine = batch[owner[k]]->outcome;
-        if (mine.status.ok()) {
-          mine = outcome;
-        }
+    for (std::size_t k = begin; k < end; ++k) {
+      HandlerOutcome& mine = batch[owner[k]]->outcome;
+      if (!outcome.status.ok() && mine.status.ok()) {
+        mine = outcome;
+      } else if (mine.started == std::chrono::steady_clock::time_point{}) {
+        mine.started = outcome.started;
       }
     }
   }

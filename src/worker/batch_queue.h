@@ -45,6 +45,9 @@ struct HandlerOutcome {
   Status status;
   // The C++ type of the exception the handler threw; empty if it returned.
   std::string exception_name;
+  // When the handler started on (the first of) this request's documents;
+  // unset when it never ran. For the queue-time metric.
+  std::chrono::steady_clock::time_point started{};
 };
 
 // Calls the handler on `docs` (edited in place). Must not throw.

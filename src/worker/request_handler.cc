@@ -176,6 +176,7 @@ void RequestHandler::SetError(jina::DataRequestProto* request, const std::string
 
 HandlerOutcome RequestHandler::Invoke(const Route& route, DocList& docs,
                                       const Parameters& parameters,
+                                      WorkerMetrics::Endpoint* measured,
                                       const std::function<bool()>* abandoned) {
   HandlerOutcome outcome;
   std::lock_guard lock(executor_mutex_);
@@ -187,6 +188,19 @@ HandlerOutcome RequestHandler::Invoke(const Route& route, DocList& docs,
     outcome.status = CancelledError("cancelled or past its deadline before the handler ran");
     return outcome;
   }
+  outcome.started = std::chrono::steady_clock::now();
+  // Counted however the call ends (Triton counts executions the same way).
+  struct Measure {
+    WorkerMetrics::Endpoint* measured;
+    std::chrono::steady_clock::time_point started;
+    ~Measure() {
+      if (measured != nullptr) {
+        measured->executions->Increment();
+        measured->compute->Observe(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      }
+    }
+  } measure{measured, outcome.started};
   try {
     outcome.status = route.invoke(*executor_, docs, parameters);
   } catch (const std::exception& e) {
@@ -203,12 +217,13 @@ HandlerOutcome RequestHandler::Invoke(const Route& route, DocList& docs,
 // sort_keys=True); Value::Dict is ordered, so its JSON is canonical too.
 HandlerOutcome RequestHandler::PushBatched(const std::string& endpoint, std::size_t route_index,
                                            const Parameters& parameters, const std::string& where,
-                                           DocList& docs) {
+                                           DocList& docs, WorkerMetrics::Endpoint* measured) {
   std::string key = endpoint + '\n' + ValueDictToJson(parameters.values());
   const Route* route = &routes_[route_index];
-  auto make_invoke = [this, route, &parameters] {
-    return BatchInvoke(
-        [this, route, parameters](DocList& batch) { return Invoke(*route, batch, parameters); });
+  auto make_invoke = [this, route, &parameters, measured] {
+    return BatchInvoke([this, route, parameters, measured](DocList& batch) {
+      return Invoke(*route, batch, parameters, measured);
+    });
   };
   return queues_.Push(key, batching_.find(endpoint)->second, make_invoke, where, docs);
 }
@@ -237,6 +252,7 @@ bool RequestHandler::SetReplyDocs(jina::DataRequestProto* request, const DocList
 RequestHandler::Result RequestHandler::Handle(jina::DataRequestProto* request,
                                               std::int64_t max_message_bytes,
                                               const std::function<bool()>& abandoned) {
+  const auto arrived = std::chrono::steady_clock::now();
   Result result;
   auto* route_proto = request->add_routes();
   route_proto->set_executor(executor_name_);
@@ -266,9 +282,41 @@ RequestHandler::Result RequestHandler::Handle(jina::DataRequestProto* request,
     SetError(request, "EndpointNotFound", message);
     SetTimestamp(route_proto->mutable_end_time());
     result.is_error = true;
+    if (metrics_ != nullptr) {
+      metrics_->Failed(metrics_->For(""), "endpoint_not_found");
+    }
     return result;
   }
   const Route& route = routes_[it->second];
+  // Batched and counted under the endpoint the handler is bound to
+  // ("/default" for unknown endpoints), as Jina does.
+  const std::string& bound = it->first;
+  WorkerMetrics::Endpoint* measured = metrics_ != nullptr ? &metrics_->For(bound) : nullptr;
+  // The request is pending until it returns, and its time observed then.
+  struct Pending {
+    WorkerMetrics::Endpoint* measured;
+    std::chrono::steady_clock::time_point arrived;
+    explicit Pending(WorkerMetrics::Endpoint* m, std::chrono::steady_clock::time_point a)
+        : measured(m), arrived(a) {
+      if (measured != nullptr) {
+        measured->pending->Increment();
+      }
+    }
+    ~Pending() {
+      if (measured != nullptr) {
+        measured->pending->Decrement();
+        measured->request->Observe(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - arrived).count());
+      }
+    }
+    Pending(const Pending&) = delete;
+    Pending& operator=(const Pending&) = delete;
+  } pending(measured, arrived);
+  auto failed = [&](std::string_view reason) {
+    if (measured != nullptr) {
+      metrics_->Failed(*measured, reason);
+    }
+  };
 
   // Decode documents: Jina writers use `docs`, readers accept `docs_bytes`.
   // Malformed input is the client's error, answered as a gRPC
@@ -286,11 +334,13 @@ RequestHandler::Result RequestHandler::Handle(jina::DataRequestProto* request,
   }
   if (!docs.ok()) {
     result.status = docs.status().WithPrefix(where);
+    failed("invalid_argument");
     return result;
   }
   StatusOr<Value::Dict> parameter_values = StructToDict(request->parameters());
   if (!parameter_values.ok()) {
     result.status = parameter_values.status().WithPrefix(where + ": parameters");
+    failed("invalid_argument");
     return result;
   }
   Parameters parameters(std::move(parameter_values).value());
@@ -303,13 +353,14 @@ RequestHandler::Result RequestHandler::Handle(jina::DataRequestProto* request,
   }
 
   HandlerOutcome outcome;
-  // Batched under the endpoint the handler is bound to ("/default" for
-  // unknown endpoints), as Jina does.
-  const std::string& bound = it->first;
+  const std::size_t doc_count = docs->size();
   if (batching_.contains(bound)) {
-    outcome = PushBatched(bound, it->second, parameters, where, *docs);
+    outcome = PushBatched(bound, it->second, parameters, where, *docs, measured);
   } else {
-    outcome = Invoke(route, *docs, parameters, &abandoned);
+    outcome = Invoke(route, *docs, parameters, measured, &abandoned);
+  }
+  if (measured != nullptr && outcome.started != std::chrono::steady_clock::time_point{}) {
+    measured->queue->Observe(std::chrono::duration<double>(outcome.started - arrived).count());
   }
   Status status = std::move(outcome.status);
   const bool threw = !outcome.exception_name.empty();
@@ -326,10 +377,25 @@ RequestHandler::Result RequestHandler::Handle(jina::DataRequestProto* request,
                message);
     }
     result.is_error = true;
+    failed(status.code() == StatusCode::kCancelled ? "cancelled" : "handler");
     return result;
   }
   result.is_error = SetReplyDocs(request, *docs, max_message_bytes, where);
+  if (result.is_error) {
+    failed("reply_too_large");
+  } else if (measured != nullptr) {
+    measured->success->Increment();
+    measured->docs->Increment(static_cast<double>(doc_count));
+  }
   return result;
+}
+
+std::vector<std::string> RequestHandler::Endpoints() const {
+  std::vector<std::string> out;
+  for (const auto& [endpoint, index] : endpoint_routes_) {
+    out.push_back(endpoint);
+  }
+  return out;
 }
 
 void RequestHandler::FillEndpoints(jina::EndpointsProto* endpoints) const {

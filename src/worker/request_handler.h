@@ -28,6 +28,7 @@
 #include "core/limits.h"
 #include "jina/jina.pb.h"
 #include "worker/batch_queue.h"
+#include "worker/worker_metrics.h"
 
 namespace gantry::internal {
 
@@ -71,6 +72,12 @@ class RequestHandler {
   // Calls the executor's Close() once; later requests get an error.
   void Close();
 
+  // Records every request from now on in `metrics` (which must outlive this
+  // handler). Call before the first Handle.
+  void AttachMetrics(WorkerMetrics* metrics) { metrics_ = metrics; }
+  // The endpoints the executor's handlers are bound to.
+  std::vector<std::string> Endpoints() const;
+
   const std::string& executor_name() const { return executor_name_; }
   const std::string& jtype() const { return jtype_; }
   const Device& device() const { return device_; }
@@ -95,11 +102,14 @@ class RequestHandler {
   bool SetReplyDocs(jina::DataRequestProto* request, const DocList& docs,
                     std::int64_t max_message_bytes, const std::string& where) const;
   // One serialised handler call; exceptions become the outcome.
+  // `measured`, if set, counts the execution and its time.
   HandlerOutcome Invoke(const Route& route, DocList& docs, const Parameters& parameters,
+                        WorkerMetrics::Endpoint* measured,
                         const std::function<bool()>* abandoned = nullptr);
   // Through the batch queue of `endpoint` and `parameters`.
   HandlerOutcome PushBatched(const std::string& endpoint, std::size_t route_index,
-                             const Parameters& parameters, const std::string& where, DocList& docs);
+                             const Parameters& parameters, const std::string& where, DocList& docs,
+                             WorkerMetrics::Endpoint* measured);
 
   std::string jtype_;
   std::string executor_name_;
@@ -115,6 +125,7 @@ class RequestHandler {
   std::mutex executor_mutex_;
   std::unique_ptr<Executor> executor_;  // guarded by executor_mutex_ for calls
   bool closed_ = false;                 // guarded by executor_mutex_
+  WorkerMetrics* metrics_ = nullptr;    // set before serving
 };
 
 }  // namespace gantry::internal

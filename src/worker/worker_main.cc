@@ -18,11 +18,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/metrics_server.h"
 #include "core/deployment_rules.h"
 #include "core/limits.h"
 #include "core/logging.h"
@@ -31,6 +33,7 @@
 #include "core/worker_mode.h"
 #include "worker/plugin_loader.h"
 #include "worker/request_handler.h"
+#include "worker/worker_metrics.h"
 #include "worker/worker_service.h"
 #include "worker/worker_spec.h"
 
@@ -62,6 +65,7 @@ std::string WorkerSpecToJson(const WorkerSpec& spec) {
   }
   j["dynamic_batching"] = std::move(batching);
   j["max_message_bytes"] = spec.max_message_bytes;
+  j["monitoring_port"] = spec.monitoring_port;
   return j.dump();
 }
 
@@ -87,6 +91,7 @@ StatusOr<WorkerSpec> WorkerSpecFromJson(std::string_view json) {
     spec.log_level = j.value("log_level", "");
     spec.port_file = j.value("port_file", "");
     spec.max_message_bytes = j.value("max_message_bytes", kDefaultMaxMessageBytes);
+    spec.monitoring_port = j.value("monitoring_port", -1);
     GANTRY_RETURN_IF_ERROR(
         CheckIntOption(kMaxMessageBytesRule, "max_message_bytes", spec.max_message_bytes)
             .WithPrefix("worker spec"));
@@ -274,6 +279,20 @@ int RunWorker(const WorkerFlags& flags) {
                  info["device"], info["device_name"], info["device_memory_used_bytes"],
                  info["device_memory_total_bytes"], info["device_tensors"]);
   }
+  // Metrics first: requests may arrive as soon as the gRPC server is up.
+  std::unique_ptr<WorkerMetrics> metrics;
+  std::unique_ptr<MetricsServer> metrics_server;
+  if (spec->monitoring_port >= 0) {
+    metrics = std::make_unique<WorkerMetrics>(spec->executor_name, spec->runtime_name,
+                                              (*handler)->Endpoints(), (*handler)->device());
+    auto started = MetricsServer::Start(spec->host, spec->monitoring_port, metrics->collectables());
+    if (!started.ok()) {
+      return report_error(started.status().WithPrefix(spec->runtime_name));
+    }
+    metrics_server = std::move(started).value();
+    (*handler)->AttachMetrics(metrics.get());
+    spdlog::info("metrics on {}:{}/metrics", spec->host, metrics_server->port());
+  }
   auto server =
       WorkerServer::Start(handler->get(), spec->host, spec->port, spec->max_message_bytes);
   if (!server.ok()) {
@@ -288,7 +307,9 @@ int RunWorker(const WorkerFlags& flags) {
   }
   spdlog::info("ready and listening on {}:{}", spec->host, port);
   if (flags.status_fd >= 0) {
-    WriteAll(flags.status_fd, "READY " + std::to_string(port));
+    WriteAll(flags.status_fd,
+             "READY " + std::to_string(port) +
+                 (metrics_server ? " " + std::to_string(metrics_server->port()) : ""));
     ::close(flags.status_fd);
   }
 

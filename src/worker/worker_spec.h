@@ -37,6 +37,9 @@ struct WorkerSpec {
   std::map<std::string, DynamicBatching> dynamic_batching;
   // Cap on one request received or reply sent (1 to 2^31-1).
   std::int64_t max_message_bytes = kDefaultMaxMessageBytes;
+  // Prometheus metrics on this port of `host`: -1 for none, 0 for any free
+  // port (the worker reports it: "READY <port> <metrics port>").
+  int monitoring_port = -1;
 };
 
 std::string WorkerSpecToJson(const WorkerSpec& spec);
