@@ -68,6 +68,8 @@ class Channel;
 
 namespace gantry::internal {
 
+class Upstream;
+
 struct GatewayOptions {
   std::string host = "127.0.0.1";
   int port = 0;
@@ -90,6 +92,9 @@ struct GatewayOptions {
   std::map<std::string, std::string> models;
   // TLS on the gRPC and HTTP ports (gantry/tls.h); replicas stay plaintext.
   ServerTlsOptions tls{};
+  // When set, data requests go to it instead of to replicas (a Flow's
+  // router); `replica_addresses` may then be empty.
+  std::shared_ptr<Upstream> upstream;
 };
 
 // A client's `__prefetch__` metadata as a bound on requests in flight:
