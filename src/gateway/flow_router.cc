@@ -114,10 +114,10 @@ using Graph = FlowRouter::Graph;
 using Call = FlowRouter::Call;
 
 void OnStepDone(const std::shared_ptr<Graph>& graph, const std::shared_ptr<Call>& call,
-                std::size_t index, grpc::Status status);
+                std::size_t index, const grpc::Status& status);
 
 void Launch(const std::shared_ptr<Graph>& graph, const std::shared_ptr<Call>& call,
-            std::size_t index, grpc::ByteBuffer request) {
+            std::size_t index, const grpc::ByteBuffer& request) {
   Graph::Step& step = *graph->steps[index];
   Call::Run& run = call->runs[index];
   ForwardDone done;
@@ -130,7 +130,7 @@ void Launch(const std::shared_ptr<Graph>& graph, const std::shared_ptr<Call>& ca
       if (call->deadline != std::chrono::system_clock::time_point::max()) {
         run.context->set_deadline(call->deadline);
       }
-      run.request = std::move(request);
+      run.request = request;  // a reference-counted copy
     }
   }
   if (done) {
@@ -143,14 +143,13 @@ void Launch(const std::shared_ptr<Graph>& graph, const std::shared_ptr<Call>& ca
   if (!run.context) {
     return;  // finished by another step's failure
   }
-  step.stub->UnaryCall(run.context.get(), kSingleMethod, grpc::StubOptions(), &run.request,
-                       &run.reply, [graph, call, index](grpc::Status status) {
-                         OnStepDone(graph, call, index, std::move(status));
-                       });
+  step.stub->UnaryCall(
+      run.context.get(), kSingleMethod, grpc::StubOptions(), &run.request, &run.reply,
+      [graph, call, index](const grpc::Status& status) { OnStepDone(graph, call, index, status); });
 }
 
 void OnStepDone(const std::shared_ptr<Graph>& graph, const std::shared_ptr<Call>& call,
-                std::size_t index, grpc::Status status) {
+                std::size_t index, const grpc::Status& status) {
   Graph::Step& step = *graph->steps[index];
   Call::Run& run = call->runs[index];
   bool is_error = false;
@@ -200,7 +199,7 @@ void OnStepDone(const std::shared_ptr<Graph>& graph, const std::shared_ptr<Call>
   }
   if (done && result.status.ok() && !result.is_error) {
     if (ends.size() == 1) {
-      result.reply = std::move(ends.front());
+      result.reply = ends.front();
     } else if (StatusOr<grpc::ByteBuffer> merged = Merge(ends); merged.ok()) {
       result.reply = std::move(merged).value();
     } else {
@@ -216,7 +215,7 @@ void OnStepDone(const std::shared_ptr<Graph>& graph, const std::shared_ptr<Call>
   for (std::size_t next : ready) {
     std::vector<std::optional<grpc::ByteBuffer>>& inputs = call->runs[next].inputs;
     if (inputs.size() == 1) {
-      Launch(graph, call, next, std::move(*inputs.front()));
+      Launch(graph, call, next, *inputs.front());
       continue;
     }
     std::vector<grpc::ByteBuffer> parts;
@@ -225,7 +224,7 @@ void OnStepDone(const std::shared_ptr<Graph>& graph, const std::shared_ptr<Call>
     }
     StatusOr<grpc::ByteBuffer> merged = Merge(parts);
     if (merged.ok()) {
-      Launch(graph, call, next, std::move(merged).value());
+      Launch(graph, call, next, *merged);
       continue;
     }
     ForwardDone failed;
