@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "core/gpu_inventory.h"
 #include "testutil/testutil.h"
 
 namespace gantry {
@@ -79,6 +80,27 @@ TEST(FlowTest, ThreeStepChainRunsTheMiddleStepOnTheDeviceGivenToIt) {
   }
   EXPECT_EQ(pids.size(), 3u) << "each step runs in a process of its own";
   EXPECT_EQ(IntTag((*result)[0], "pid_first"), flow.replicas("first")[0].pid);
+}
+
+// The same chain on a real GPU: the middle step computes on the one it was
+// placed on. A ctest entry of its own, labelled `gpu` (skips without one).
+TEST(FlowGpuTest, MiddleStepComputesOnItsGpu) {
+  if (internal::DiscoverGpus().gpus.empty()) {
+    GTEST_SKIP() << "no CUDA device visible";
+  }
+  FlowOptions options;
+  options.executors = {Step("first", "TagExec", {{"tag", "first"}}),
+                       Step("middle", "MyGPUExec", {}), Step("last", "TagExec", {{"tag", "last"}})};
+  options.executors[1].deployment.gpus = "1";
+  Flow flow(std::move(options));
+  ASSERT_TRUE(flow.ok()) << flow.status();
+  EXPECT_EQ(flow.replicas("middle")[0].device, "cuda:0");
+  auto result = flow.Post("/encode", MakeDocs(10));
+  ASSERT_TRUE(result.ok()) << result.status();
+  for (const Doc& doc : *result) {
+    EXPECT_EQ(doc.text(), "Embeddings calculated on GPU|last");
+    EXPECT_EQ(doc.embedding()->numel(), 5);
+  }
 }
 
 TEST(FlowTest, DagMergesTheDocumentsOfTwoParallelBranches) {
