@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include <mutex>
+#include <thread>
 
 #include "common/grpc_options.h"
 #include "core/deployment_rules.h"
@@ -33,9 +34,9 @@ class Flow::Impl {
 
   Status status_;
   FlowOptions options_;
-  // Filled by Start, in the order of options_.executors; each Deployment
-  // is itself safe for concurrent use, and the vector is not resized after
-  // Start.
+  // Filled by Start, in the order of options_.executors (by one thread per
+  // step, joined before Start goes on); each Deployment is itself safe for
+  // concurrent use, and the vector is not resized after Start.
   std::vector<std::unique_ptr<Deployment>> steps_;
 
  private:
@@ -81,12 +82,21 @@ Status Flow::Impl::Start() {
                                   "]: " + s.message());
     }
   }
-  for (FlowStep& step : options_.executors) {
-    auto deployment = std::make_unique<Deployment>(step.deployment);
-    if (!deployment->ok()) {
-      return deployment->status().WithPrefix(Where() + ": step '" + step.deployment.name + "'");
+  // The steps start at once (each loads its model in its own workers), as
+  // Jina's do; Stop() stops those that started if another one failed.
+  steps_.resize(options_.executors.size());
+  {
+    std::vector<std::jthread> starting;
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      starting.emplace_back([this, i] {
+        steps_[i] = std::make_unique<Deployment>(options_.executors[i].deployment);
+      });
     }
-    steps_.push_back(std::move(deployment));
+  }
+  for (std::size_t i = 0; i < steps_.size(); ++i) {
+    if (!steps_[i]->ok()) {
+      return steps_[i]->status().WithPrefix(Where() + ": step '" + names[i] + "'");
+    }
   }
 
   // The router takes the steps in topological order.
@@ -151,10 +161,15 @@ void Flow::Impl::Stop() {
     // New requests are refused; those in flight finish, up to timeout_drain.
     gateway->Shutdown(options_.timeout_drain);
   }
-  // Then the steps, which drain on their own; each one's Stop also ends a
-  // Block() waiting on the first.
-  for (auto& step : steps_) {
-    step->Stop();
+  // Then the steps, at once: each drains its own workers; the first one's
+  // Stop also ends a Block() waiting on it.
+  {
+    std::vector<std::jthread> stopping;
+    for (auto& step : steps_) {
+      if (step) {
+        stopping.emplace_back([&step] { step->Stop(); });
+      }
+    }
   }
   std::lock_guard state_lock(state_mutex_);
   gateway_.reset();

@@ -4,6 +4,7 @@
 #include <gantry/flow.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <set>
 #include <string>
@@ -165,6 +166,21 @@ TEST(FlowTest, AStepThatThrowsReachesTheClientNamingTheStep) {
   auto good = flow.Post("/", MakeDocs(3));
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_EQ((*good)[0].text(), "doc 0|prepare|picky|finish");
+}
+
+TEST(FlowTest, AStepThatCannotStartFailsTheFlowAndLeavesNoWorkerBehind) {
+  FlowOptions options;
+  options.executors = {Step("fine", "TagExec", {{"tag", "fine"}}),
+                       Step("broken", "CtorFailExec", {}),
+                       Step("also_fine", "TagExec", {{"tag", "also"}})};
+  Flow flow(std::move(options));
+  ASSERT_FALSE(flow.ok());
+  EXPECT_THAT(flow.status().message(), HasSubstr("flow 'flow': step 'broken'"));
+  EXPECT_THAT(flow.status().message(), HasSubstr("/nonexistent/model.safetensors is missing"));
+  EXPECT_EQ(flow.port(), 0);
+  EXPECT_FALSE(flow.Post("/", MakeDocs(1)).ok());
+  // The steps that did start were stopped and reaped.
+  EXPECT_TRUE(testing::ChildrenOf(::getpid()).empty());
 }
 
 TEST(FlowTest, BadGraphsAreRefusedBeforeAnythingStarts) {
