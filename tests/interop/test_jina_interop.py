@@ -264,6 +264,17 @@ class JinaClientToGantryFlow(unittest.TestCase):
     def test_is_flow_ready(self):
         self.assertTrue(self.client.is_flow_ready())
 
+    def test_jina_reads_the_same_graph_from_these_files(self):
+        # Jina's own loader takes the same YAML (without starting anything).
+        example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                               "examples", "flow", "flow.yml")
+        for path, expected in [
+                (flow_yaml(self.tmp.name), {"first": ({"gateway"}, 1), "second": ({"first"}, 2)}),
+                (example, {"encoder": ({"gateway"}, 2), "passthrough": ({"encoder"}, 1)})]:
+            nodes = Flow.load_config(path)._deployment_nodes
+            self.assertEqual({name: (set(d.needs), d.args.replicas) for name, d in nodes.items()},
+                             expected)
+
 
 class JinaGatewayInFrontOfGantryWorker(unittest.TestCase):
     @classmethod
