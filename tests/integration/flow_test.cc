@@ -4,8 +4,10 @@
 #include <gantry/flow.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <set>
 #include <string>
 
@@ -166,6 +168,27 @@ TEST(FlowTest, AStepThatThrowsReachesTheClientNamingTheStep) {
   auto good = flow.Post("/", MakeDocs(3));
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_EQ((*good)[0].text(), "doc 0|prepare|picky|finish");
+}
+
+TEST(FlowTest, HttpJsonPostsTravelThroughTheSteps) {
+  FlowOptions options;
+  options.http_port = 0;
+  options.executors = {Step("a", "TagExec", {{"tag", "a"}}),
+                       Step("b", "TagExec", {{"tag", "b"}, {"fail_on", "boom"}})};
+  Flow flow(std::move(options));
+  ASSERT_TRUE(flow.ok()) << flow.status();
+  ASSERT_GT(flow.http_port(), 0);
+  httplib::Client http("127.0.0.1", flow.http_port());
+  http.set_connection_timeout(std::chrono::seconds(10));
+  http.set_read_timeout(std::chrono::seconds(30));
+  auto res = http.Post("/any", R"({"data": [{"text": "hi"}]})", "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_THAT(res->body, HasSubstr("hi|a|b"));
+  res = http.Post("/any", R"({"data": [{"text": "boom"}]})", "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_NE(res->status, 200);
+  EXPECT_THAT(res->body, HasSubstr("b/rep-0"));
 }
 
 TEST(FlowTest, AStepThatCannotStartFailsTheFlowAndLeavesNoWorkerBehind) {
