@@ -16,6 +16,13 @@
 //     uses_dynamic_batching: {/encode: {preferred_batch_size: 32, timeout: 10}}
 //     max_message_bytes: 67108864 # cap on one request or reply (default 64 MiB)
 //
+//   jtype: Flow                   # flow YAML (docs/flow.md)
+//   with: {port: 12345, protocol: grpc}
+//   executors:                    # each entry: a deployment's `with:` keys,
+//     - name: encoder             #   plus `needs:` (a name, "gateway", or a list)
+//       uses: MyExec
+//     - {name: indexer, uses: MyIndexer, needs: encoder}
+//
 // `${{ ENV.NAME }}` is replaced by the environment variable NAME. Files are
 // validated whole before anything starts: unknown keys, wrong types and bad
 // devices are errors of the form "<file>:<line>:<col>: <key.path>: <what>".
@@ -24,6 +31,7 @@
 
 #include <gantry/deployment.h>
 #include <gantry/document.h>
+#include <gantry/flow.h>
 #include <gantry/status.h>
 
 #include <map>
@@ -47,6 +55,12 @@ StatusOr<ExecutorConfig> LoadExecutorConfig(const std::string& path);
 // Relative `uses:` paths are resolved against the file's directory.
 StatusOr<DeploymentOptions> ParseDeploymentConfig(std::string_view yaml, std::string_view source);
 StatusOr<DeploymentOptions> LoadDeploymentConfig(const std::string& path);
+
+// Every step is checked as a deployment is, and the graph as the Flow checks
+// it (a cycle, an unknown need, a duplicate name), each error naming the
+// file, line and key ("executors[2].needs[0]").
+StatusOr<FlowOptions> ParseFlowConfig(std::string_view yaml, std::string_view source);
+StatusOr<FlowOptions> LoadFlowConfig(const std::string& path);
 
 }  // namespace gantry
 

@@ -4,6 +4,7 @@
 //                     [--max-message-bytes N] [--ssl-certfile F --ssl-keyfile F
 //                     [--ssl-client-cafile F]] [--restart-backoff-initial MS]
 //                     [--restart-backoff-max MS] [--max-init-failures N] [--timeout-drain MS]
+//   gantry flow --uses flow.yml [--port N] [--http-port N] [--port-file F] [--log-level L]
 //   gantry executor --uses executor.yml|JTYPE [--lib PLUGIN.so]... [--port N] [--port-file F]
 //                   [--max-message-bytes N]
 //   gantry gateway --replica-addresses H:P,H:P [--port N] [--http-port N]
@@ -18,6 +19,7 @@
 #include <gantry/config.h>
 #include <gantry/deployment.h>
 #include <gantry/device.h>
+#include <gantry/flow.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -162,6 +164,37 @@ int RunDeployment(const std::string& uses, int port, int http_port, const std::s
   WritePortFile(port_file, deployment.port());
   deployment.Block();
   deployment.Stop();
+  return 0;
+}
+
+int RunFlow(const std::string& uses, int port, int http_port, const std::string& port_file,
+            const std::string& log_level) {
+  gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
+  auto options = gantry::LoadFlowConfig(uses);
+  if (!options.ok()) {
+    return Fail(options.status());
+  }
+  if (port >= 0) {
+    options->port = port;
+  }
+  if (http_port >= 0) {
+    options->http_port = http_port;
+  }
+  if (!log_level.empty()) {
+    for (gantry::FlowStep& step : options->executors) {
+      step.deployment.log_level = log_level;
+    }
+  }
+  gantry::Flow flow(std::move(options).value());
+  if (!flow.ok()) {
+    return Fail(flow.status());
+  }
+  if (flow.http_port() >= 0) {
+    spdlog::info("HTTP gateway on port {}", flow.http_port());
+  }
+  WritePortFile(port_file, flow.port());
+  flow.Block();
+  flow.Stop();
   return 0;
 }
 
@@ -445,6 +478,15 @@ int main(int argc, char** argv) try {
   ping->add_option("--ssl-certfile", client_tls.cert_file, "client certificate (PEM)");
   ping->add_option("--ssl-keyfile", client_tls.key_file, "client certificate's key (PEM)");
 
+  auto* flow = app.add_subcommand(
+      "flow", "Run a Flow from YAML: one gateway and a Deployment per step, chained or a DAG");
+  flow->add_option("--uses", uses, "flow YAML (jtype: Flow)")->required()->check(CLI::ExistingFile);
+  flow->add_option("--port", port, "gateway port (overrides the YAML's; 0 = any free)");
+  flow->add_option("--http-port", http_port,
+                   "also serve HTTP/JSON on this port (0 = any free; default: the YAML's)");
+  flow->add_option("--port-file", port_file, "write the gateway's port here when ready");
+  flow->add_option("--log-level", log_level, "debug, info, warning or error");
+
   auto* executors = app.add_subcommand("executors", "List the executor types gantry-worker serves");
 
   std::string new_name;
@@ -460,6 +502,9 @@ int main(int argc, char** argv) try {
     monitoring.monitoring = monitoring.monitoring || !monitoring.targets_file.empty();
     return RunDeployment(uses, port, http_port, port_file, log_level, max_message_bytes, tls,
                          lifecycle, monitoring);
+  }
+  if (flow->parsed()) {
+    return RunFlow(uses, port, http_port, port_file, log_level);
   }
   if (executor->parsed()) {
     return RunExecutor(uses, host, port, port_file, device, name, uses_with, libs, log_level,

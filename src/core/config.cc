@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/deployment_rules.h"
+#include "core/flow_graph.h"
 #include "core/limits.h"
 
 namespace gantry {
@@ -64,6 +65,15 @@ constexpr std::string_view kDeploymentWithKeys[] = {"uses",
                                                     "monitoring",
                                                     "port_monitoring",
                                                     "monitoring_targets_file"};
+constexpr std::string_view kFlowKeys[] = {"jtype", "version", "with", "executors", "gateway"};
+constexpr std::string_view kFlowWithKeys[] = {
+    "name",          "port", "protocol",   "host",           "http_port", "max_message_bytes",
+    "timeout_drain", "env",  "monitoring", "port_monitoring"};
+// Keys of a Flow's `executors:` entries that Jina has and a Deployment has
+// not; all but `needs` (and `shards: 1`) are refused as not supported.
+constexpr std::string_view kFlowStepOnlyKeys[] = {
+    "needs",      "shards",   "when",      "polling", "floating",     "uses_before",
+    "uses_after", "external", "workspace", "tls",     "uses_requests"};
 // Jina's batching keys, plus Triton-style caps of ours.
 constexpr std::string_view kBatchingKeys[] = {
     "preferred_batch_size", "timeout",        "flush_all",     "use_dynamic_batching",
@@ -387,7 +397,183 @@ class Parser {
     return ParseDeploymentWith(*with);
   }
 
+  StatusOr<FlowOptions> ParseFlow(const YAML::Node& root) const {
+    GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(root, "", kFlowKeys));
+    FlowOptions options;
+    std::map<std::string, std::string> env;
+    const Entry* executors = nullptr;
+    bool has_jtype = false;
+    for (const Entry& e : entries) {
+      if (e.key == "jtype") {
+        GANTRY_ASSIGN_OR_RETURN(Scalar jtype, ReadScalar(e.value, e.mark, e.key));
+        if (jtype.text != "Flow") {
+          return Error(e.mark, e.key, "expected \"Flow\", got " + Got(e.value, jtype));
+        }
+        has_jtype = true;
+      } else if (e.key == "version") {
+        GANTRY_ASSIGN_OR_RETURN(Scalar version, ReadScalar(e.value, e.mark, e.key));
+        (void)version;
+      } else if (e.key == "with") {
+        GANTRY_RETURN_IF_ERROR(ParseFlowWith(e, &options, &env));
+      } else if (e.key == "executors") {
+        executors = &e;
+      } else {
+        return Error(e.key_node.Mark(), e.key,
+                     "not supported yet (set the Flow gateway's port and protocol under `with:`)");
+      }
+    }
+    if (!has_jtype) {
+      return Error(root.Mark(), "jtype", "required key is missing");
+    }
+    if (executors == nullptr) {
+      return Error(root.Mark(), "executors", "required key is missing");
+    }
+    if (!executors->value.IsSequence() || executors->value.size() == 0) {
+      return Error(executors->mark, "executors",
+                   "expected a non-empty sequence of executors, got " +
+                       (executors->value.IsSequence() ? std::string("an empty one")
+                                                      : Describe(executors->value)));
+    }
+    std::vector<std::string> names;
+    std::vector<std::vector<std::string>> needs;
+    // Where each step's name and needs were written, for graph errors.
+    std::vector<YAML::Mark> step_marks;
+    std::vector<std::optional<YAML::Mark>> name_marks;
+    std::vector<std::vector<YAML::Mark>> need_marks;
+    std::size_t index = 0;
+    for (auto it = executors->value.begin(); it != executors->value.end(); ++it, ++index) {
+      const std::string path = "executors[" + std::to_string(index) + "]";
+      const YAML::Node node = *it;
+      const YAML::Mark mark = node.IsNull() ? executors->mark : node.Mark();
+      if (!node.IsMap()) {
+        return Error(mark, path, "expected a mapping (name, uses, ...), got " + Describe(node));
+      }
+      GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> step_entries, Entries(node, path, {}));
+      FlowStep step;
+      YAML::Node rest(YAML::NodeType::Map);
+      step_marks.push_back(mark);
+      name_marks.emplace_back();
+      need_marks.emplace_back();
+      for (const Entry& e : step_entries) {
+        const std::string key_path = Join(path, e.key);
+        bool step_only = false;
+        for (std::string_view key : kFlowStepOnlyKeys) {
+          step_only = step_only || key == e.key;
+        }
+        if (!step_only) {
+          if (e.key == "name") {
+            name_marks.back() = e.mark;
+          }
+          rest.force_insert(e.key_node, e.value);
+        } else if (e.key == "needs") {
+          GANTRY_RETURN_IF_ERROR(ParseNeeds(e, key_path, &step.needs, &need_marks.back()));
+        } else if (e.key == "shards") {
+          GANTRY_ASSIGN_OR_RETURN(std::int64_t shards,
+                                  ReadInt(e, key_path, internal::kReplicasRule));
+          if (shards != 1) {
+            return Error(e.mark, key_path, "not supported yet (each step has one shard)");
+          }
+        } else {
+          return Error(e.key_node.Mark(), key_path, "not supported yet");
+        }
+      }
+      Entry with{path, node, rest, mark};
+      GANTRY_ASSIGN_OR_RETURN(step.deployment, ParseDeploymentWith(with, path));
+      if (!name_marks.back()) {
+        step.deployment.name = "executor" + std::to_string(index);  // Jina's default
+      }
+      for (const auto& [key, value] : env) {
+        step.deployment.env.emplace(key, value);  // the step's own env wins
+      }
+      names.push_back(step.deployment.name);
+      needs.push_back(step.needs);
+      options.executors.push_back(std::move(step));
+    }
+    internal::FlowGraphResult graph = internal::ResolveFlowGraph(names, needs);
+    if (graph.error) {
+      const internal::FlowGraphError& error = *graph.error;
+      YAML::Mark at = step_marks[error.step];
+      if (error.key == "name" && name_marks[error.step]) {
+        at = *name_marks[error.step];
+      } else if (error.need && *error.need < need_marks[error.step].size()) {
+        at = need_marks[error.step][*error.need];
+      }
+      return Error(at, error.Path(), error.message);
+    }
+    return options;
+  }
+
  private:
+  Status ParseFlowWith(const Entry& with, FlowOptions* options,
+                       std::map<std::string, std::string>* env) const {
+    if (!with.value.IsMap()) {
+      return Error(with.mark, "with", "expected a mapping, got " + Describe(with.value));
+    }
+    GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(with.value, "with", kFlowWithKeys));
+    for (const Entry& e : entries) {
+      std::string path = Join("with", e.key);
+      if (e.key == "name") {
+        GANTRY_ASSIGN_OR_RETURN(options->name, ReadName(e, path));
+      } else if (e.key == "port" || e.key == "http_port" || e.key == "port_monitoring") {
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t port, ReadInt(e, path, internal::kPortRule));
+        (e.key == "port"        ? options->port
+         : e.key == "http_port" ? options->http_port
+                                : options->port_monitoring) = static_cast<int>(port);
+      } else if (e.key == "monitoring") {
+        GANTRY_ASSIGN_OR_RETURN(options->monitoring, ReadBool(e, path));
+      } else if (e.key == "protocol") {
+        // grpc, or a list holding only grpc; HTTP has a port of its own.
+        YAML::Node protocol = e.value;
+        if (protocol.IsSequence() && protocol.size() == 1) {
+          protocol = protocol[0];
+        }
+        Entry item{e.key, e.key_node, protocol, e.mark};
+        StatusOr<std::string> text = ReadName(item, path);
+        if (!text.ok() || (*text != "grpc" && *text != "GRPC")) {
+          return Error(e.mark, path,
+                       "only grpc is supported (add `http_port` for HTTP/JSON next to it), got " +
+                           Describe(e.value));
+        }
+      } else if (e.key == "host") {
+        GANTRY_ASSIGN_OR_RETURN(options->host, ReadName(e, path));
+      } else if (e.key == "max_message_bytes") {
+        GANTRY_ASSIGN_OR_RETURN(options->max_message_bytes,
+                                ReadInt(e, path, internal::kMaxMessageBytesRule));
+      } else if (e.key == "timeout_drain") {
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t ms, ReadInt(e, path, internal::kTimeoutDrainRule));
+        options->timeout_drain = std::chrono::milliseconds(ms);
+      } else {
+        GANTRY_RETURN_IF_ERROR(ParseEnv(e, path, env));
+      }
+    }
+    return OkStatus();
+  }
+
+  // `needs: name` or `needs: [a, b]`.
+  Status ParseNeeds(const Entry& e, const std::string& path, std::vector<std::string>* needs,
+                    std::vector<YAML::Mark>* marks) const {
+    if (e.value.IsScalar()) {
+      GANTRY_ASSIGN_OR_RETURN(std::string need, ReadName(e, path));
+      needs->push_back(std::move(need));
+      marks->push_back(e.mark);
+      return OkStatus();
+    }
+    if (!e.value.IsSequence() || e.value.size() == 0) {
+      return Error(e.mark, path,
+                   "expected a step name or a non-empty list of them, got " +
+                       (e.value.IsSequence() ? std::string("an empty list") : Describe(e.value)));
+    }
+    std::size_t index = 0;
+    for (auto it = e.value.begin(); it != e.value.end(); ++it, ++index) {
+      Entry item{e.key, e.key_node, *it, it->IsNull() ? e.mark : it->Mark()};
+      GANTRY_ASSIGN_OR_RETURN(std::string need,
+                              ReadName(item, path + "[" + std::to_string(index) + "]"));
+      needs->push_back(std::move(need));
+      marks->push_back(item.mark);
+    }
+    return OkStatus();
+  }
+
   // "a mapping", "null", "\"two\"", "1.5": what a value was, for messages.
   static std::string Describe(const YAML::Node& node) {
     if (node.IsMap()) {
@@ -699,7 +885,8 @@ class Parser {
   }
 
   // `uses: exec.yml`: the file is loaded now, so workers never need it.
-  StatusOr<ExecutorConfig> LoadUsesFile(const Entry& e, const std::string& uses) const {
+  StatusOr<ExecutorConfig> LoadUsesFile(const Entry& e, const std::string& uses,
+                                        std::string_view prefix) const {
     std::filesystem::path path(uses);
     if (path.is_relative() && !base_dir_.empty()) {
       path = base_dir_ / path;
@@ -707,14 +894,17 @@ class Parser {
     StatusOr<ExecutorConfig> config = LoadExecutorConfig(path.string());
     if (!config.ok()) {
       // Reported as a fault of this file, whatever the referenced file's code.
-      return Error(e.mark, "with.uses", config.status().message());
+      return Error(e.mark, Join(prefix, "uses"), config.status().message());
     }
     return config;
   }
 
-  StatusOr<DeploymentOptions> ParseDeploymentWith(const Entry& with) const {
+  // `with:` of a Deployment, or (with `prefix` "executors[i]") one step of
+  // a Flow, whose step-only keys the caller has taken out.
+  StatusOr<DeploymentOptions> ParseDeploymentWith(const Entry& with,
+                                                  std::string_view prefix = "with") const {
     GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries,
-                            Entries(with.value, "with", kDeploymentWithKeys));
+                            Entries(with.value, prefix, kDeploymentWithKeys));
     DeploymentOptions options;
     Value::Dict base_with;
     Value::Dict base_metas;
@@ -723,7 +913,7 @@ class Parser {
     // Where restart_backoff_max was written, for the check against _initial.
     std::optional<YAML::Mark> backoff_max_mark;
     for (const Entry& e : entries) {
-      std::string path = Join("with", e.key);
+      std::string path = Join(prefix, e.key);
       if (e.key == "uses") {
         has_uses = true;
         if (e.value.IsMap()) {
@@ -741,7 +931,7 @@ class Parser {
         }
         GANTRY_ASSIGN_OR_RETURN(std::string uses, ReadName(e, path));
         if (uses.ends_with(".yml") || uses.ends_with(".yaml")) {
-          GANTRY_ASSIGN_OR_RETURN(ExecutorConfig config, LoadUsesFile(e, uses));
+          GANTRY_ASSIGN_OR_RETURN(ExecutorConfig config, LoadUsesFile(e, uses, prefix));
           options.uses = std::move(config.jtype);
           base_with = std::move(config.with);
           base_metas = std::move(config.metas);
@@ -817,15 +1007,16 @@ class Parser {
       }
     }
     if (!has_uses) {
-      return Error(with.mark, "with.uses", "required key is missing");
+      return Error(with.mark, Join(prefix, "uses"), "required key is missing");
     }
     if (Status s = internal::CheckServerTlsOptions(options.tls); !s.ok()) {
-      return Error(with.mark, "with", s.message());
+      return Error(with.mark, prefix, s.message());
     }
     if (Status s = internal::CheckRestartBackoff(options.restart_backoff_initial.count(),
                                                  options.restart_backoff_max.count());
         !s.ok()) {
-      return Error(backoff_max_mark.value_or(with.mark), "with.restart_backoff_max", s.message());
+      return Error(backoff_max_mark.value_or(with.mark), Join(prefix, "restart_backoff_max"),
+                   s.message());
     }
     // uses_with / uses_metas override the executor's own with / metas.
     for (auto& [key, value] : options.uses_with) {
@@ -1073,6 +1264,19 @@ StatusOr<DeploymentOptions> ParseDeploymentConfig(std::string_view yaml, std::st
 StatusOr<DeploymentOptions> LoadDeploymentConfig(const std::string& path) {
   GANTRY_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   return ParseDeploymentConfig(text, path);
+}
+
+StatusOr<FlowOptions> ParseFlowConfig(std::string_view yaml, std::string_view source) {
+  return Guard(source, [&]() -> StatusOr<FlowOptions> {
+    Parser parser(std::string(source), BaseDir(source));
+    GANTRY_ASSIGN_OR_RETURN(YAML::Node root, parser.LoadDocument(yaml));
+    return parser.ParseFlow(root);
+  });
+}
+
+StatusOr<FlowOptions> LoadFlowConfig(const std::string& path) {
+  GANTRY_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseFlowConfig(text, path);
 }
 
 }  // namespace gantry

@@ -25,6 +25,7 @@
 #include "gateway/gateway_metrics.h"
 #include "gateway/http_gateway.h"
 #include "gateway/kserve_service.h"
+#include "gateway/upstream.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "jina/jina.grpc.pb.h"
 #include "worker/reflection_service.h"
@@ -122,19 +123,12 @@ int ParsePrefetch(std::string_view text, int fallback) {
   return static_cast<int>(value);
 }
 
-struct ForwardResult {
-  grpc::Status status;
-  grpc::ByteBuffer reply;
-  bool is_error = false;
-};
-using ForwardDone = std::function<void(ForwardResult)>;
-
 // One request on its way to a replica, across retries. Cancel() may come
 // from any thread; the rest is touched by one attempt at a time.
-class ForwardCall {
+class ForwardCall final : public ForwardHandle {
  public:
   // Cancels the attempt in flight and prevents further ones.
-  void Cancel() {
+  void Cancel() override {
     std::lock_guard lock(mutex_);
     cancelled_ = true;
     if (context_) {
@@ -197,8 +191,8 @@ class Gateway::Impl {
   // Sends `request` to a replica; `done` runs once, on a gRPC thread or
   // (for a request that fails before any call) on the caller's. The handle
   // cancels it.
-  std::shared_ptr<ForwardCall> Forward(const grpc::ByteBuffer& request, Clock::time_point deadline,
-                                       ForwardDone done);
+  std::shared_ptr<ForwardHandle> Forward(const grpc::ByteBuffer& request,
+                                         Clock::time_point deadline, ForwardDone done);
   int prefetch() const { return options_.prefetch; }
   int port() const { return port_; }
   int http_port() const { return http_ ? http_->port() : -1; }
@@ -361,7 +355,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     }
     // Forward may complete inline (no replica available): not under mutex_.
     lock.unlock();
-    std::shared_ptr<ForwardCall> call = gateway_->Forward(
+    std::shared_ptr<ForwardHandle> call = gateway_->Forward(
         request, context_->deadline(),
         [this, sequence](ForwardResult result) { OnForwardDone(sequence, std::move(result)); });
     lock.lock();
@@ -378,7 +372,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
   }
 
   void OnWriteDone(bool ok) override {
-    std::vector<std::shared_ptr<ForwardCall>> to_cancel;
+    std::vector<std::shared_ptr<ForwardHandle>> to_cancel;
     {
       std::lock_guard lock(mutex_);
       writing_ = false;
@@ -400,7 +394,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
   // The client cancelled or its deadline passed: its requests in flight on
   // the workers are cancelled so that they stop occupying replicas.
   void OnCancel() override {
-    std::vector<std::shared_ptr<ForwardCall>> to_cancel;
+    std::vector<std::shared_ptr<ForwardHandle>> to_cancel;
     {
       std::lock_guard lock(mutex_);
       failed_ = true;
@@ -427,7 +421,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
 
  private:
   void OnForwardDone(std::uint64_t sequence, ForwardResult result) {
-    std::vector<std::shared_ptr<ForwardCall>> to_cancel;
+    std::vector<std::shared_ptr<ForwardHandle>> to_cancel;
     {
       std::lock_guard lock(mutex_);
       --in_flight_;
@@ -463,8 +457,8 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     CancelAll(to_cancel);
   }
 
-  std::vector<std::shared_ptr<ForwardCall>> TakeCallsLocked() {
-    std::vector<std::shared_ptr<ForwardCall>> out;
+  std::vector<std::shared_ptr<ForwardHandle>> TakeCallsLocked() {
+    std::vector<std::shared_ptr<ForwardHandle>> out;
     for (auto& [sequence, call] : calls_) {
       if (call) {
         out.push_back(call);
@@ -474,7 +468,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
   }
 
   // Outside mutex_: a cancelled call may complete inline.
-  static void CancelAll(const std::vector<std::shared_ptr<ForwardCall>>& calls) {
+  static void CancelAll(const std::vector<std::shared_ptr<ForwardHandle>>& calls) {
     for (const auto& call : calls) {
       call->Cancel();
     }
@@ -526,7 +520,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
   std::vector<grpc::ByteBuffer> write_queue_;
   std::map<std::uint64_t, grpc::ByteBuffer> pending_in_order_;
   // Requests in flight, by sequence; null until Forward has returned.
-  std::map<std::uint64_t, std::shared_ptr<ForwardCall>> calls_;
+  std::map<std::uint64_t, std::shared_ptr<ForwardHandle>> calls_;
   std::uint64_t next_sequence_ = 0;
   std::uint64_t next_write_sequence_ = 0;
   int in_flight_ = 0;
@@ -605,7 +599,7 @@ class Gateway::Impl::InfoService final : public jina::JinaInfoRPC::CallbackServi
 // ---- Forwarding ------------------------------------------------------------
 
 Status Gateway::Impl::Init() {
-  if (options_.replica_addresses.empty()) {
+  if (options_.replica_addresses.empty() && !options_.upstream) {
     return InvalidArgumentError("gateway needs at least one replica address");
   }
   for (std::size_t i = 0; i < options_.replica_addresses.size(); ++i) {
@@ -686,6 +680,9 @@ Status Gateway::Impl::Init() {
 }
 
 bool Gateway::Impl::AnyReplicaAvailable() const {
+  if (options_.upstream) {
+    return options_.upstream->Available();
+  }
   for (const auto& r : replicas_) {
     if (r->available.load()) {
       return true;
@@ -974,11 +971,9 @@ void Gateway::Impl::ProbeAll() {
   }
 }
 
-std::shared_ptr<ForwardCall> Gateway::Impl::Forward(const grpc::ByteBuffer& request,
-                                                    Clock::time_point deadline, ForwardDone done) {
-  auto call = std::make_shared<ForwardCall>();
-  call->request_ = request;
-  call->client_deadline_ = deadline;
+std::shared_ptr<ForwardHandle> Gateway::Impl::Forward(const grpc::ByteBuffer& request,
+                                                      Clock::time_point deadline,
+                                                      ForwardDone done) {
   if (metrics_) {
     GatewayMetrics::Request measured = metrics_->Begin(ExecEndpointOf(request));
     done = [metrics = metrics_, measured, done = std::move(done)](ForwardResult result) {
@@ -986,6 +981,12 @@ std::shared_ptr<ForwardCall> Gateway::Impl::Forward(const grpc::ByteBuffer& requ
       done(std::move(result));
     };
   }
+  if (options_.upstream) {
+    return options_.upstream->Forward(request, deadline, std::move(done));
+  }
+  auto call = std::make_shared<ForwardCall>();
+  call->request_ = request;
+  call->client_deadline_ = deadline;
   call->done_ = std::move(done);
   Attempt(call);
   return call;

@@ -68,6 +68,8 @@ class Channel;
 
 namespace gantry::internal {
 
+class Upstream;
+
 struct GatewayOptions {
   std::string host = "127.0.0.1";
   int port = 0;
@@ -93,6 +95,9 @@ struct GatewayOptions {
   // Prometheus metrics (gateway/gateway_metrics.h) on this HTTP port of
   // `host`: -1 for none, 0 for any free port.
   int monitoring_port = -1;
+  // When set, data requests go to it instead of to replicas (a Flow's
+  // router); `replica_addresses` may then be empty.
+  std::shared_ptr<Upstream> upstream;
 };
 
 // A client's `__prefetch__` metadata as a bound on requests in flight:

@@ -1,5 +1,5 @@
 // libFuzzer target: the YAML loader (src/core/config.cc). The input is YAML
-// text, read as a deployment file and as an executor file. Whatever the
+// text, read as a deployment file, an executor file and a Flow file. Whatever the
 // text, the loader must answer a Status: no crash, no exception, no
 // undefined behaviour.
 //
@@ -21,6 +21,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   gantry::StatusOr<gantry::ExecutorConfig> executor = gantry::ParseExecutorConfig(yaml, "<fuzz>");
   if (!executor.ok() && executor.status().message().empty()) {
+    __builtin_trap();
+  }
+  gantry::StatusOr<gantry::FlowOptions> flow = gantry::ParseFlowConfig(yaml, "<fuzz>");
+  if (!flow.ok() && flow.status().message().empty()) {
     __builtin_trap();
   }
   return 0;

@@ -141,6 +141,49 @@ TEST(CliTest, UnknownJtypeFromYamlIsReported) {
   EXPECT_THAT(out, HasSubstr("MyGPUExec"));
 }
 
+TEST(CliTest, FlowFromYamlServesAndStopsOnSigterm) {
+  testing::TempDir dir;
+  std::string port_file = dir.File("port");
+  ChildProcessPtr cli =
+      StartCli({"flow", "--uses", testing::SourceDir() + "/examples/flow/flow.yml", "--port", "0",
+                "--port-file", port_file},
+               dir.File("cli.log"));
+  ASSERT_NE(cli, nullptr);
+  auto port = testing::WaitForFile(port_file, kReadyTimeout);
+  ASSERT_TRUE(port.has_value()) << testing::ReadFile(dir.File("cli.log"));
+  Client client("127.0.0.1:" + std::to_string(std::stoi(*port)));
+  auto result = client.Post("/encode", MakeDocs(50), {.request_size = 8});
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->size(), 50u);
+  EXPECT_EQ((*result)[49].text(), "Embeddings calculated on CPU");
+  EXPECT_EQ((*result)[49].embedding()->numel(), 5);
+
+  std::vector<pid_t> workers = testing::ChildrenOf(cli->pid());
+  EXPECT_EQ(workers.size(), 3u);  // encoder x2, passthrough x1
+  cli->Signal(SIGTERM);
+  ASSERT_TRUE(cli->WaitFor(std::chrono::seconds(30)));
+  EXPECT_TRUE(WIFEXITED(*cli->exit_status()) && WEXITSTATUS(*cli->exit_status()) == 0)
+      << ChildProcess::DescribeWaitStatus(*cli->exit_status());
+  for (pid_t pid : workers) {
+    EXPECT_FALSE(testing::ProcessAlive(pid));
+  }
+  std::string log = testing::ReadFile(dir.File("cli.log"));
+  EXPECT_THAT(log, HasSubstr("Flow 'flow' is ready to serve"));
+  EXPECT_THAT(log, HasSubstr("passthrough <- encoder"));
+}
+
+TEST(CliTest, BadFlowYamlIsReportedWithFileKeyAndStep) {
+  testing::TempDir dir;
+  std::string yaml = dir.File("flow.yml");
+  testing::WriteFile(yaml,
+                     "jtype: Flow\nexecutors:\n  - name: a\n    uses: NoOpExec\n    needs: b\n"
+                     "  - name: b\n    uses: NoOpExec\n");
+  auto [code, out] = RunCli({"flow", "--uses", yaml});
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, HasSubstr(yaml + ":5:12: executors[0].needs[0]: the steps form a cycle: 'a' "
+                                    "needs 'b' needs 'a'"));
+}
+
 TEST(CliTest, PingFailsForNothingListening) {
   auto [code, out] = RunCli({"ping", "127.0.0.1:1", "--timeout", "300"});
   EXPECT_EQ(code, 1);

@@ -4,6 +4,7 @@
 // message, and the deployment must keep serving.
 #include <gantry/deployment.h>
 #include <gantry/executor.h>
+#include <gantry/flow.h>
 #include <gmock/gmock.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -264,6 +265,29 @@ TEST(HostileInputTest, GarbageBytesAreInvalidArgumentAndTheDeploymentKeepsServin
   EXPECT_THAT(result.status.error_message(),
               HasSubstr("the request is not a serialized jina.DataRequestProto"));
   auto good = dep.Post("/echo", Docs(3));
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->size(), 3u);
+}
+
+TEST(HostileInputTest, GarbageAndPoisonToAFlowAreInvalidArgumentNamingTheStep) {
+  FlowOptions options;
+  for (const char* name : {"a", "b", "c", "d"}) {
+    FlowStep step;
+    step.deployment = {.uses = "EchoExec", .name = name};
+    options.executors.push_back(std::move(step));
+  }
+  options.executors[2].needs = {"a"};
+  options.executors[3].needs = {"b", "c"};
+  Flow flow(std::move(options));
+  ASSERT_TRUE(flow.ok()) << flow.status();
+  for (const std::string& bytes :
+       {std::string("\xff\xff\xff\xff\x0f garbage", 13), PoisonRequest()}) {
+    RawResult result = RawCall(flow.address(), bytes);
+    EXPECT_EQ(result.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << result.status.error_message();
+    EXPECT_THAT(result.status.error_message(), HasSubstr("flow step 'a': "));
+  }
+  auto good = flow.Post("/echo", Docs(3));
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_EQ(good->size(), 3u);
 }

@@ -5,6 +5,7 @@
 // Prometheus server.
 #include <gantry/config.h>
 #include <gantry/deployment.h>
+#include <gantry/flow.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -241,6 +242,36 @@ TEST(MetricsTest, AGivenUpReplicaShowsInTheGatewaysMetrics) {
   EXPECT_EQ(Sum(gateway, "gantry_replica_given_up", "replica=\"loop/rep-0\""), 1) << gateway;
   EXPECT_EQ(Sum(gateway, "gantry_replica_given_up", "replica=\"loop/rep-1\""), 0);
   EXPECT_EQ(Sum(gateway, "gantry_replica_restarts_total", "replica=\"loop/rep-0\""), 2);
+}
+
+TEST(MetricsTest, AFlowWithMonitoringCountsAtItsGatewayAndInEveryStep) {
+  FlowOptions options;
+  options.name = "pipeline";
+  options.monitoring = true;
+  for (const char* name : {"first", "second"}) {
+    FlowStep step;
+    step.deployment.name = name;
+    step.deployment.uses = "EchoExec";
+    options.executors.push_back(std::move(step));
+  }
+  Flow flow(std::move(options));
+  ASSERT_TRUE(flow.ok()) << flow.status();
+  ASSERT_GT(flow.monitoring_port(), 0);
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(flow.Post("/echo", DocList{Doc("a"), Doc("b")}, {.request_size = 2}).ok());
+  }
+  EXPECT_EQ(Sum(Scrape(flow.monitoring_port()), "gantry_gateway_request_success_total",
+                "endpoint=\"/echo\""),
+            6);
+  for (const char* step : {"first", "second"}) {
+    double docs = 0;
+    for (const ReplicaInfo& replica : flow.replicas(step)) {
+      ASSERT_GT(replica.monitoring_port, 0) << step;
+      docs += Sum(Scrape(replica.monitoring_port), "gantry_inference_count_total",
+                  "endpoint=\"/echo\"");
+    }
+    EXPECT_EQ(docs, 12) << step;
+  }
 }
 
 // cpp-httplib sets SO_REUSEPORT by default: before common/http_listen.h,

@@ -11,31 +11,14 @@
 #include <optional>
 #include <string>
 
+#include "testutil/testutil.h"
+
 namespace gantry {
 namespace {
 
 using ::testing::HasSubstr;
 
-// Sets GANTRY_FAKE_GPUS and clears CUDA_VISIBLE_DEVICES for one test.
-class FakeGpus {
- public:
-  explicit FakeGpus(const char* names) {
-    if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES")) {
-      saved_cvd_ = cvd;
-    }
-    ::unsetenv("CUDA_VISIBLE_DEVICES");
-    ::setenv("GANTRY_FAKE_GPUS", names, 1);
-  }
-  ~FakeGpus() {
-    ::unsetenv("GANTRY_FAKE_GPUS");
-    if (saved_cvd_) {
-      ::setenv("CUDA_VISIBLE_DEVICES", saved_cvd_->c_str(), 1);
-    }
-  }
-
- private:
-  std::optional<std::string> saved_cvd_;
-};
+using testing::FakeGpus;
 
 TEST(PlacementIntegrationTest, ReplicasReceiveThePlannedEnvAndDevice) {
   FakeGpus gpus("NVIDIA H100 80GB,NVIDIA H100 80GB");

@@ -188,4 +188,39 @@ class ChaosExec final : public gantry::Executor {
 };
 GANTRY_REGISTER_EXECUTOR(ChaosExec);
 
+// For Flow tests: its default handler sets tags[with.tag] = with.value and
+// tags["pid_" + with.tag] on every document, appends "|<with.tag>" to the
+// text, and, with with.embedding, sets a 2-d embedding [1, 2]. Throws on a
+// document whose text contains with.fail_on (when set).
+class TagExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(TagExec);
+  explicit TagExec(const gantry::ExecutorContext& context)
+      : tag_(context.with.GetString("tag", "tag")),
+        value_(context.with.GetString("value", "")),
+        fail_on_(context.with.GetString("fail_on", "")),
+        embedding_(context.with.GetBool("embedding", false)) {}
+
+  GANTRY_REQUESTS(Tag);
+  void Tag(gantry::DocList& docs) {
+    for (gantry::Doc& doc : docs) {
+      if (!fail_on_.empty() && doc.text().find(fail_on_) != std::string_view::npos) {
+        throw std::runtime_error("step " + tag_ + " cannot take '" + std::string(doc.text()) + "'");
+      }
+      doc.mutable_tags()[tag_] = gantry::Value(value_);
+      doc.mutable_tags()["pid_" + tag_] = gantry::Value(static_cast<std::int64_t>(::getpid()));
+      doc.set_text(std::string(doc.text()) + "|" + tag_);
+      if (embedding_) {
+        doc.set_embedding(gantry::Tensor::FromValues<float>({2}, std::vector<float>{1.0F, 2.0F}));
+      }
+    }
+  }
+
+ private:
+  std::string tag_;
+  std::string value_;
+  std::string fail_on_;
+  bool embedding_;
+};
+GANTRY_REGISTER_EXECUTOR(TagExec);
+
 }  // namespace gantry_test

@@ -4,6 +4,7 @@ Run by ctest (label `interop`, tests/interop/run_jina_tests.sh) with the venv
 of scripts/jina_venv.sh. Gantry processes run on 127.0.0.1 with ports read
 from --port-file, and are always terminated and reaped.
 
+  * Jina's Client -> a Gantry Flow of two steps (`gantry flow`, Jina's YAML)
   * Jina's Client -> Gantry gateway (text, tensors of several dtypes and
     shapes, nested docs, tags, parameters; errors, and on the unary call the
     `is-error: true` trailer; is_flow_ready; stream=False)
@@ -208,6 +209,71 @@ class JinaClientToGantryGateway(unittest.TestCase):
         tags = replies[0].data.docs.docs[0].data["tags"].dict.data
         self.assertEqual(tags["seen_by"].text, "gantry")
         channel.close()
+
+
+def flow_yaml(tmp):
+    """A Flow YAML in Jina's own schema (jtype: Flow, with: protocol/port,
+    executors with name, uses, replicas, needs)."""
+    path = os.path.join(tmp, "flow.yml")
+    uses = ("    uses:\n      jtype: InteropExec\n      with: {{scale: {scale}}}\n"
+            f"      metas:\n        libs: [{PLUGIN}]\n")
+    with open(path, "w") as f:
+        f.write("jtype: Flow\nversion: '1'\nwith:\n  protocol: grpc\n  port: 0\nexecutors:\n"
+                "  - name: first\n" + uses.format(scale=2.0) +
+                "  - name: second\n    replicas: 2\n    needs: first\n" + uses.format(scale=3.0))
+    return path
+
+
+class JinaClientToGantryFlow(unittest.TestCase):
+    """The stock Jina client posting to `gantry flow`: two steps chained."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.gantry = GantryProcess(["flow", "--uses", flow_yaml(cls.tmp.name), "--port", "0"],
+                                   cls.tmp.name, "flow")
+        cls.client = Client(host="127.0.0.1", port=cls.gantry.port, protocol="grpc")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gantry.stop()
+        cls.tmp.cleanup()
+
+    def test_documents_pass_both_steps(self):
+        docs = DocList[MyDoc]([MyDoc(text="x" * i, tags={"i": i}) for i in range(9)])
+        for stream in (True, False):
+            out = self.client.post("/encode", docs, return_type=DocList[MyDoc], request_size=2,
+                                   parameters={"tag": "flow", "offset": 0.5}, stream=stream)
+            self.assertEqual(len(out), len(docs))
+            by_id = {d.id: d for d in out}
+            for sent in docs:
+                got = by_id[sent.id]
+                # The last step's embedding ([len, its scale, offset]).
+                np.testing.assert_array_equal(
+                    np.asarray(got.embedding), np.array([len(sent.text), 3.0, 0.5], np.float32))
+                self.assertEqual(got.tags["param"], "flow")
+                self.assertEqual(got.tags["i"], sent.tags["i"])
+
+    def test_executor_error_names_the_step(self):
+        with self.assertRaises(Exception) as caught:
+            self.client.post("/fail", DocList[MyDoc]([MyDoc(text="a")]),
+                             return_type=DocList[MyDoc])
+        self.assertIn("interop failure requested for 1 documents", str(caught.exception))
+        self.assertIn("first/rep-0", str(caught.exception))
+
+    def test_is_flow_ready(self):
+        self.assertTrue(self.client.is_flow_ready())
+
+    def test_jina_reads_the_same_graph_from_these_files(self):
+        # Jina's own loader takes the same YAML (without starting anything).
+        example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                               "examples", "flow", "flow.yml")
+        for path, expected in [
+                (flow_yaml(self.tmp.name), {"first": ({"gateway"}, 1), "second": ({"first"}, 2)}),
+                (example, {"encoder": ({"gateway"}, 2), "passthrough": ({"encoder"}, 1)})]:
+            nodes = Flow.load_config(path)._deployment_nodes
+            self.assertEqual({name: (set(d.needs), d.args.replicas) for name, d in nodes.items()},
+                             expected)
 
 
 class JinaGatewayInFrontOfGantryWorker(unittest.TestCase):

@@ -202,4 +202,19 @@ std::optional<TestPki> MakeTestPki(const TempDir& dir, std::string* error) {
                  .client_key = dir.File("client.key")};
 }
 
+FakeGpus::FakeGpus(const char* names) {
+  if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    saved_cvd_ = cvd;
+  }
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  ::setenv("GANTRY_FAKE_GPUS", names, 1);
+}
+
+FakeGpus::~FakeGpus() {
+  ::unsetenv("GANTRY_FAKE_GPUS");
+  if (saved_cvd_) {
+    ::setenv("CUDA_VISIBLE_DEVICES", saved_cvd_->c_str(), 1);
+  }
+}
+
 }  // namespace gantry::testing

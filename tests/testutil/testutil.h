@@ -88,6 +88,20 @@ struct TestPki {
 };
 std::optional<TestPki> MakeTestPki(const TempDir& dir, std::string* error);
 
+// Sets GANTRY_FAKE_GPUS (GPU placement without a GPU) and clears
+// CUDA_VISIBLE_DEVICES for one test; the destructor restores both.
+// Thread safety: one owner, and no other thread may read the environment.
+class FakeGpus {
+ public:
+  explicit FakeGpus(const char* names);
+  ~FakeGpus();
+  FakeGpus(const FakeGpus&) = delete;
+  FakeGpus& operator=(const FakeGpus&) = delete;
+
+ private:
+  std::optional<std::string> saved_cvd_;
+};
+
 // Path of a built program, from the compile definitions of the test target.
 std::string GantryCli();
 std::string GantryWorker();

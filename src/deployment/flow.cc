@@ -1,0 +1,251 @@
+#include <gantry/flow.h>
+#include <spdlog/spdlog.h>
+
+#include <mutex>
+#include <thread>
+
+#include "common/grpc_options.h"
+#include "core/deployment_rules.h"
+#include "core/flow_graph.h"
+#include "core/logging.h"
+#include "gateway/flow_router.h"
+#include "gateway/gateway.h"
+
+namespace gantry {
+
+class Flow::Impl {
+ public:
+  explicit Impl(FlowOptions options) : options_(std::move(options)) {}
+  ~Impl() { Stop(); }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  Status Start();
+  void Stop();
+
+  std::shared_ptr<internal::Gateway> gateway() const {
+    std::lock_guard lock(state_mutex_);
+    return gateway_;
+  }
+  std::shared_ptr<Client> client() const {
+    std::lock_guard lock(state_mutex_);
+    return client_;
+  }
+
+  Status status_;
+  FlowOptions options_;
+  // Filled by Start, in the order of options_.executors (by one thread per
+  // step, joined before Start goes on); each Deployment is itself safe for
+  // concurrent use, and the vector is not resized after Start.
+  std::vector<std::unique_ptr<Deployment>> steps_;
+
+ private:
+  std::string Where() const { return "flow '" + options_.name + "'"; }
+
+  std::shared_ptr<internal::Gateway> gateway_;  // guarded by state_mutex_
+  std::shared_ptr<Client> client_;              // guarded by state_mutex_
+  mutable std::mutex state_mutex_;
+  std::mutex stop_mutex_;
+  bool stopped_ = false;  // guarded by stop_mutex_
+};
+
+Status Flow::Impl::Start() {
+  internal::EnsureProcessLogger("gateway");
+  if (options_.executors.empty()) {
+    return InvalidArgumentError(Where() + ": `executors` is empty; a Flow needs at least one step");
+  }
+  for (const Status& s : {internal::CheckIntOption(internal::kPortRule, "port", options_.port),
+                          internal::CheckIntOption(internal::kMaxMessageBytesRule,
+                                                   "max_message_bytes", options_.max_message_bytes),
+                          internal::CheckIntOption(internal::kTimeoutDrainRule, "timeout_drain",
+                                                   options_.timeout_drain.count())}) {
+    if (!s.ok()) {
+      return InvalidArgumentError(Where() + ": " + s.message());
+    }
+  }
+  std::vector<std::string> names;
+  std::vector<std::vector<std::string>> needs;
+  for (FlowStep& step : options_.executors) {
+    // Steps are reached only through the Flow's gateway.
+    step.deployment.host = "127.0.0.1";
+    step.deployment.monitoring = step.deployment.monitoring || options_.monitoring;
+    names.push_back(step.deployment.name);
+    needs.push_back(step.needs);
+  }
+  internal::FlowGraphResult graph = internal::ResolveFlowGraph(names, needs);
+  if (graph.error) {
+    return InvalidArgumentError(Where() + ": " + graph.error->Path() + ": " + graph.error->message);
+  }
+  // Every step's options are checked before any process starts.
+  for (std::size_t i = 0; i < options_.executors.size(); ++i) {
+    if (Status s = internal::ValidateDeploymentOptions(options_.executors[i].deployment); !s.ok()) {
+      return InvalidArgumentError(Where() + ": executors[" + std::to_string(i) +
+                                  "]: " + s.message());
+    }
+  }
+  // The steps start at once (each loads its model in its own workers), as
+  // Jina's do; Stop() stops those that started if another one failed.
+  steps_.resize(options_.executors.size());
+  {
+    std::vector<std::jthread> starting;
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      starting.emplace_back([this, i] {
+        steps_[i] = std::make_unique<Deployment>(options_.executors[i].deployment);
+      });
+    }
+  }
+  for (std::size_t i = 0; i < steps_.size(); ++i) {
+    if (!steps_[i]->ok()) {
+      return steps_[i]->status().WithPrefix(Where() + ": step '" + names[i] + "'");
+    }
+  }
+
+  // The router takes the steps in topological order.
+  std::vector<std::size_t> position(names.size());
+  for (std::size_t k = 0; k < graph.graph->order.size(); ++k) {
+    position[graph.graph->order[k]] = k;
+  }
+  std::vector<internal::FlowRouteStep> route;
+  for (std::size_t i : graph.graph->order) {
+    internal::FlowRouteStep step{names[i], "127.0.0.1:" + std::to_string(steps_[i]->port()), {}};
+    for (std::size_t need : graph.graph->needs[i]) {
+      step.needs.push_back(position[need]);
+    }
+    route.push_back(std::move(step));
+  }
+  internal::GatewayOptions gateway_options;
+  gateway_options.host = options_.host;
+  gateway_options.port = options_.port;
+  gateway_options.deployment_name = options_.name;
+  gateway_options.http_port = options_.http_port;
+  gateway_options.max_message_bytes = options_.max_message_bytes;
+  gateway_options.monitoring_port = options_.monitoring ? options_.port_monitoring : -1;
+  gateway_options.upstream =
+      std::make_shared<internal::FlowRouter>(std::move(route), options_.max_message_bytes);
+  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<internal::Gateway> gateway,
+                          internal::Gateway::Start(std::move(gateway_options)));
+  std::lock_guard lock(state_mutex_);
+  gateway_ = std::move(gateway);
+  std::string address = internal::JoinHostPort(
+      options_.host == "0.0.0.0" ? "127.0.0.1" : options_.host, gateway_->port());
+  client_ = std::make_shared<Client>(
+      address, ClientOptions{.max_message_bytes = options_.max_message_bytes});
+  std::string steps;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    steps += "\n|   " + names[i] + " <- ";
+    if (graph.graph->needs[i].empty()) {
+      steps += internal::kFlowGatewayName;
+    }
+    for (std::size_t k = 0; k < graph.graph->needs[i].size(); ++k) {
+      steps += (k == 0 ? "" : ", ") + names[graph.graph->needs[i][k]];
+    }
+  }
+  std::string line(48, '-');
+  spdlog::info("\n+{}\n| Flow '{}' is ready to serve!\n|   protocol: GRPC\n|   address:  {}{}\n+{}",
+               line, options_.name, internal::JoinHostPort(options_.host, gateway_->port()), steps,
+               line);
+  return OkStatus();
+}
+
+void Flow::Impl::Stop() {
+  std::lock_guard lock(stop_mutex_);
+  if (stopped_) {
+    return;
+  }
+  stopped_ = true;
+  std::shared_ptr<internal::Gateway> gateway;
+  {
+    std::lock_guard state_lock(state_mutex_);
+    gateway = gateway_;
+    client_.reset();
+  }
+  if (gateway) {
+    // New requests are refused; those in flight finish, up to timeout_drain.
+    gateway->Shutdown(options_.timeout_drain);
+  }
+  // Then the steps, at once: each drains its own workers; the first one's
+  // Stop also ends a Block() waiting on it.
+  {
+    std::vector<std::jthread> stopping;
+    for (auto& step : steps_) {
+      if (step) {
+        stopping.emplace_back([&step] { step->Stop(); });
+      }
+    }
+  }
+  std::lock_guard state_lock(state_mutex_);
+  gateway_.reset();
+}
+
+Flow::Flow(FlowOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  impl_->status_ = impl_->Start();
+  if (!impl_->status_.ok()) {
+    spdlog::error("{}", impl_->status_.message());
+    impl_->Stop();
+  }
+}
+
+Flow::~Flow() = default;
+
+const Status& Flow::status() const { return impl_->status_; }
+
+int Flow::port() const {
+  std::shared_ptr<internal::Gateway> gateway = impl_->gateway();
+  return gateway ? gateway->port() : 0;
+}
+
+int Flow::monitoring_port() const {
+  std::shared_ptr<internal::Gateway> gateway = impl_->gateway();
+  return gateway ? gateway->monitoring_port() : -1;
+}
+
+int Flow::http_port() const {
+  std::shared_ptr<internal::Gateway> gateway = impl_->gateway();
+  return gateway ? gateway->http_port() : -1;
+}
+
+std::string Flow::address() const {
+  std::shared_ptr<Client> client = impl_->client();
+  return client ? client->address() : std::string();
+}
+
+std::vector<std::string> Flow::steps() const {
+  std::vector<std::string> names;
+  for (const FlowStep& step : impl_->options_.executors) {
+    names.push_back(step.deployment.name);
+  }
+  return names;
+}
+
+std::vector<ReplicaInfo> Flow::replicas(std::string_view step) const {
+  for (std::size_t i = 0; i < impl_->steps_.size(); ++i) {
+    if (impl_->options_.executors[i].deployment.name == step) {
+      return impl_->steps_[i]->replicas();
+    }
+  }
+  return {};
+}
+
+StatusOr<DocList> Flow::Post(std::string_view endpoint, const DocList& docs,
+                             const PostOptions& options) {
+  if (!impl_->status_.ok()) {
+    return impl_->status_;
+  }
+  std::shared_ptr<Client> client = impl_->client();
+  if (!client) {
+    return FailedPreconditionError("flow '" + impl_->options_.name + "' is stopped");
+  }
+  return client->Post(endpoint, docs, options);
+}
+
+// The first step's Deployment waits for the signal; Stop() stops it too.
+void Flow::Block() {
+  if (impl_->status_.ok() && !impl_->steps_.empty()) {
+    impl_->steps_.front()->Block();
+    spdlog::info("shutting down flow '{}'", impl_->options_.name);
+  }
+}
+
+void Flow::Stop() { impl_->Stop(); }
+
+}  // namespace gantry

@@ -1,0 +1,49 @@
+// Where a gateway sends its data requests. A Deployment's gateway sends them
+// to its own replicas; a Flow's gateway hands them to an Upstream (the
+// Flow's router, gateway/flow_router.h) that walks them through the steps.
+// Requests and replies are serialized DataRequestProtos.
+#ifndef GANTRY_GATEWAY_UPSTREAM_H_
+#define GANTRY_GATEWAY_UPSTREAM_H_
+
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/status.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+
+namespace gantry::internal {
+
+struct ForwardResult {
+  grpc::Status status;
+  grpc::ByteBuffer reply;
+  // The reply carries an executor error (Jina's trailing `is-error: true`).
+  bool is_error = false;
+};
+using ForwardDone = std::function<void(ForwardResult)>;
+
+// One forwarded request. Thread safety: Cancel may be called from any thread.
+class ForwardHandle {
+ public:
+  virtual ~ForwardHandle() = default;
+  // Stops the request: `done` then runs with CANCELLED, unless it ran already.
+  virtual void Cancel() = 0;
+};
+
+// Thread safety: implementations are safe for concurrent use.
+class Upstream {
+ public:
+  virtual ~Upstream() = default;
+  // Sends `request`; `done` runs exactly once, on a gRPC thread or (for a
+  // request that fails before any call) on the caller's. `deadline` is the
+  // client's, time_point::max() for none.
+  virtual std::shared_ptr<ForwardHandle> Forward(const grpc::ByteBuffer& request,
+                                                 std::chrono::system_clock::time_point deadline,
+                                                 ForwardDone done) = 0;
+  // Whether a request could be served now (the gateway's readiness).
+  virtual bool Available() const = 0;
+};
+
+}  // namespace gantry::internal
+
+#endif  // GANTRY_GATEWAY_UPSTREAM_H_
