@@ -1,8 +1,10 @@
 #include <gantry/flow.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "common/grpc_options.h"
 #include "core/deployment_rules.h"
@@ -120,8 +122,19 @@ Status Flow::Impl::Start() {
   gateway_options.http_port = options_.http_port;
   gateway_options.max_message_bytes = options_.max_message_bytes;
   gateway_options.monitoring_port = options_.monitoring ? options_.port_monitoring : -1;
+  // The Flow is ready while every step has a replica in rotation (the
+  // gateway's prober asks every 250 ms; it stops before the steps do).
   gateway_options.upstream =
-      std::make_shared<internal::FlowRouter>(std::move(route), options_.max_message_bytes);
+      std::make_shared<internal::FlowRouter>(std::move(route), options_.max_message_bytes, [this] {
+        for (const auto& step : steps_) {
+          const std::vector<ReplicaInfo> replicas = step->replicas();
+          if (std::none_of(replicas.begin(), replicas.end(),
+                           [](const ReplicaInfo& r) { return r.available && !r.failed; })) {
+            return false;
+          }
+        }
+        return true;
+      });
   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<internal::Gateway> gateway,
                           internal::Gateway::Start(std::move(gateway_options)));
   std::lock_guard lock(state_mutex_);

@@ -244,8 +244,9 @@ void OnStepDone(const std::shared_ptr<Graph>& graph, const std::shared_ptr<Call>
 
 }  // namespace
 
-FlowRouter::FlowRouter(std::vector<FlowRouteStep> steps, std::int64_t max_message_bytes)
-    : graph_(std::make_shared<Graph>()) {
+FlowRouter::FlowRouter(std::vector<FlowRouteStep> steps, std::int64_t max_message_bytes,
+                       std::function<bool()> steps_ready)
+    : steps_ready_(std::move(steps_ready)), graph_(std::make_shared<Graph>()) {
   std::vector<std::unique_ptr<Graph::Step>>& graph_steps = graph_->steps;
   for (FlowRouteStep& s : steps) {
     auto step = std::make_unique<Graph::Step>();
@@ -271,7 +272,7 @@ bool FlowRouter::Available() const {
       return false;
     }
   }
-  return true;
+  return !steps_ready_ || steps_ready_();
 }
 
 std::shared_ptr<ForwardHandle> FlowRouter::Forward(const grpc::ByteBuffer& request,

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,7 +44,10 @@ struct FlowRouteStep {
 
 class FlowRouter final : public Upstream {
  public:
-  FlowRouter(std::vector<FlowRouteStep> steps, std::int64_t max_message_bytes);
+  // `steps_ready`, if set, says whether every step has a replica in
+  // rotation (the Flow asks its steps' Deployments); Available() needs it.
+  FlowRouter(std::vector<FlowRouteStep> steps, std::int64_t max_message_bytes,
+             std::function<bool()> steps_ready = {});
   ~FlowRouter() override;
   FlowRouter(const FlowRouter&) = delete;
   FlowRouter& operator=(const FlowRouter&) = delete;
@@ -51,7 +55,8 @@ class FlowRouter final : public Upstream {
   std::shared_ptr<ForwardHandle> Forward(const grpc::ByteBuffer& request,
                                          std::chrono::system_clock::time_point deadline,
                                          ForwardDone done) override;
-  // True while no step's channel is in TRANSIENT_FAILURE.
+  // True while no step's channel is in TRANSIENT_FAILURE and `steps_ready`
+  // (when given) holds.
   bool Available() const override;
 
   // Defined in flow_router.cc. The steps are shared with the calls in
@@ -60,6 +65,7 @@ class FlowRouter final : public Upstream {
   struct Graph;
 
  private:
+  std::function<bool()> steps_ready_;
   std::shared_ptr<Graph> graph_;
 };
 

@@ -903,6 +903,9 @@ void Gateway::Impl::UpdateHealth() {
   for (const auto& r : replicas_) {
     any = any || r->available.load();
   }
+  if (options_.upstream) {
+    any = options_.upstream->Available();
+  }
   if (any == serving_ || !server_) {
     return;
   }
@@ -910,7 +913,10 @@ void Gateway::Impl::UpdateHealth() {
   if (auto* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(any);
   }
-  if (!any) {
+  if (!any && options_.upstream) {
+    spdlog::error("'{}': a step has no replica in rotation; health is NOT_SERVING",
+                  options_.deployment_name);
+  } else if (!any) {
     spdlog::error("{}; health is NOT_SERVING", NoReplicaMessage());
   } else {
     spdlog::info("deployment '{}': a replica is available again; health is SERVING",
@@ -936,6 +942,11 @@ void Gateway::Impl::ProbeLoop() {
 }
 
 void Gateway::Impl::ProbeAll() {
+  if (options_.upstream) {
+    // A Flow's gateway has no replicas: its health follows its steps'.
+    UpdateHealth();
+    return;
+  }
   for (auto& replica : replicas_) {
     std::shared_ptr<Endpoint> endpoint;
     {

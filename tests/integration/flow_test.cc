@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -204,6 +205,24 @@ TEST(FlowTest, AStepThatCannotStartFailsTheFlowAndLeavesNoWorkerBehind) {
   EXPECT_FALSE(flow.Post("/", MakeDocs(1)).ok());
   // The steps that did start were stopped and reaped.
   EXPECT_TRUE(testing::ChildrenOf(::getpid()).empty());
+}
+
+// The Flow's health follows its steps': a step with no replica in rotation
+// makes it NOT_SERVING (it used to answer SERVING regardless).
+TEST(FlowTest, HealthIsNotServingWhileAStepHasNoReplica) {
+  FlowOptions options;
+  options.executors = {Step("first", "TagExec", {{"tag", "first"}, {"value", "1"}}),
+                       Step("second", "TagExec", {{"tag", "second"}, {"value", "2"}})};
+  // Long enough that the killed replica stays down for the test.
+  options.executors[1].deployment.restart_backoff_initial = std::chrono::milliseconds(60000);
+  options.executors[1].deployment.restart_backoff_max = std::chrono::milliseconds(60000);
+  Flow flow(std::move(options));
+  ASSERT_TRUE(flow.ok()) << flow.status();
+  Client client(flow.address());
+  ASSERT_TRUE(client.Ping(std::chrono::milliseconds(5000)).ok());
+  ASSERT_EQ(::kill(flow.replicas("second").at(0).pid, SIGKILL), 0);
+  EXPECT_TRUE(testing::WaitUntil([&] { return !client.Ping(std::chrono::milliseconds(500)).ok(); },
+                                 std::chrono::seconds(10)));
 }
 
 TEST(FlowTest, BadGraphsAreRefusedBeforeAnythingStarts) {
