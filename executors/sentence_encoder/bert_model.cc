@@ -4,14 +4,17 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/layer_norm.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -178,10 +181,23 @@ Status BertModel::LoadWeights(const SafetensorsFile& file) {
       return InvalidArgumentError(file.path() + ": tensor '" + slot.name + "' has dtype " +
                                   entry->dtype + ", expected F32, F16 or BF16");
     }
-    // memcpy, not from_blob: the format does not guarantee alignment.
+    const char* data = file.Data(*entry);
+    if (source_type == at::kFloat && reinterpret_cast<std::uintptr_t>(data) % alignof(float) == 0) {
+      // float32 weights are used where they lie in the file's read-only
+      // mapping (SafetensorsFile::Open): no copy, and every replica on the
+      // machine shares the same page-cache pages. Nothing writes to
+      // parameters; a dtype or device change makes new tensors.
+      std::shared_ptr<const void> keep = file.storage();
+      *slot.tensor = at::from_blob(
+          const_cast<char*>(data),  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+          slot.shape, [keep](void* /*unused*/) mutable { keep.reset(); },
+          at::TensorOptions().dtype(at::kFloat));
+      continue;
+    }
+    // Otherwise memcpy: the format does not guarantee alignment.
     at::Tensor source = at::empty(slot.shape, at::TensorOptions().dtype(source_type));
     if (source.nbytes() > 0) {
-      std::memcpy(source.data_ptr(), file.Data(*entry), source.nbytes());
+      std::memcpy(source.data_ptr(), data, source.nbytes());
     }
     *slot.tensor = source.to(at::kFloat);
   }

@@ -1,12 +1,16 @@
 #include "safetensors.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 #include <utility>
 
@@ -39,16 +43,32 @@ std::int64_t SafetensorsEntry::numel() const {
 }
 
 StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return NotFoundError(path + ": cannot open safetensors file");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return NotFoundError(path + ": cannot open safetensors file: " + std::strerror(errno));
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) {
-    return Status(StatusCode::kDataLoss, path + ": read error");
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    const int error = errno;
+    ::close(fd);
+    return Status(StatusCode::kDataLoss, path + ": cannot stat: " + std::strerror(error));
   }
-  return Parse(std::move(ss).str(), path);
+  const auto size = static_cast<std::size_t>(info.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return Parse(std::string(), path);  // too short: Parse says so
+  }
+  void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_error = errno;
+  ::close(fd);  // the mapping keeps the file
+  if (mapped == MAP_FAILED) {
+    return Status(StatusCode::kDataLoss, path + ": cannot map: " + std::strerror(map_error));
+  }
+  std::shared_ptr<const void> storage(mapped, [size](const void* p) {
+    ::munmap(const_cast<void*>(p), size);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  });
+  return ParseView(std::string_view(static_cast<const char*>(mapped), size), std::move(storage),
+                   path);
 }
 
 namespace {
@@ -81,6 +101,14 @@ bool ParseShape(const nlohmann::json& j, std::vector<std::int64_t>* shape) {
 }  // namespace
 
 StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, std::string path) {
+  auto owned = std::make_shared<const std::string>(std::move(bytes));
+  const std::string_view view(*owned);
+  return ParseView(view, std::move(owned), std::move(path));
+}
+
+StatusOr<SafetensorsFile> SafetensorsFile::ParseView(std::string_view bytes,
+                                                     std::shared_ptr<const void> storage,
+                                                     std::string path) {
   auto error = [&path](const std::string& what) {
     return InvalidArgumentError(path + ": invalid safetensors file: " + what);
   };
@@ -213,7 +241,8 @@ StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, std::string 
   std::sort(file.entries_.begin(), file.entries_.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });
   file.path_ = std::move(path);
-  file.bytes_ = std::move(bytes);
+  file.storage_ = std::move(storage);
+  file.bytes_ = bytes;
   return file;
 }
 

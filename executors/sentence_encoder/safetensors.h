@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,7 +40,9 @@ class SafetensorsFile {
   // The reference reader's limit on the header size.
   static constexpr std::uint64_t kMaxHeaderSize = 100'000'000;
 
-  // Reads and validates the whole file.
+  // Maps the file read-only (MAP_PRIVATE) and validates it; the mapping
+  // lives as long as this object (or a copy). Reading it whole instead
+  // raised a replica's start-up peak by the file's size.
   static StatusOr<SafetensorsFile> Open(const std::string& path);
   // Validates `bytes`; `path` is used in messages only.
   static StatusOr<SafetensorsFile> Parse(std::string bytes, std::string path);
@@ -52,12 +55,20 @@ class SafetensorsFile {
   // The raw little-endian bytes of `entry` (no alignment guarantee).
   const char* Data(const SafetensorsEntry& entry) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // What keeps Data() valid: hold it to use the bytes after this object is
+  // gone (tensors made with from_blob over a mapped file).
+  const std::shared_ptr<const void>& storage() const { return storage_; }
 
  private:
   SafetensorsFile() = default;
+  // Validates `bytes`, which `storage` keeps alive.
+  static StatusOr<SafetensorsFile> ParseView(std::string_view bytes,
+                                             std::shared_ptr<const void> storage, std::string path);
 
   std::string path_;
-  std::string bytes_;
+  // The file's bytes: a mapping or a string, owned by storage_.
+  std::shared_ptr<const void> storage_;
+  std::string_view bytes_;
   std::size_t data_start_ = 0;
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, std::string> metadata_;
