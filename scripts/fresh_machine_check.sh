@@ -39,7 +39,8 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 2
 fi
 need=()
-command -v docker >/dev/null || need+=(docker.io)
+# The daemon, not the client: a machine may have a docker CLI alone.
+command -v dockerd >/dev/null || need+=(docker.io)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 if ((${#need[@]})); then
   step "installing ${need[*]}"
