@@ -4,7 +4,12 @@
 # scripts/setup.sh ($GANTRY_VENV or <source>/.venv), else python3 on PATH.
 set(GANTRY_PYTHON "" CACHE FILEPATH
   "Python whose torch wheel provides libtorch (default: the venv of scripts/setup.sh)")
-if(NOT Torch_DIR)
+# GANTRY_TORCH_ROOT names the wheel's torch folder outright, for a wheel that
+# Python cannot import (installed without its nvidia-* dependencies, as the
+# CPU container image does); it implies GANTRY_TORCH_CMAKE_PACKAGE=OFF.
+set(GANTRY_TORCH_ROOT "" CACHE PATH
+  "The torch wheel's folder (site-packages/torch), used without asking Python")
+if(NOT Torch_DIR AND NOT GANTRY_TORCH_ROOT)
   set(_gantry_python "${GANTRY_PYTHON}")
   if(NOT _gantry_python AND DEFINED ENV{GANTRY_VENV} AND EXISTS "$ENV{GANTRY_VENV}/bin/python")
     set(_gantry_python "$ENV{GANTRY_VENV}/bin/python")
@@ -38,7 +43,9 @@ endif()
 set(GANTRY_TORCH_CMAKE_PACKAGE AUTO CACHE STRING
   "Use torch's CMake package (ON), the wheel's libraries directly (OFF), or ON when nvcc is found (AUTO)")
 find_program(GANTRY_NVCC nvcc HINTS ENV CUDA_HOME ENV CUDA_PATH /usr/local/cuda PATH_SUFFIXES bin)
-if(GANTRY_TORCH_CMAKE_PACKAGE STREQUAL "AUTO")
+if(GANTRY_TORCH_ROOT)
+  set(_gantry_use_torch_config OFF)
+elseif(GANTRY_TORCH_CMAKE_PACKAGE STREQUAL "AUTO")
   if(GANTRY_NVCC OR Torch_DIR)
     set(_gantry_use_torch_config ON)
   else()
@@ -63,18 +70,22 @@ else()
   if(GANTRY_WITH_CUDA)
     message(FATAL_ERROR "GANTRY_WITH_CUDA=ON needs the CUDA toolkit (nvcc); none was found")
   endif()
-  if(NOT _gantry_python)
+  if(GANTRY_TORCH_ROOT)
+    # Wheels of torch 2.x on PyPI are built with the C++11 ABI.
+    set(_gantry_torch_facts "${GANTRY_TORCH_ROOT};1")
+  elseif(NOT _gantry_python)
     message(FATAL_ERROR "no Python with the torch wheel: run scripts/setup.sh or set GANTRY_PYTHON")
+  else()
+    execute_process(
+      COMMAND ${_gantry_python} -c
+        "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"
+      OUTPUT_VARIABLE _gantry_torch_facts OUTPUT_STRIP_TRAILING_WHITESPACE
+      RESULT_VARIABLE _gantry_torch_rc)
+    if(NOT _gantry_torch_rc EQUAL 0)
+      message(FATAL_ERROR "${_gantry_python} cannot import torch: run scripts/setup.sh")
+    endif()
+    string(REPLACE "\n" ";" _gantry_torch_facts "${_gantry_torch_facts}")
   endif()
-  execute_process(
-    COMMAND ${_gantry_python} -c
-      "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"
-    OUTPUT_VARIABLE _gantry_torch_facts OUTPUT_STRIP_TRAILING_WHITESPACE
-    RESULT_VARIABLE _gantry_torch_rc)
-  if(NOT _gantry_torch_rc EQUAL 0)
-    message(FATAL_ERROR "${_gantry_python} cannot import torch: run scripts/setup.sh")
-  endif()
-  string(REPLACE "\n" ";" _gantry_torch_facts "${_gantry_torch_facts}")
   list(GET _gantry_torch_facts 0 _gantry_torch_root)
   list(GET _gantry_torch_facts 1 _gantry_torch_abi)
   message(STATUS "libtorch: the wheel's libraries in ${_gantry_torch_root} (no CUDA toolkit found, "
@@ -82,13 +93,18 @@ else()
   target_include_directories(gantry_libtorch SYSTEM INTERFACE
     ${_gantry_torch_root}/include ${_gantry_torch_root}/include/torch/csrc/api/include)
   target_compile_definitions(gantry_libtorch INTERFACE _GLIBCXX_USE_CXX11_ABI=${_gantry_torch_abi})
-  set(_gantry_torch_libs
-    ${_gantry_torch_root}/lib/libtorch.so ${_gantry_torch_root}/lib/libtorch_cpu.so
-    ${_gantry_torch_root}/lib/libc10.so)
   # As TorchConfig does: libtorch_cuda registers the CUDA backend from its
   # static initialisers, so it must stay linked though no symbol is used.
+  # OFF makes a CPU-only program that loads none of the wheel's CUDA
+  # libraries (the CPU container image, docker/Dockerfile); libtorch.so is
+  # left out then too, as it is only a stub that needs libtorch_cuda.
+  option(GANTRY_LINK_TORCH_CUDA "Link the wheel's libtorch_cuda (GPU use at run time)" ON)
+  set(_gantry_torch_libs ${_gantry_torch_root}/lib/libtorch_cpu.so ${_gantry_torch_root}/lib/libc10.so)
+  if(GANTRY_LINK_TORCH_CUDA)
+    list(PREPEND _gantry_torch_libs ${_gantry_torch_root}/lib/libtorch.so)
+  endif()
   foreach(lib torch_cuda c10_cuda)
-    if(EXISTS ${_gantry_torch_root}/lib/lib${lib}.so)
+    if(GANTRY_LINK_TORCH_CUDA AND EXISTS ${_gantry_torch_root}/lib/lib${lib}.so)
       list(APPEND _gantry_torch_libs
         "-Wl,--no-as-needed,${_gantry_torch_root}/lib/lib${lib}.so,--as-needed")
     endif()

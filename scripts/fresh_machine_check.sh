@@ -9,8 +9,8 @@
 #
 #   scripts/fresh_machine_check.sh [--only demo|test] [--keep-image]
 #
-# Needs root (debootstrap, dockerd). Installs docker.io and debootstrap with
-# apt when missing and starts dockerd when none is running. Logs go to
+# Needs root (debootstrap, dockerd): scripts/docker_base_image.sh installs
+# docker.io and debootstrap when missing, starts dockerd and makes the image. Logs go to
 # $GANTRY_FRESH_LOG_DIR (default /tmp/gantry-fresh): one file per command.
 #
 # What is carried from this machine into the container, and why: the apt
@@ -38,36 +38,8 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "fresh_machine_check: run as root (debootstrap and dockerd need it)" >&2
   exit 2
 fi
-need=()
-# The daemon, not the client: a machine may have a docker CLI alone.
-command -v dockerd >/dev/null || need+=(docker.io)
-command -v debootstrap >/dev/null || need+=(debootstrap)
-if ((${#need[@]})); then
-  step "installing ${need[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
-fi
-if ! docker info >/dev/null 2>&1; then
-  step "starting dockerd (log: ${logs}/dockerd.log)"
-  (setsid dockerd >"${logs}/dockerd.log" 2>&1 &)
-  for _ in $(seq 60); do
-    docker info >/dev/null 2>&1 && break
-    sleep 1
-  done
-  docker info >/dev/null 2>&1 || { echo "fresh_machine_check: dockerd did not start" >&2; exit 1; }
-fi
-
-if ! docker image inspect "${image}" >/dev/null 2>&1; then
-  mirror="$(cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null |
-    grep -oE '^(URIs:|deb) +https?://[^ ]+/debian/?' | head -n 1 | awk '{print $2}' || true)"
-  mirror="${mirror:-http://deb.debian.org/debian}"
-  rootfs="$(mktemp -d /tmp/gantry-rootfs.XXXXXX)"
-  step "debootstrap --variant=minbase bookworm from ${mirror}"
-  debootstrap --variant=minbase bookworm "${rootfs}" "${mirror}" >"${logs}/debootstrap.log" 2>&1
-  tar -C "${rootfs}" -c . | docker import - "${image}" >/dev/null
-  rm -rf "${rootfs}"
-fi
-step "base image ${image}: $(docker image inspect -f '{{.Size}}' "${image}") bytes"
+step "docker engine and base image"
+GANTRY_DOCKER_LOG_DIR="${logs}" bash "${root}/scripts/docker_base_image.sh"
 
 clone="$(mktemp -d /tmp/gantry-clone.XXXXXX)"
 container=""
