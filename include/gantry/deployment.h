@@ -52,7 +52,13 @@ namespace gantry {
 
 struct DeploymentOptions {
   // Executor type name (YAML `jtype:`), or the path of an executor YAML file
-  // (ending in .yml or .yaml).
+  // (ending in .yml or .yaml), or "docker://IMAGE": each replica is then a
+  // container of that local image (nothing is pulled) running the executor
+  // the image's GANTRY_EXECUTOR names (a type, or a YAML path in the image;
+  // `env` may set it), with `uses_with` over its `with:`. Containers share
+  // the host's network, get their GPUs from `gpus` through `docker run
+  // --gpus`, and are removed on every exit path of this process, SIGKILL
+  // included (docs/containers.md).
   std::string uses{};
   // Constructor arguments; override the YAML's `with:`.
   Value::Dict uses_with{};
@@ -67,6 +73,11 @@ struct DeploymentOptions {
   std::string host = "127.0.0.1";
   // Extra environment for every worker.
   std::map<std::string, std::string> env{};
+  // Container replicas only: bind mounts and volumes, "SOURCE:TARGET[:MODE]"
+  // as `docker run -v` takes them (relative SOURCE paths are made absolute
+  // against the current directory; the YAML loader resolves them against
+  // the file's folder). Empty for process replicas.
+  std::vector<std::string> volumes{};
   // How long a replica may take to construct its executor.
   std::chrono::milliseconds timeout_ready{600000};
   // Program run for each worker. Empty: this program when it registers the
@@ -154,6 +165,9 @@ struct ReplicaInfo {
   int restarts = 0;
   // Its Prometheus metrics port on 127.0.0.1; -1 without monitoring.
   int monitoring_port = -1;
+  // The container's name for a container replica (uses: docker://IMAGE);
+  // `pid` is then its `docker run` client's. Empty for a process replica.
+  std::string container{};
   // True once the replica was given up (max_init_failures failed starts in
   // a row); `error` then says why (the last start's error). While it waits
   // to be restarted, `error` says how its process ended.

@@ -64,7 +64,8 @@ constexpr std::string_view kDeploymentWithKeys[] = {"uses",
                                                     "timeout_drain",
                                                     "monitoring",
                                                     "port_monitoring",
-                                                    "monitoring_targets_file"};
+                                                    "monitoring_targets_file",
+                                                    "volumes"};
 constexpr std::string_view kFlowKeys[] = {"jtype", "version", "with", "executors", "gateway"};
 constexpr std::string_view kFlowWithKeys[] = {
     "name",          "port", "protocol",   "host",           "http_port", "max_message_bytes",
@@ -930,7 +931,8 @@ class Parser {
               "expected an executor type, a .yml path or a mapping, got " + Describe(e.value));
         }
         GANTRY_ASSIGN_OR_RETURN(std::string uses, ReadName(e, path));
-        if (uses.ends_with(".yml") || uses.ends_with(".yaml")) {
+        // "docker://IMAGE" is an image, whatever its tag ends with.
+        if (!uses.starts_with("docker://") && (uses.ends_with(".yml") || uses.ends_with(".yaml"))) {
           GANTRY_ASSIGN_OR_RETURN(ExecutorConfig config, LoadUsesFile(e, uses, prefix));
           options.uses = std::move(config.jtype);
           base_with = std::move(config.with);
@@ -977,6 +979,8 @@ class Parser {
         GANTRY_ASSIGN_OR_RETURN(options.host, ReadName(e, path));
       } else if (e.key == "env") {
         GANTRY_RETURN_IF_ERROR(ParseEnv(e, path, &options.env));
+      } else if (e.key == "volumes") {
+        GANTRY_RETURN_IF_ERROR(ParseVolumes(e, path, &options.volumes));
       } else if (e.key == "gpus") {
         GANTRY_ASSIGN_OR_RETURN(options.gpus, ParseGpus(e, path));
       } else if (e.key == "uses_dynamic_batching") {
@@ -1159,6 +1163,38 @@ class Parser {
       }
       GANTRY_ASSIGN_OR_RETURN(std::string text, ReadText(v, key_path));
       (*env)[v.key] = std::move(text);
+    }
+    return OkStatus();
+  }
+
+  // `volumes:` of a container replica: one "SOURCE:TARGET[:MODE]" or a list;
+  // relative SOURCE paths are taken from the file's folder.
+  Status ParseVolumes(const Entry& e, const std::string& path,
+                      std::vector<std::string>* volumes) const {
+    std::vector<std::pair<YAML::Node, std::string>> items;
+    if (e.value.IsScalar()) {
+      items.emplace_back(e.value, path);
+    } else if (e.value.IsSequence()) {
+      for (std::size_t i = 0; i < e.value.size(); ++i) {
+        items.emplace_back(e.value[i], path + "[" + std::to_string(i) + "]");
+      }
+    } else {
+      return Error(e.mark, path,
+                   "expected SOURCE:TARGET[:MODE] or a list of them, got " + Describe(e.value));
+    }
+    if (items.size() > internal::kMaxVolumes) {
+      return Error(e.mark, path, "more than " + std::to_string(internal::kMaxVolumes) + " volumes");
+    }
+    for (const auto& [node, item_path] : items) {
+      if (!node.IsScalar()) {
+        return Error(node.Mark(), item_path,
+                     "expected SOURCE:TARGET[:MODE], got " + Describe(node));
+      }
+      const std::string& text = node.Scalar();
+      if (Status s = internal::CheckVolumeSpec(text); !s.ok()) {
+        return Error(node.Mark(), item_path, s.message());
+      }
+      volumes->push_back(internal::AbsoluteVolumeSpec(text, base_dir_.string()));
     }
     return OkStatus();
   }

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 
 #include "core/gpu_inventory.h"
 #include "core/logging.h"
@@ -193,6 +194,58 @@ Status ValidateDeploymentOptions(const DeploymentOptions& options) {
   // Any level the logger knows ("trace", "warn", "off" too), as options
   // built in C++ always could; files keep to CheckLogLevel's four.
   return ValidateLogLevel(options.log_level);
+}
+
+Status CheckVolumeSpec(std::string_view volume) {
+  constexpr std::size_t kMaxVolumeSpec = 4096;
+  const std::string quoted = "\"" + std::string(volume.substr(0, 200)) + "\"";
+  if (volume.size() > kMaxVolumeSpec) {
+    return InvalidArgumentError("volume " + quoted + "... is longer than 4096 characters");
+  }
+  if (volume.find('\0') != std::string_view::npos || volume.find('\n') != std::string_view::npos) {
+    return InvalidArgumentError("volume " + quoted + " has a control character");
+  }
+  std::size_t first = volume.find(':');
+  if (first == std::string_view::npos || first == 0) {
+    return InvalidArgumentError("volume " + quoted +
+                                ": expected SOURCE:TARGET[:MODE], e.g. ./models:/models:ro");
+  }
+  std::string_view rest = volume.substr(first + 1);
+  std::size_t second = rest.find(':');
+  std::string_view target = rest.substr(0, second);
+  if (target.empty() || target.front() != '/') {
+    return InvalidArgumentError("volume " + quoted + ": the container path \"" +
+                                std::string(target) + "\" must be absolute");
+  }
+  if (second != std::string_view::npos) {
+    std::string_view mode = rest.substr(second + 1);
+    if (mode != "ro" && mode != "rw" && mode != "ro,z" && mode != "ro,Z" && mode != "z" &&
+        mode != "Z") {
+      return InvalidArgumentError("volume " + quoted + ": mode \"" + std::string(mode) +
+                                  "\" is not ro, rw, z or Z");
+    }
+  }
+  return OkStatus();
+}
+
+std::string AbsoluteVolumeSpec(std::string_view volume, const std::string& base) {
+  std::size_t colon = volume.find(':');
+  std::string_view source = volume.substr(0, colon);
+  // A bare name ("cache") is a named volume; a path starts with '.' or '/'
+  // or has a '/' in it.
+  bool is_path = source.starts_with('.') || source.find('/') != std::string_view::npos;
+  if (!is_path || source.starts_with('/')) {
+    return std::string(volume);
+  }
+  std::filesystem::path absolute =
+      (std::filesystem::path(base.empty() ? std::filesystem::current_path().string() : base) /
+       std::string(source))
+          .lexically_normal();
+  std::string text = absolute.string();
+  if (text.size() > 1 && text.back() == '/') {
+    text.pop_back();
+  }
+  return text + std::string(volume.substr(colon));
 }
 
 Status ValidateExecutorOptions(const DeploymentOptions& options) {

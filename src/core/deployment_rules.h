@@ -140,6 +140,17 @@ Status CheckServerTlsOptions(const ServerTlsOptions& tls);
 // (<initial> ms)".
 Status CheckRestartBackoff(std::int64_t initial_ms, std::int64_t max_ms);
 
+// Volumes one container replica may mount.
+inline constexpr std::size_t kMaxVolumes = 64;
+// A container replica's volume (`docker run -v`): "SOURCE:TARGET" or
+// "SOURCE:TARGET:MODE", TARGET absolute, MODE ro/rw/z/Z; SOURCE a path or a
+// named volume. At most 4096 characters.
+Status CheckVolumeSpec(std::string_view volume);
+// `volume` with a relative SOURCE path ("./models", "data/x") made absolute
+// against `base` (the current directory when empty); a bare name
+// ("cache") is a named volume and stays as it is.
+std::string AbsoluteVolumeSpec(std::string_view volume, const std::string& base);
+
 // The rules for a Deployment's own options built in C++: `uses` given,
 // replicas, port, max_message_bytes, restart_backoff_initial and _max,
 // max_init_failures, timeout_drain, name and log level. Messages start

@@ -26,6 +26,7 @@
 #include "core/registry.h"
 #include "core/worker_mode.h"
 #include "deployment/child_process.h"
+#include "deployment/container_replica.h"
 #include "deployment/placement.h"
 #include "deployment/restart_policy.h"
 #include "deployment/worker_program.h"
@@ -73,6 +74,9 @@ struct Pipe {
 
 using SteadyClock = std::chrono::steady_clock;
 
+// How long a docker command that is not a replica (image inspect, rm) may take.
+constexpr std::chrono::milliseconds kDockerCommandTimeout{30000};
+
 // How often the supervisor looks for replicas that died.
 constexpr std::chrono::milliseconds kSuperviseInterval{50};
 // How long a worker that reported a failed start (or closed its status pipe)
@@ -108,6 +112,12 @@ struct Replica {
   std::string status_text;
   int port = 0;
   int monitoring_port = -1;
+  // Container replicas (uses: docker://IMAGE): the GPUs the container may
+  // see (`docker run --gpus`), and the current container's name.
+  std::string container_gpus;
+  std::string container;
+  // Times its process was spawned, for container names.
+  int starts = 0;
 
   State state = State::kStarting;
   internal::RestartPolicy policy;
@@ -118,6 +128,12 @@ struct Replica {
   // Why the last start failed, or how the process last ended.
   std::string error;
 };
+
+// A worker's start-up report is complete at EOF, or at the end of a READY
+// line: a container replica's status pipe stays open in `docker run`.
+bool ReadyLineComplete(const std::string& text) {
+  return text.starts_with("READY ") && text.find('\n') != std::string::npos;
+}
 
 // "READY <port>" or "READY <port> <metrics port>" (worker_main.cc).
 void ParseReady(const std::string& text, Replica& replica) {
@@ -253,7 +269,24 @@ class Deployment::Impl {
 Status Deployment::Impl::Validate() {
   // The rules live in core/deployment_rules.h, shared with the YAML loader.
   GANTRY_RETURN_IF_ERROR(internal::ValidateDeploymentOptions(options_));
-  if (EndsWith(options_.uses, ".yml") || EndsWith(options_.uses, ".yaml")) {
+  const std::string where = "deployment '" + options_.name + "'";
+  if (internal::IsDockerUses(options_.uses)) {
+    GANTRY_RETURN_IF_ERROR(internal::CheckDockerImageName(internal::DockerImageOf(options_.uses))
+                               .WithPrefix(where + ": uses"));
+    if (options_.volumes.size() > internal::kMaxVolumes) {
+      return InvalidArgumentError(where + ": more than " + std::to_string(internal::kMaxVolumes) +
+                                  " volumes");
+    }
+    for (std::string& volume : options_.volumes) {
+      GANTRY_RETURN_IF_ERROR(internal::CheckVolumeSpec(volume).WithPrefix(where + ": volumes"));
+      volume = internal::AbsoluteVolumeSpec(volume, "");
+    }
+  } else if (!options_.volumes.empty()) {
+    return InvalidArgumentError(where + ": volumes are for container replicas only (uses: " +
+                                "docker://IMAGE); \"" + options_.uses + "\" runs as a process");
+  }
+  if (!internal::IsDockerUses(options_.uses) &&
+      (EndsWith(options_.uses, ".yml") || EndsWith(options_.uses, ".yaml"))) {
     GANTRY_ASSIGN_OR_RETURN(ExecutorConfig config, LoadExecutorConfig(options_.uses));
     options_.uses = config.jtype;
     for (auto& [key, value] : config.with) {
@@ -312,7 +345,13 @@ Status Deployment::Impl::Start() {
 
   std::string& program = program_;
   program = options_.worker_program;
-  if (program.empty()) {
+  if (internal::IsDockerUses(options_.uses)) {
+    program = internal::DockerProgram();
+    GANTRY_RETURN_IF_ERROR(internal::CheckDockerImagePresent(program,
+                                                             internal::DockerImageOf(options_.uses),
+                                                             kDockerCommandTimeout)
+                               .WithPrefix("deployment '" + options_.name + "'"));
+  } else if (program.empty()) {
     if (internal::FindExecutorType(options_.uses) != nullptr) {
       // Re-execute this program: gantry::Init turns it into the worker.
       program = SelfExecutable();
@@ -384,7 +423,8 @@ Status Deployment::Impl::SpawnReplicas() {
         options_.restart_backoff_initial, options_.restart_backoff_max, options_.max_init_failures);
     replica.name = options_.name + "/rep-" + std::to_string(i);
     internal::WorkerSpec& spec = replica.spec;
-    spec.jtype = options_.uses;
+    // A container's worker takes the executor its image names.
+    spec.jtype = internal::IsDockerUses(options_.uses) ? "" : options_.uses;
     spec.with = options_.uses_with;
     spec.metas = options_.uses_metas;
     auto metas_name = spec.metas.find("name");
@@ -404,7 +444,13 @@ Status Deployment::Impl::SpawnReplicas() {
     spec.max_message_bytes = options_.max_message_bytes;
     spec.monitoring_port = options_.monitoring ? 0 : -1;
     replica.env = options_.env;
-    if (placement.cuda_visible_devices) {
+    if (placement.cuda_visible_devices && internal::IsDockerUses(options_.uses)) {
+      // Docker gives the container these GPUs (numbered from 0 inside);
+      // the CUDA variables would name host indices.
+      replica.env.erase("CUDA_VISIBLE_DEVICES");
+      replica.container_gpus = *placement.cuda_visible_devices;
+      replica.cuda_visible_devices = *placement.cuda_visible_devices;
+    } else if (placement.cuda_visible_devices) {
       // Replaces any "RR..." value, which CUDA itself would reject.
       replica.env["CUDA_VISIBLE_DEVICES"] = *placement.cuda_visible_devices;
       replica.cuda_visible_devices = *placement.cuda_visible_devices;
@@ -431,10 +477,30 @@ Status Deployment::Impl::SpawnReplica(Replica& replica) {
   }
   internal::ChildProcessOptions child;
   child.program = program_;
-  child.args = internal::WorkerArguments(replica.spec);
-  child.args.insert(child.args.end(), {"--status-fd", "3", "--lifeline-fd", "4"});
-  child.env = replica.env;
-  child.fds = {{3, status_pipe->write_fd}, {4, lifeline->read_fd}};
+  ++replica.starts;
+  if (internal::IsDockerUses(options_.uses)) {
+    internal::DockerRunRequest run;
+    run.image = std::string(internal::DockerImageOf(options_.uses));
+    run.container_name =
+        internal::ContainerName(options_.name, replica.spec.replica_id, replica.starts);
+    run.labels = {{"gantry.deployment", options_.name},
+                  {"gantry.replica", replica.name},
+                  {"gantry.owner-pid", std::to_string(::getpid())}};
+    run.env = replica.env;
+    run.volumes = options_.volumes;
+    run.gpus = replica.container_gpus;
+    run.worker_args = internal::WorkerArguments(replica.spec);
+    child.args = internal::DockerRunArguments(run);
+    // The attached client: its stdin is the container's (the lifeline), its
+    // stdout the container's (the status report).
+    child.fds = {{0, lifeline->read_fd}, {1, status_pipe->write_fd}};
+    replica.container = run.container_name;
+  } else {
+    child.args = internal::WorkerArguments(replica.spec);
+    child.args.insert(child.args.end(), {"--status-fd", "3", "--lifeline-fd", "4"});
+    child.env = replica.env;
+    child.fds = {{3, status_pipe->write_fd}, {4, lifeline->read_fd}};
+  }
   auto process = ChildProcess::Spawn(child);
   if (!process.ok()) {
     return process.status().WithPrefix("replica " + replica.name);
@@ -512,9 +578,10 @@ Status Deployment::Impl::AwaitReplicas() {
       ssize_t got = ::read(p.fd, buffer, sizeof(buffer));
       if (got > 0) {
         p.text.append(buffer, static_cast<std::size_t>(got));
-        continue;
-      }
-      if (got < 0 && errno == EINTR) {
+        if (!ReadyLineComplete(p.text)) {
+          continue;
+        }
+      } else if (got < 0 && errno == EINTR) {
         continue;
       }
       // EOF: the worker said all it will say.
@@ -597,6 +664,7 @@ void Deployment::Impl::Step(std::size_t index, bool readable, internal::Gateway&
         ssize_t got = ::read(replica.status->read_fd, buffer, sizeof(buffer));
         if (got > 0) {
           replica.status_text.append(buffer, static_cast<std::size_t>(got));
+          ended = ReadyLineComplete(replica.status_text);
         } else if (got == 0 || errno != EINTR) {
           ended = true;  // EOF: the worker said all it will say
         }
@@ -747,6 +815,15 @@ void Deployment::Impl::Stop() {
     }
     replica.lifeline.reset();
     replica.status.reset();
+    if (!replica.container.empty()) {
+      // Normally gone already (--rm); this covers a client that was killed
+      // while its container still ran.
+      if (Status removed =
+              internal::RemoveContainer(program_, replica.container, kDockerCommandTimeout);
+          !removed.ok()) {
+        spdlog::warn("{}: {}", replica.name, removed.message());
+      }
+    }
   }
   {
     std::lock_guard state_lock(state_mutex_);
@@ -875,6 +952,7 @@ std::vector<ReplicaInfo> Deployment::replicas() const {
     info.placement = replica.placement;
     info.restarts = replica.restarts;
     info.monitoring_port = replica.monitoring_port;
+    info.container = replica.container;
     info.failed = replica.state == Replica::State::kFailed;
     if (replica.state != Replica::State::kServing) {
       info.error = replica.error;

@@ -7,6 +7,7 @@
 // write end stays with the parent; when the parent dies, even by SIGKILL,
 // the worker reads EOF and exits.
 #include <fcntl.h>
+#include <gantry/config.h>
 #include <gantry/init.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -196,12 +197,54 @@ sigset_t BlockShutdownSignals() {
   return set;
 }
 
+// Closes the status pipe. When it is stdout (a container replica), stdout
+// is pointed at /dev/null instead, so no later write lands in a file that
+// happens to take descriptor 1.
+void CloseStatusFd(int fd) {
+  if (fd != STDOUT_FILENO) {
+    ::close(fd);
+    return;
+  }
+  int null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (null_fd >= 0) {
+    ::dup2(null_fd, STDOUT_FILENO);
+    ::close(null_fd);
+  }
+}
+
+// GANTRY_EXECUTOR of the image: an executor type, or the path of an executor
+// YAML inside the image whose with/metas/dynamic_batching the spec's own
+// (the Deployment's uses_with, ...) override.
+Status TakeExecutorFromImage(WorkerSpec& spec) {
+  const char* env = std::getenv("GANTRY_EXECUTOR");
+  std::string executor = env != nullptr ? env : "";
+  if (executor.empty()) {
+    return InvalidArgumentError(
+        "no executor named: the Deployment's uses is a docker:// image, and the image sets no "
+        "GANTRY_EXECUTOR (an executor type or an executor YAML path; set it in the image or the "
+        "Deployment's env)");
+  }
+  if (!executor.ends_with(".yml") && !executor.ends_with(".yaml")) {
+    spec.jtype = executor;
+    return OkStatus();
+  }
+  StatusOr<ExecutorConfig> config = LoadExecutorConfig(executor);
+  if (!config.ok()) {
+    return config.status().WithPrefix("GANTRY_EXECUTOR");
+  }
+  spec.jtype = config->jtype;
+  spec.with.merge(config->with);  // keys the spec has win
+  spec.metas.merge(config->metas);
+  spec.dynamic_batching.merge(config->dynamic_batching);
+  return OkStatus();
+}
+
 int RunWorker(const WorkerFlags& flags) {
   auto report_error = [&](const Status& status) {
     spdlog::error("{}", status.message());
     if (flags.status_fd >= 0) {
       WriteAll(flags.status_fd, "ERROR " + status.message());
-      ::close(flags.status_fd);
+      CloseStatusFd(flags.status_fd);
     }
     return 1;
   };
@@ -234,6 +277,14 @@ int RunWorker(const WorkerFlags& flags) {
       spdlog::warn("parent process is gone; exiting");
       std::_Exit(0);
     }).detach();
+  }
+
+  // A container replica (`uses: docker://IMAGE`) runs the executor its image
+  // names: the Deployment cannot know it.
+  if (spec->jtype.empty()) {
+    if (Status s = TakeExecutorFromImage(*spec); !s.ok()) {
+      return report_error(s.WithPrefix(spec->runtime_name));
+    }
   }
 
   ExecutorContext context;
@@ -307,10 +358,12 @@ int RunWorker(const WorkerFlags& flags) {
   }
   spdlog::info("ready and listening on {}:{}", spec->host, port);
   if (flags.status_fd >= 0) {
+    // The newline ends the report where the pipe cannot be closed: a
+    // container's stdout stays open in the attached `docker run`.
     WriteAll(flags.status_fd,
              "READY " + std::to_string(port) +
-                 (metrics_server ? " " + std::to_string(metrics_server->port()) : ""));
-    ::close(flags.status_fd);
+                 (metrics_server ? " " + std::to_string(metrics_server->port()) : "") + "\n");
+    CloseStatusFd(flags.status_fd);
   }
 
   std::thread signal_waiter([&signals, &server] {

@@ -645,7 +645,7 @@ TEST(DeploymentConfigTest, RejectsUnknownKeys) {
       "name, replicas, port, host, env, timeout_ready, log_level, gpus, uses_dynamic_batching, "
       "http_port, max_message_bytes, models, ssl_certfile, ssl_keyfile, ssl_client_cafile, "
       "restart_backoff_initial, restart_backoff_max, max_init_failures, timeout_drain, "
-      "monitoring, port_monitoring, monitoring_targets_file");
+      "monitoring, port_monitoring, monitoring_targets_file, volumes");
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  uses_metas: {size: 1}\n"),
             "dep.yml:4:16: with.uses_metas.size: unknown key; allowed keys: name, description, "
             "workspace, url, keywords, libs");
