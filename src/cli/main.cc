@@ -522,9 +522,9 @@ int main(int argc, char** argv) try {
       "export",
       "Write Kubernetes manifests or a docker-compose file for a Deployment or Flow YAML");
   export_command->add_option("target", export_target, "kubernetes or docker-compose")->required();
-  export_command->add_option("config", export_config, "Deployment or Flow YAML")
-      ->required()
-      ->check(CLI::ExistingFile);
+  // No ExistingFile check: an unknown target is reported first, a missing
+  // file by the loader.
+  export_command->add_option("config", export_config, "Deployment or Flow YAML")->required();
   export_command
       ->add_option("out", export_out, "output directory (kubernetes) or file (docker-compose)")
       ->required();

@@ -8,12 +8,15 @@
 #include <gantry/export.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "deployment/child_process.h"
@@ -228,6 +231,38 @@ with:
     }
   }
   EXPECT_EQ(pids.size(), 2u) << "the gateway spreads requests over both replicas";
+}
+
+// Runs the CLI to completion (bounded): {exit code, output}.
+std::pair<int, std::string> RunCli(const std::vector<std::string>& args) {
+  testing::TempDir dir;
+  ChildProcessPtr child = StartCli(args, dir.File("out.log"));
+  if (!child || !child->WaitFor(std::chrono::seconds(60))) {
+    return {-1, "did not finish"};
+  }
+  int status = *child->exit_status();
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, testing::ReadFile(dir.File("out.log"))};
+}
+
+TEST(ExportCliTest, NamesWhatItWroteAndWhatIsWrong) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.File("dep.yml"), "jtype: Deployment\nwith: {uses: NoOpExec}\n");
+  auto [code, out] = RunCli({"export", "kubernetes", dir.File("dep.yml"), dir.File("k8s")});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("wrote " + dir.File("k8s") + "/executor.yml"));
+  EXPECT_THAT(out, HasSubstr("gateway.yml (gateway: Deployment, Service)"));
+
+  std::tie(code, out) = RunCli({"export", "helm", dir.File("dep.yml"), dir.File("out")});
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, HasSubstr("unknown export target 'helm' (targets: kubernetes, docker-compose)"));
+
+  testing::WriteFile(dir.File("bad.yml"), "jtype: Deployment\nwith: {uses: X, replicas: two}\n");
+  std::tie(code, out) =
+      RunCli({"export", "docker-compose", dir.File("bad.yml"), dir.File("c.yml")});
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, HasSubstr(dir.File("bad.yml") + ":2:"));
+  EXPECT_THAT(out, HasSubstr("with.replicas"));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("c.yml")));
 }
 
 }  // namespace
