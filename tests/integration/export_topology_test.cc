@@ -4,11 +4,15 @@
 // 0.0.0.0:808x), the gateway as its pod would run it (`gantry flow` with the
 // exported Flow of external steps, or `gantry gateway --replica-addresses`
 // with dns:/// targets), and documents are posted through the gateway.
+#include <arpa/inet.h>
 #include <gantry/client.h>
 #include <gantry/export.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
@@ -171,6 +175,13 @@ executors:
   }
   EXPECT_THAT(testing::ReadFile(dir.File("gateway.log")),
               HasSubstr("step_b <- step_a (external: 127.0.0.1:"));
+
+  // The gateway's health (its pod's readiness probe) follows the external
+  // steps: NOT_SERVING once one of them is gone.
+  EXPECT_TRUE(client.Ping().ok());
+  executors.at("step-c").process.reset();  // SIGTERM, reaped
+  EXPECT_TRUE(testing::WaitUntil([&] { return !client.Ping().ok(); }, std::chrono::seconds(20)))
+      << "the gateway still reports SERVING without step_c";
 }
 
 TEST(ExportTopologyTest, ExportedDeploymentGatewayReachesReplicasByDnsTarget) {
@@ -231,6 +242,39 @@ with:
     }
   }
   EXPECT_EQ(pids.size(), 2u) << "the gateway spreads requests over both replicas";
+}
+
+TEST(ExportTopologyTest, FlowIsNotServingWhileAnExternalStepCannotBeReached) {
+  testing::TempDir dir;
+  // A port that refuses connections: bound, never listened on, held until
+  // the test ends so nothing else takes it.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int dead_port = ntohs(address.sin_port);
+  testing::WriteFile(dir.File("flow.yml"),
+                     "jtype: Flow\nwith: {host: 127.0.0.1}\nexecutors:\n"
+                     "  - {name: gone, external: true, host: 127.0.0.1, port: " +
+                         std::to_string(dead_port) + "}\n");
+  const std::string port_file = dir.File("gateway.port");
+  ChildProcessPtr cli =
+      StartCli({"flow", "--uses", dir.File("flow.yml"), "--port", "0", "--port-file", port_file},
+               dir.File("gateway.log"));
+  ASSERT_NE(cli, nullptr);
+  auto port = testing::WaitForFile(port_file, kReadyTimeout);
+  ASSERT_TRUE(port.has_value()) << testing::ReadFile(dir.File("gateway.log"));
+  Client client("127.0.0.1:" + *port);
+  // Before any request: the gateway has tried the step and found it down.
+  EXPECT_TRUE(testing::WaitUntil([&] { return !client.Ping().ok(); }, std::chrono::seconds(20)))
+      << "SERVING with its only step unreachable";
+  auto result = client.Post("/", MakeDocs(1));
+  EXPECT_FALSE(result.ok());
+  ::close(fd);
 }
 
 // Runs the CLI to completion (bounded): {exit code, output}.
