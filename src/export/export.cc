@@ -45,7 +45,7 @@ constexpr int kProbePeriodSeconds = 5;
 constexpr int kLivenessPeriodSeconds = 10;
 constexpr int kProbeFailureThreshold = 3;
 // A startup probe may not wait forever; `timeout_ready: -1` gets a day.
-constexpr std::int64_t kMaxStartupSeconds = 24 * 3600;
+constexpr std::int64_t kMaxStartupSeconds = std::int64_t{24} * 3600;
 
 // One executor of the exported topology.
 struct Step {
@@ -140,12 +140,10 @@ Status ResolveGpus(const Topology& t, Step& step) {
       step.gpus = static_cast<int>(std::ceil(spec->amount));
       break;
     case Kind::kFraction:
-      // A pod cannot ask for part of a GPU (that needs the device plugin's
-      // time-slicing, set up on the cluster); it gets a whole one.
-      step.gpus = 1;
-      break;
     case Kind::kList:
-      // Each replica takes one GPU of the list; which one is the
+      // A pod cannot ask for part of a GPU (sharing one needs the device
+      // plugin's time-slicing, set up on the cluster), so a share gets a
+      // whole one; from a list each replica took one, and which one is the
       // scheduler's choice in a cluster.
       step.gpus = 1;
       break;
@@ -239,8 +237,9 @@ StatusOr<Topology> LoadTopology(const std::string& path) {
     t.max_message_bytes = deployment.max_message_bytes;
     t.timeout_drain_ms = deployment.timeout_drain.count();
     t.log_level = deployment.log_level;
+    std::string name = deployment.name;
     t.steps.push_back(
-        Step{.name = deployment.name, .key_path = "with", .deployment = std::move(deployment)});
+        Step{.name = std::move(name), .key_path = "with", .deployment = std::move(deployment)});
   }
   std::set<std::string> taken = {std::string(kGatewayName)};
   std::set<int> ports = {t.gateway_port, t.http_port};
