@@ -4,7 +4,8 @@
 # answering `docker info`, no docker-compose, no image $GANTRY_IMAGE, default
 # gantry:cpu from scripts/docker_images.sh) it skips (exit 77) with the
 # reason, in CI too: machines without Docker keep running the rest. A
-# missing Jina venv follows tests/peer_policy.sh.
+# missing Jina venv follows tests/peer_policy.sh. GANTRY_COMPOSE_OVERRIDE
+# names an extra compose file layered over the exported one (model volumes).
 #   run_compose_tests.sh VENV SCRIPT
 venv="$1"
 script="$2"
