@@ -1,5 +1,6 @@
 """`gantry export docker-compose` brought up for real: a Deployment YAML
-(NoOpExec, two replicas) and a Flow of two steps exported to compose files,
+(NoOpExec, two replicas), a Flow of two steps and, with GANTRY_MODEL_PATH, a
+SentenceEncoder Deployment with the model mounted, exported to compose files,
 started with Debian's docker-compose 1.29 on the local dockerd from the image
 gantry:cpu, posted to through the published gateway port with the Gantry C++
 client (gantry_interop_client) and the stock Jina client, then taken down.
@@ -29,6 +30,9 @@ IMAGE = os.environ.get("GANTRY_IMAGE", "gantry:cpu")
 # An extra compose file layered over the exported one (`-f`), for what the
 # export does not write: volumes with model weights, another registry.
 OVERRIDE = os.environ.get("GANTRY_COMPOSE_OVERRIDE", "")
+# The all-MiniLM-L6-v2 folder (scripts/fetch_model.sh) for the SentenceEncoder
+# round trip; mounted read-only at /models. Unset: that test skips.
+MODEL_PATH = os.environ.get("GANTRY_MODEL_PATH", "")
 REPLICAS = 2
 
 DEPLOYMENT = """\
@@ -52,6 +56,24 @@ def run(args, cwd, timeout, check=True):
     return done
 
 
+ENCODER = """\
+jtype: Deployment
+with:
+  name: encoder
+  uses: SentenceEncoder
+  uses_with: {{model_path: /models, device: cpu}}
+  replicas: {replicas}
+  port: {port}
+"""
+
+# What the export leaves to the user: the model's volume.
+ENCODER_VOLUME = """\
+version: "2.4"
+services:
+  encoder:
+    volumes: ["{model}:/models:ro"]
+"""
+
 FLOW = """\
 jtype: Flow
 with: {{name: pipeline, port: {port}}}
@@ -71,9 +93,10 @@ def wait_until(what, condition, timeout):
 
 
 class ComposeRoundTrip(unittest.TestCase):
-    def round_trip(self, yaml_template, replicated_service):
+    def round_trip(self, yaml_template, replicated_service, endpoint="/", extra_compose=""):
         """Exports, brings up, posts with both clients, checks that the
-        gateway reaches every container of `replicated_service`, takes down."""
+        gateway reaches every container of `replicated_service`, takes down.
+        Returns the Gantry client's documents."""
         with tempfile.TemporaryDirectory() as tmp:
             port = free_port()
             source = os.path.join(tmp, "source.yml")
@@ -84,6 +107,11 @@ class ComposeRoundTrip(unittest.TestCase):
                  "--image", IMAGE], tmp, 60)
             project = "gantryexport" + uuid.uuid4().hex[:10]
             base = ["docker-compose", "-p", project, "-f", compose]
+            if extra_compose:
+                extra = os.path.join(tmp, "extra.yml")
+                with open(extra, "w") as f:
+                    f.write(extra_compose)
+                base += ["-f", extra]
             if OVERRIDE:
                 base += ["-f", OVERRIDE]
             try:
@@ -96,7 +124,7 @@ class ComposeRoundTrip(unittest.TestCase):
                            lambda: run([os.environ["GANTRY_CLI"], "ping", address], tmp, 30,
                                        check=False).returncode == 0, 120)
 
-                cpp = run([os.environ["GANTRY_INTEROP_CLIENT"], address, "/", "10"], tmp, 120)
+                cpp = run([os.environ["GANTRY_INTEROP_CLIENT"], address, endpoint, "10"], tmp, 120)
                 lines = [json.loads(line) for line in cpp.stdout.splitlines()
                          if line.startswith("{")]
                 self.assertEqual([line["text"] for line in lines],
@@ -106,10 +134,13 @@ class ComposeRoundTrip(unittest.TestCase):
                 self.assertTrue(client.is_flow_ready())
                 docs = DocList[LegacyDocument](
                     [LegacyDocument(text=f"jina {i}") for i in range(7)])
-                out = client.post("/", docs, return_type=DocList[LegacyDocument],
+                out = client.post(endpoint, docs, return_type=DocList[LegacyDocument],
                                   request_size=2)
                 # Streamed requests may come back in any order (Jina's default).
                 self.assertEqual(sorted(d.text for d in out), [f"jina {i}" for i in range(7)])
+                if endpoint == "/encode":
+                    self.assertTrue(all(d.embedding is not None and len(d.embedding) == 384
+                                        for d in out), "Jina client: no 384-d embeddings")
 
                 # The gateway's established connections (/proc/net/tcp, state
                 # 01) to the replicas' gRPC port reach every one of them.
@@ -132,6 +163,7 @@ class ComposeRoundTrip(unittest.TestCase):
                 print(f"compose round trip ({replicated_service} x{REPLICAS}, gateway on "
                       f"{address}): Gantry client got {len(lines)} docs, Jina client got "
                       f"{len(out)} docs; gateway connected to {sorted(connected)}", flush=True)
+                return lines
             except BaseException:
                 run(base + ["logs", "--no-color", "--tail", "50"], tmp, 60, check=False)
                 raise
@@ -148,6 +180,13 @@ class ComposeRoundTrip(unittest.TestCase):
 
     def test_flow_of_two_steps(self):
         self.round_trip(FLOW, "second")
+
+    @unittest.skipUnless(MODEL_PATH, "GANTRY_MODEL_PATH is not set (scripts/fetch_model.sh)")
+    def test_sentence_encoder_with_the_model_mounted(self):
+        lines = self.round_trip(ENCODER, "encoder", "/encode",
+                                ENCODER_VOLUME.format(model=os.path.abspath(MODEL_PATH)))
+        self.assertTrue(all(line.get("embedding_shape") == "[384]" for line in lines),
+                        [line.get("embedding_shape") for line in lines])
 
 
 if __name__ == "__main__":
