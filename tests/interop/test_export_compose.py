@@ -14,6 +14,7 @@ docker-compose is missing. The compose project has a name of its own and
 """
 import json
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -90,6 +91,20 @@ def wait_until(what, condition, timeout):
             return
         time.sleep(1)
     raise AssertionError(f"{what}: not within {timeout} s")
+
+
+class Interrupted(Exception):
+    pass
+
+
+def raise_interrupted(signum, _frame):
+    raise Interrupted(f"signal {signum}")
+
+
+# ctest's timeout, a closed output pipe and SIGTERM end the test through
+# its `finally` (docker-compose down), not around it.
+for _signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+    signal.signal(_signum, raise_interrupted)
 
 
 class ComposeRoundTrip(unittest.TestCase):
