@@ -174,6 +174,30 @@ TEST(ExportKubernetesTest, FlowWithGpuStepRoutesThroughServices) {
   EXPECT_THAT(Strings(steps[2]["needs"]), ElementsAre("tokenizer", "text_encoder"));
 }
 
+TEST(ExportKubernetesTest, ExternalStepsStayWhereTheyAre) {
+  TempDir dir;
+  WriteFile(dir.File("flow.yml"), R"(jtype: Flow
+with: {port: 8081}
+executors:
+  - {name: legacy, external: true, host: search.example.com, port: 443}
+  - {name: ranker, uses: NoOpExec}
+)");
+  auto written = ExportKubernetes(dir.File("flow.yml"), dir.File("out"));
+  ASSERT_TRUE(written.ok()) << written.status();
+  ASSERT_EQ(written->size(), 2u) << "no objects for the external step";
+  EXPECT_FALSE(std::filesystem::exists(dir.File("out/legacy.yml")));
+  // The gateway took 8081, so the first executor gets the next port.
+  auto ranker = Objects(dir.File("out/ranker.yml"));
+  EXPECT_EQ(Container(ranker.at("Deployment/ranker"))["ports"][0]["containerPort"].as<int>(), 8082);
+  auto gateway = Objects(dir.File("out/gateway.yml"));
+  const YAML::Node flow =
+      YAML::Load(gateway.at("ConfigMap/gateway-config")["data"]["flow.yml"].as<std::string>());
+  EXPECT_EQ(flow["executors"][0]["host"].as<std::string>(), "search.example.com");
+  EXPECT_EQ(flow["executors"][0]["port"].as<int>(), 443);
+  EXPECT_EQ(flow["executors"][1]["host"].as<std::string>(), "ranker.default.svc");
+  EXPECT_EQ(flow["with"]["port"].as<int>(), 8081);
+}
+
 TEST(ExportComposeTest, FlowBecomesServicesWithReplicasGpusAndHealthchecks) {
   TempDir dir;
   WriteFile(dir.File("flow.yml"), kFlowYaml);
