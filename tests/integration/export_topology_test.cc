@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/grpc_options.h"
 #include "deployment/child_process.h"
 #include "testutil/testutil.h"
 
@@ -203,6 +204,17 @@ with:
   StartExecutor(dir, k8s, "tagger", 1, &second);
   if (HasFatalFailure()) {
     return;
+  }
+
+  // What the gateway's channels are made with (common/grpc_options.h): a
+  // dns:/// target gets round_robin, a plain host:port keeps pick_first.
+  for (const auto& [target, policy] : std::vector<std::pair<std::string, std::string>>{
+           {"dns:///127.0.0.1:" + std::to_string(first.port), "round_robin"},
+           {"127.0.0.1:" + std::to_string(first.port), "pick_first"}}) {
+    auto channel = internal::MakeChannel(target, std::int64_t{1} << 20);
+    ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() + kReadyTimeout))
+        << target;
+    EXPECT_EQ(channel->GetLoadBalancingPolicyName(), policy) << target;
   }
 
   auto gateway = Objects(k8s + "/gateway.yml");
