@@ -22,6 +22,8 @@ packages=(
   clang-format clang-tidy
   # libFuzzer (scripts/fuzz.sh): clang and its runtime, only recommended by clang
   clang libclang-rt-dev libssl-dev openssl
+  # The round trip of `gantry export docker-compose` (ctest label docker)
+  docker-compose
 )
 sudo=""
 if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi

@@ -22,6 +22,7 @@
 //     - name: encoder             #   plus `needs:` (a name, "gateway", or a list)
 //       uses: MyExec
 //     - {name: indexer, uses: MyIndexer, needs: encoder}
+//     - {name: ranker, external: true, host: ranker.svc, port: 8081}  # runs elsewhere
 //
 // `${{ ENV.NAME }}` is replaced by the environment variable NAME. Files are
 // validated whole before anything starts: unknown keys, wrong types and bad

@@ -7,6 +7,9 @@
 // passes each request from step to step itself, so the client sends one
 // request and gets the last steps' answer.
 //
+// A step marked `external` is not started: the Flow's gateway calls the
+// address it names (see FlowStep::external).
+//
 // Steps run in the order given unless `needs` says otherwise: a step with
 // no `needs` takes the previous step's output (the client's request for the
 // first step); `needs: {"gateway"}` takes the client's request; a step with
@@ -54,6 +57,13 @@ struct FlowStep {
   // Names of the steps whose output this step takes, or "gateway" for the
   // client's request. Empty: the previous step (the gateway for the first).
   std::vector<std::string> needs{};
+  // Jina's `external: true`: the step already runs elsewhere, at
+  // `deployment.host`:`deployment.port` (executor workers or a gateway that
+  // serve Jina's process_single_data), and the Flow starts nothing for it;
+  // the rest of `deployment` is not used. A name that resolves to several
+  // addresses (a headless Kubernetes Service, a scaled compose service) is
+  // spread over with gRPC's round_robin. replicas() of such a step is empty.
+  bool external = false;
 };
 
 struct FlowOptions {

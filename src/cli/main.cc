@@ -10,6 +10,8 @@
 //   gantry gateway --replica-addresses H:P,H:P [--port N] [--http-port N]
 //                  [--max-message-bytes N] [--ssl-certfile F --ssl-keyfile F
 //                  [--ssl-client-cafile F]] [--timeout-drain MS]
+//   gantry export kubernetes|docker-compose FLOW_OR_DEPLOYMENT.yml OUT [--namespace NS]
+//                 [--image IMAGE] [--gpu-image IMAGE]
 //   gantry new NAME [--dir DIR]
 //   gantry ping HOST:PORT [--timeout MS] [--attempts N] [--tls [--ssl-cafile F]
 //               [--ssl-certfile F --ssl-keyfile F]]
@@ -19,6 +21,7 @@
 #include <gantry/config.h>
 #include <gantry/deployment.h>
 #include <gantry/device.h>
+#include <gantry/export.h>
 #include <gantry/flow.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -213,6 +216,7 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
     spec.jtype = config->jtype;
     spec.with = config->with;
     spec.metas = config->metas;
+    spec.dynamic_batching = config->dynamic_batching;
   } else {
     spec.jtype = uses;
   }
@@ -335,6 +339,27 @@ int RunPing(const std::string& address, int timeout_ms, int attempts,
   }
   std::fprintf(stderr, "gantry: %s is not ready: %s\n", address.c_str(), last.message().c_str());
   return 1;
+}
+
+// `gantry export TARGET CONFIG OUT`: the target is checked here so that a
+// wrong one is named with the list of those there are.
+int RunExport(const std::string& target, const std::string& config, const std::string& out,
+              const gantry::ExportOptions& options) {
+  const bool kubernetes = target == "kubernetes" || target == "k8s";
+  if (!kubernetes && target != "docker-compose" && target != "compose") {
+    return Fail(gantry::InvalidArgumentError("unknown export target '" + target +
+                                             "' (targets: kubernetes, docker-compose)"));
+  }
+  gantry::StatusOr<std::vector<gantry::ExportedFile>> written =
+      kubernetes ? gantry::ExportKubernetes(config, out, options)
+                 : gantry::ExportDockerCompose(config, out, options);
+  if (!written.ok()) {
+    return Fail(written.status());
+  }
+  for (const gantry::ExportedFile& file : *written) {
+    std::printf("wrote %s (%s)\n", file.path.c_str(), file.what.c_str());
+  }
+  return 0;
 }
 
 }  // namespace
@@ -489,6 +514,27 @@ int main(int argc, char** argv) try {
 
   auto* executors = app.add_subcommand("executors", "List the executor types gantry-worker serves");
 
+  std::string export_target;
+  std::string export_config;
+  std::string export_out;
+  gantry::ExportOptions export_options;
+  auto* export_command = app.add_subcommand(
+      "export",
+      "Write Kubernetes manifests or a docker-compose file for a Deployment or Flow YAML");
+  export_command->add_option("target", export_target, "kubernetes or docker-compose")->required();
+  // No ExistingFile check: an unknown target is reported first, a missing
+  // file by the loader.
+  export_command->add_option("config", export_config, "Deployment or Flow YAML")->required();
+  export_command
+      ->add_option("out", export_out, "output directory (kubernetes) or file (docker-compose)")
+      ->required();
+  export_command->add_option("--namespace", export_options.k8s_namespace,
+                             "Kubernetes namespace (default: default)");
+  export_command->add_option("--image", export_options.image,
+                             "image of the gateway and CPU executors (default: gantry:cpu)");
+  export_command->add_option("--gpu-image", export_options.gpu_image,
+                             "image of executors that use GPUs (default: gantry:cuda)");
+
   std::string new_name;
   std::string new_dir;
   auto* scaffold = app.add_subcommand(
@@ -520,6 +566,9 @@ int main(int argc, char** argv) try {
     client_tls.enabled = client_tls.enabled || !client_tls.ca_file.empty() ||
                          !client_tls.cert_file.empty() || !client_tls.key_file.empty();
     return RunPing(address, timeout_ms, attempts, client_tls);
+  }
+  if (export_command->parsed()) {
+    return RunExport(export_target, export_config, export_out, export_options);
   }
   if (scaffold->parsed()) {
     gantry::Status status =

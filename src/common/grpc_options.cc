@@ -48,9 +48,15 @@ grpc::ChannelArguments MakeChannelArguments(std::int64_t max_message_bytes) {
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            std::int64_t max_message_bytes,
                                            std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  grpc::ChannelArguments args = MakeChannelArguments(max_message_bytes);
+  if (address.starts_with("dns:")) {
+    // A DNS name may stand for several servers (a headless Kubernetes
+    // Service, a scaled compose service): spread calls over all of them
+    // rather than pick_first's one.
+    args.SetLoadBalancingPolicyName("round_robin");
+  }
   return grpc::CreateCustomChannel(
-      address, credentials ? std::move(credentials) : grpc::InsecureChannelCredentials(),
-      MakeChannelArguments(max_message_bytes));
+      address, credentials ? std::move(credentials) : grpc::InsecureChannelCredentials(), args);
 }
 
 std::string JoinHostPort(std::string_view host, int port) {

@@ -17,7 +17,8 @@ namespace gantry::internal {
 // `max_message_bytes` caps every message received and sent, both ways.
 void ConfigureServerBuilder(grpc::ServerBuilder& builder, std::int64_t max_message_bytes);
 // `credentials`: plaintext when null (workers, and clients of a gateway
-// without TLS).
+// without TLS). A "dns:///name:port" address gets the round_robin policy,
+// so calls spread over every address the name resolves to.
 std::shared_ptr<grpc::Channel> MakeChannel(
     const std::string& address, std::int64_t max_message_bytes,
     std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);

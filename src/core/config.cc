@@ -456,6 +456,22 @@ class Parser {
       name_marks.emplace_back();
       need_marks.emplace_back();
       for (const Entry& e : step_entries) {
+        if (e.key == "external") {
+          GANTRY_ASSIGN_OR_RETURN(step.external, ReadBool(e, Join(path, e.key)));
+        }
+      }
+      if (step.external) {
+        GANTRY_RETURN_IF_ERROR(ParseExternalStep(step_entries, path, mark, &step,
+                                                 &name_marks.back(), &need_marks.back()));
+        if (!name_marks.back()) {
+          step.deployment.name = "executor" + std::to_string(index);  // Jina's default
+        }
+        names.push_back(step.deployment.name);
+        needs.push_back(step.needs);
+        options.executors.push_back(std::move(step));
+        continue;
+      }
+      for (const Entry& e : step_entries) {
         const std::string key_path = Join(path, e.key);
         bool step_only = false;
         for (std::string_view key : kFlowStepOnlyKeys) {
@@ -468,6 +484,8 @@ class Parser {
           rest.force_insert(e.key_node, e.value);
         } else if (e.key == "needs") {
           GANTRY_RETURN_IF_ERROR(ParseNeeds(e, key_path, &step.needs, &need_marks.back()));
+        } else if (e.key == "external") {
+          // `external: false`: an ordinary step.
         } else if (e.key == "shards") {
           GANTRY_ASSIGN_OR_RETURN(std::int64_t shards,
                                   ReadInt(e, key_path, internal::kReplicasRule));
@@ -505,6 +523,48 @@ class Parser {
   }
 
  private:
+  // A Flow step with `external: true` (Jina's form): it runs elsewhere, so
+  // only where it is (host, port), its name and its needs mean anything.
+  Status ParseExternalStep(const std::vector<Entry>& entries, const std::string& path,
+                           const YAML::Mark& mark, FlowStep* step,
+                           std::optional<YAML::Mark>* name_mark,
+                           std::vector<YAML::Mark>* need_marks) const {
+    constexpr std::string_view kExternalKeys[] = {"name", "host", "port", "needs", "external"};
+    bool has_host = false;
+    bool has_port = false;
+    for (const Entry& e : entries) {
+      const std::string key_path = Join(path, e.key);
+      if (e.key == "name") {
+        GANTRY_ASSIGN_OR_RETURN(step->deployment.name, ReadName(e, key_path));
+        *name_mark = e.mark;
+      } else if (e.key == "host") {
+        GANTRY_ASSIGN_OR_RETURN(step->deployment.host, ReadName(e, key_path));
+        has_host = true;
+      } else if (e.key == "port") {
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t port, ReadInt(e, key_path, internal::kPortRule));
+        if (port == 0) {
+          return Error(e.mark, key_path,
+                       "an external step needs the port it listens on (1 to 65535), got 0");
+        }
+        step->deployment.port = static_cast<int>(port);
+        has_port = true;
+      } else if (e.key == "needs") {
+        GANTRY_RETURN_IF_ERROR(ParseNeeds(e, key_path, &step->needs, need_marks));
+      } else if (e.key != "external") {
+        return Error(e.key_node.Mark(), key_path,
+                     "not used by an external step (it runs elsewhere); allowed keys: " +
+                         JoinNames(kExternalKeys));
+      }
+    }
+    if (!has_host) {
+      return Error(mark, Join(path, "host"), "required key is missing for an external step");
+    }
+    if (!has_port) {
+      return Error(mark, Join(path, "port"), "required key is missing for an external step");
+    }
+    return OkStatus();
+  }
+
   Status ParseFlowWith(const Entry& with, FlowOptions* options,
                        std::map<std::string, std::string>* env) const {
     if (!with.value.IsMap()) {

@@ -1,7 +1,11 @@
 #include <gantry/flow.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -14,16 +18,44 @@
 #include "gateway/gateway.h"
 
 namespace gantry {
+namespace {
+
+// Block() of a Flow whose steps are all external (no step Deployment to
+// wait on): a self-pipe written by the signal handler and by Stop().
+std::atomic<int> g_flow_block_write_fd{-1};
+
+void OnFlowShutdownSignal(int /*signal*/) {
+  int fd = g_flow_block_write_fd.load();
+  if (fd >= 0) {
+    char byte = 1;
+    (void)!::write(fd, &byte, 1);
+  }
+}
+
+}  // namespace
 
 class Flow::Impl {
  public:
-  explicit Impl(FlowOptions options) : options_(std::move(options)) {}
-  ~Impl() { Stop(); }
+  explicit Impl(FlowOptions options) : options_(std::move(options)) {
+    if (::pipe(block_pipe_) != 0) {
+      block_pipe_[0] = block_pipe_[1] = -1;
+    }
+  }
+  ~Impl() {
+    Stop();
+    for (int fd : block_pipe_) {
+      if (fd >= 0) {
+        ::close(fd);
+      }
+    }
+  }
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
 
   Status Start();
   void Stop();
+  // Waits for SIGINT, SIGTERM or Stop(); for a Flow with no local step.
+  void BlockOnSignals();
 
   std::shared_ptr<internal::Gateway> gateway() const {
     std::lock_guard lock(state_mutex_);
@@ -39,6 +71,7 @@ class Flow::Impl {
   // Filled by Start, in the order of options_.executors (by one thread per
   // step, joined before Start goes on); each Deployment is itself safe for
   // concurrent use, and the vector is not resized after Start.
+  // External steps have none (nullptr).
   std::vector<std::unique_ptr<Deployment>> steps_;
 
  private:
@@ -49,6 +82,8 @@ class Flow::Impl {
   mutable std::mutex state_mutex_;
   std::mutex stop_mutex_;
   bool stopped_ = false;  // guarded by stop_mutex_
+  // Read by BlockOnSignals, written by Stop and the signal handler.
+  int block_pipe_[2] = {-1, -1};
 };
 
 Status Flow::Impl::Start() {
@@ -68,11 +103,14 @@ Status Flow::Impl::Start() {
   std::vector<std::string> names;
   std::vector<std::vector<std::string>> needs;
   for (FlowStep& step : options_.executors) {
+    names.push_back(step.deployment.name);
+    needs.push_back(step.needs);
+    if (step.external) {
+      continue;  // reached where it says it is
+    }
     // Steps are reached only through the Flow's gateway.
     step.deployment.host = "127.0.0.1";
     step.deployment.monitoring = step.deployment.monitoring || options_.monitoring;
-    names.push_back(step.deployment.name);
-    needs.push_back(step.needs);
   }
   internal::FlowGraphResult graph = internal::ResolveFlowGraph(names, needs);
   if (graph.error) {
@@ -80,7 +118,18 @@ Status Flow::Impl::Start() {
   }
   // Every step's options are checked before any process starts.
   for (std::size_t i = 0; i < options_.executors.size(); ++i) {
-    if (Status s = internal::ValidateDeploymentOptions(options_.executors[i].deployment); !s.ok()) {
+    const FlowStep& step = options_.executors[i];
+    if (step.external) {
+      if (step.deployment.host.empty() || step.deployment.port <= 0 ||
+          step.deployment.port > 65535) {
+        return InvalidArgumentError(
+            Where() + ": executors[" + std::to_string(i) + "]: external step '" + names[i] +
+            "' needs a host and a port (1 to 65535), got '" + step.deployment.host + "' and " +
+            std::to_string(step.deployment.port));
+      }
+      continue;
+    }
+    if (Status s = internal::ValidateDeploymentOptions(step.deployment); !s.ok()) {
       return InvalidArgumentError(Where() + ": executors[" + std::to_string(i) +
                                   "]: " + s.message());
     }
@@ -91,13 +140,16 @@ Status Flow::Impl::Start() {
   {
     std::vector<std::jthread> starting;
     for (std::size_t i = 0; i < steps_.size(); ++i) {
+      if (options_.executors[i].external) {
+        continue;
+      }
       starting.emplace_back([this, i] {
         steps_[i] = std::make_unique<Deployment>(options_.executors[i].deployment);
       });
     }
   }
   for (std::size_t i = 0; i < steps_.size(); ++i) {
-    if (!steps_[i]->ok()) {
+    if (steps_[i] && !steps_[i]->ok()) {
       return steps_[i]->status().WithPrefix(Where() + ": step '" + names[i] + "'");
     }
   }
@@ -109,7 +161,13 @@ Status Flow::Impl::Start() {
   }
   std::vector<internal::FlowRouteStep> route;
   for (std::size_t i : graph.graph->order) {
-    internal::FlowRouteStep step{names[i], "127.0.0.1:" + std::to_string(steps_[i]->port()), {}};
+    const DeploymentOptions& d = options_.executors[i].deployment;
+    // An external step's name may stand for several servers: "dns:///"
+    // gives its channel every address (and round_robin, see MakeChannel).
+    std::string address = options_.executors[i].external
+                              ? "dns:///" + internal::JoinHostPort(d.host, d.port)
+                              : "127.0.0.1:" + std::to_string(steps_[i]->port());
+    internal::FlowRouteStep step{names[i], std::move(address), {}};
     for (std::size_t need : graph.graph->needs[i]) {
       step.needs.push_back(position[need]);
     }
@@ -126,7 +184,12 @@ Status Flow::Impl::Start() {
   // gateway's prober asks every 250 ms; it stops before the steps do).
   gateway_options.upstream =
       std::make_shared<internal::FlowRouter>(std::move(route), options_.max_message_bytes, [this] {
+        // External steps count through their channels' state (the router's
+        // own check); the local ones through their Deployments.
         for (const auto& step : steps_) {
+          if (!step) {
+            continue;
+          }
           const std::vector<ReplicaInfo> replicas = step->replicas();
           if (std::none_of(replicas.begin(), replicas.end(),
                            [](const ReplicaInfo& r) { return r.available && !r.failed; })) {
@@ -152,6 +215,10 @@ Status Flow::Impl::Start() {
     for (std::size_t k = 0; k < graph.graph->needs[i].size(); ++k) {
       steps += (k == 0 ? "" : ", ") + names[graph.graph->needs[i][k]];
     }
+    if (options_.executors[i].external) {
+      const DeploymentOptions& d = options_.executors[i].deployment;
+      steps += " (external: " + internal::JoinHostPort(d.host, d.port) + ")";
+    }
   }
   std::string line(48, '-');
   spdlog::info("\n+{}\n| Flow '{}' is ready to serve!\n|   protocol: GRPC\n|   address:  {}{}\n+{}",
@@ -166,6 +233,10 @@ void Flow::Impl::Stop() {
     return;
   }
   stopped_ = true;
+  if (block_pipe_[1] >= 0) {
+    char byte = 1;
+    (void)!::write(block_pipe_[1], &byte, 1);
+  }
   std::shared_ptr<internal::Gateway> gateway;
   {
     std::lock_guard state_lock(state_mutex_);
@@ -232,7 +303,7 @@ std::vector<std::string> Flow::steps() const {
 
 std::vector<ReplicaInfo> Flow::replicas(std::string_view step) const {
   for (std::size_t i = 0; i < impl_->steps_.size(); ++i) {
-    if (impl_->options_.executors[i].deployment.name == step) {
+    if (impl_->options_.executors[i].deployment.name == step && impl_->steps_[i]) {
       return impl_->steps_[i]->replicas();
     }
   }
@@ -251,12 +322,46 @@ StatusOr<DocList> Flow::Post(std::string_view endpoint, const DocList& docs,
   return client->Post(endpoint, docs, options);
 }
 
-// The first step's Deployment waits for the signal; Stop() stops it too.
-void Flow::Block() {
-  if (impl_->status_.ok() && !impl_->steps_.empty()) {
-    impl_->steps_.front()->Block();
-    spdlog::info("shutting down flow '{}'", impl_->options_.name);
+void Flow::Impl::BlockOnSignals() {
+  if (block_pipe_[0] < 0) {
+    return;
   }
+  {
+    std::lock_guard lock(stop_mutex_);
+    if (stopped_) {
+      return;
+    }
+  }
+  g_flow_block_write_fd.store(block_pipe_[1]);
+  struct sigaction action {};
+  action.sa_handler = OnFlowShutdownSignal;
+  sigemptyset(&action.sa_mask);
+  struct sigaction old_int {};
+  struct sigaction old_term {};
+  sigaction(SIGINT, &action, &old_int);
+  sigaction(SIGTERM, &action, &old_term);
+  char byte;
+  while (::read(block_pipe_[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  g_flow_block_write_fd.store(-1);
+}
+
+// The first local step's Deployment waits for the signal (Stop() stops it
+// too); a Flow of external steps only waits on its own.
+void Flow::Block() {
+  if (!impl_->status_.ok()) {
+    return;
+  }
+  auto local = std::find_if(impl_->steps_.begin(), impl_->steps_.end(),
+                            [](const auto& step) { return step != nullptr; });
+  if (local != impl_->steps_.end()) {
+    (*local)->Block();
+  } else {
+    impl_->BlockOnSignals();
+  }
+  spdlog::info("shutting down flow '{}'", impl_->options_.name);
 }
 
 void Flow::Stop() { impl_->Stop(); }

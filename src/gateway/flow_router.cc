@@ -268,7 +268,10 @@ FlowRouter::~FlowRouter() = default;
 
 bool FlowRouter::Available() const {
   for (const auto& step : graph_->steps) {
-    if (step->channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+    // try_to_connect: an idle channel (no request yet) connects, so a step
+    // that cannot be reached (an external one not up yet) shows as
+    // TRANSIENT_FAILURE before the first request fails on it.
+    if (step->channel->GetState(true) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
       return false;
     }
   }

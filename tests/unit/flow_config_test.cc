@@ -123,6 +123,46 @@ TEST(FlowConfigTest, OtherMistakesNameTheirKey) {
               HasSubstr("jtype: expected \"Flow\", got \"Deployment\""));
 }
 
+TEST(FlowConfigTest, ExternalStepsNameWhereTheyRun) {
+  auto flow = ParseFlowConfig(R"(jtype: Flow
+executors:
+  - {name: enc, external: true, host: enc.search.svc, port: 8081}
+  - {name: local, uses: NoOp, external: false}
+  - {external: true, host: 127.0.0.1, port: 9000, needs: [enc, local]}
+)",
+                              "f.yml");
+  ASSERT_TRUE(flow.ok()) << flow.status();
+  ASSERT_EQ(flow->executors.size(), 3u);
+  EXPECT_TRUE(flow->executors[0].external);
+  EXPECT_EQ(flow->executors[0].deployment.host, "enc.search.svc");
+  EXPECT_EQ(flow->executors[0].deployment.port, 8081);
+  EXPECT_FALSE(flow->executors[1].external);
+  EXPECT_EQ(flow->executors[1].deployment.uses, "NoOp");
+  EXPECT_TRUE(flow->executors[2].external);
+  EXPECT_EQ(flow->executors[2].deployment.name, "executor2");
+  EXPECT_THAT(flow->executors[2].needs, ElementsAre("enc", "local"));
+}
+
+TEST(FlowConfigTest, ExternalStepMistakesNameTheirKey) {
+  EXPECT_THAT(ErrorOf(ParseFlowConfig("jtype: Flow\nexecutors:\n  - {name: a, external: true, "
+                                      "port: 80}\n",
+                                      "f.yml")),
+              HasSubstr("f.yml:3:5: executors[0].host: required key is missing for an external "
+                        "step"));
+  EXPECT_THAT(ErrorOf(ParseFlowConfig("jtype: Flow\nexecutors:\n  - {name: a, external: true, "
+                                      "host: h, port: 0}\n",
+                                      "f.yml")),
+              HasSubstr("f.yml:3:46: executors[0].port: an external step needs the port"));
+  EXPECT_THAT(ErrorOf(ParseFlowConfig("jtype: Flow\nexecutors:\n  - {name: a, external: true, "
+                                      "host: h, port: 80, replicas: 2}\n",
+                                      "f.yml")),
+              HasSubstr("f.yml:3:50: executors[0].replicas: not used by an external step"));
+  EXPECT_THAT(ErrorOf(ParseFlowConfig("jtype: Flow\nexecutors:\n  - {name: a, external: maybe, "
+                                      "host: h, port: 80}\n",
+                                      "f.yml")),
+              HasSubstr("executors[0].external: expected true or false"));
+}
+
 TEST(FlowGraphTest, DefaultsChainAndOrderFollowsNeeds) {
   internal::FlowGraphResult result =
       internal::ResolveFlowGraph({"a", "b", "c", "d"}, {{}, {"gateway"}, {"d", "a"}, {"b"}});

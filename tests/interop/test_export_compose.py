@@ -1,0 +1,208 @@
+"""`gantry export docker-compose` brought up for real: a Deployment YAML
+(NoOpExec, two replicas), a Flow of two steps and, with GANTRY_MODEL_PATH, a
+SentenceEncoder Deployment with the model mounted, exported to compose files,
+started with Debian's docker-compose 1.29 on the local dockerd from the image
+gantry:cpu, posted to through the published gateway port with the Gantry C++
+client (gantry_interop_client) and the stock Jina client, then taken down.
+The Deployment's gateway must hold connections to both replicas (Docker's DNS
+gives the service name both addresses; round_robin uses them).
+
+Run by ctest (label `docker`, tests/interop/run_compose_tests.sh), which
+skips with the reason when no Docker daemon answers, the image or
+docker-compose is missing. The compose project has a name of its own and
+`docker-compose down -v` runs in a finally block, also when a step fails.
+"""
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+import uuid
+
+from docarray import DocList
+from docarray.documents.legacy import LegacyDocument
+from jina import Client
+
+from gantry_process import free_port
+
+IMAGE = os.environ.get("GANTRY_IMAGE", "gantry:cpu")
+# An extra compose file layered over the exported one (`-f`), for what the
+# export does not write: volumes with model weights, another registry.
+OVERRIDE = os.environ.get("GANTRY_COMPOSE_OVERRIDE", "")
+# The all-MiniLM-L6-v2 folder (scripts/fetch_model.sh) for the SentenceEncoder
+# round trip; mounted read-only at /models. Unset: that test skips.
+MODEL_PATH = os.environ.get("GANTRY_MODEL_PATH", "")
+REPLICAS = 2
+
+DEPLOYMENT = """\
+jtype: Deployment
+with:
+  name: encoder
+  uses: NoOpExec
+  replicas: {replicas}
+  port: {port}
+"""
+
+
+def run(args, cwd, timeout, check=True):
+    print("$ " + " ".join(args), flush=True)
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    output = (done.stdout + done.stderr).strip()
+    if output:
+        print(output, flush=True)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{args[0]} exited with {done.returncode}")
+    return done
+
+
+ENCODER = """\
+jtype: Deployment
+with:
+  name: encoder
+  uses: SentenceEncoder
+  uses_with: {{model_path: /models, device: cpu}}
+  replicas: {replicas}
+  port: {port}
+"""
+
+# What the export leaves to the user: the model's volume.
+ENCODER_VOLUME = """\
+version: "2.4"
+services:
+  encoder:
+    volumes: ["{model}:/models:ro"]
+"""
+
+FLOW = """\
+jtype: Flow
+with: {{name: pipeline, port: {port}}}
+executors:
+  - {{name: first_step, uses: NoOpExec}}
+  - {{name: second, uses: NoOpExec, replicas: {replicas}}}
+"""
+
+
+def wait_until(what, condition, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(1)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+class Interrupted(Exception):
+    pass
+
+
+def raise_interrupted(signum, _frame):
+    raise Interrupted(f"signal {signum}")
+
+
+# ctest's timeout, a closed output pipe and SIGTERM end the test through
+# its `finally` (docker-compose down), not around it.
+for _signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+    signal.signal(_signum, raise_interrupted)
+
+
+class ComposeRoundTrip(unittest.TestCase):
+    def round_trip(self, yaml_template, replicated_service, endpoint="/", extra_compose=""):
+        """Exports, brings up, posts with both clients, checks that the
+        gateway reaches every container of `replicated_service`, takes down.
+        Returns the Gantry client's documents."""
+        with tempfile.TemporaryDirectory() as tmp:
+            port = free_port()
+            source = os.path.join(tmp, "source.yml")
+            with open(source, "w") as f:
+                f.write(yaml_template.format(replicas=REPLICAS, port=port))
+            compose = os.path.join(tmp, "compose.yml")
+            run([os.environ["GANTRY_CLI"], "export", "docker-compose", source, compose,
+                 "--image", IMAGE], tmp, 60)
+            project = "gantryexport" + uuid.uuid4().hex[:10]
+            base = ["docker-compose", "-p", project, "-f", compose]
+            if extra_compose:
+                extra = os.path.join(tmp, "extra.yml")
+                with open(extra, "w") as f:
+                    f.write(extra_compose)
+                base += ["-f", extra]
+            if OVERRIDE:
+                base += ["-f", OVERRIDE]
+            try:
+                run(base + ["up", "-d"], tmp, 300)
+                # deploy.replicas is honoured without --compatibility (1.27+).
+                ids = run(base + ["ps", "-q", replicated_service], tmp, 60).stdout.split()
+                self.assertEqual(len(ids), REPLICAS, ids)
+                address = f"127.0.0.1:{port}"
+                wait_until(f"gateway {address} healthy",
+                           lambda: run([os.environ["GANTRY_CLI"], "ping", address], tmp, 30,
+                                       check=False).returncode == 0, 120)
+
+                cpp = run([os.environ["GANTRY_INTEROP_CLIENT"], address, endpoint, "10"], tmp, 120)
+                lines = [json.loads(line) for line in cpp.stdout.splitlines()
+                         if line.startswith("{")]
+                self.assertEqual([line["text"] for line in lines],
+                                 [f"doc{i}" for i in range(10)], cpp.stdout)
+
+                client = Client(host="127.0.0.1", port=port, protocol="grpc")
+                self.assertTrue(client.is_flow_ready())
+                docs = DocList[LegacyDocument](
+                    [LegacyDocument(text=f"jina {i}") for i in range(7)])
+                out = client.post(endpoint, docs, return_type=DocList[LegacyDocument],
+                                  request_size=2)
+                # Streamed requests may come back in any order (Jina's default).
+                self.assertEqual(sorted(d.text for d in out), [f"jina {i}" for i in range(7)])
+                if endpoint == "/encode":
+                    self.assertTrue(all(d.embedding is not None and len(d.embedding) == 384
+                                        for d in out), "Jina client: no 384-d embeddings")
+
+                # The gateway's established connections (/proc/net/tcp, state
+                # 01) to the replicas' gRPC port reach every one of them.
+                replica_ips = set()
+                for cid in ids:
+                    replica_ips.add(run(["docker", "inspect", "-f",
+                                         "{{range .NetworkSettings.Networks}}{{.IPAddress}}"
+                                         "{{end}}", cid], tmp, 30).stdout.strip())
+                gateway_id = run(base + ["ps", "-q", "gateway"], tmp, 60).stdout.split()[0]
+                tcp = run(["docker", "exec", gateway_id, "cat", "/proc/net/tcp"], tmp, 30).stdout
+                replica_port = 8081 if replicated_service == "encoder" else 8082
+                connected = set()
+                for row in tcp.splitlines()[1:]:
+                    fields = row.split()
+                    remote, state = fields[2], fields[3]
+                    ip_hex, port_hex = remote.split(":")
+                    if state == "01" and int(port_hex, 16) == replica_port:
+                        connected.add(".".join(str(b) for b in reversed(bytes.fromhex(ip_hex))))
+                self.assertEqual(connected, replica_ips)
+                print(f"compose round trip ({replicated_service} x{REPLICAS}, gateway on "
+                      f"{address}): Gantry client got {len(lines)} docs, Jina client got "
+                      f"{len(out)} docs; gateway connected to {sorted(connected)}", flush=True)
+                return lines
+            except BaseException:
+                run(base + ["logs", "--no-color", "--tail", "50"], tmp, 60, check=False)
+                raise
+            finally:
+                run(base + ["down", "-v", "--remove-orphans", "--timeout", "20"], tmp, 180,
+                    check=False)
+                left = run(["docker", "ps", "-aq", "--filter",
+                            f"label=com.docker.compose.project={project}"], tmp, 30,
+                           check=False).stdout.split()
+                self.assertEqual(left, [], "containers left behind")
+
+    def test_deployment(self):
+        self.round_trip(DEPLOYMENT, "encoder")
+
+    def test_flow_of_two_steps(self):
+        self.round_trip(FLOW, "second")
+
+    @unittest.skipUnless(MODEL_PATH, "GANTRY_MODEL_PATH is not set (scripts/fetch_model.sh)")
+    def test_sentence_encoder_with_the_model_mounted(self):
+        lines = self.round_trip(ENCODER, "encoder", "/encode",
+                                ENCODER_VOLUME.format(model=os.path.abspath(MODEL_PATH)))
+        self.assertTrue(all(line.get("embedding_shape") == "[384]" for line in lines),
+                        [line.get("embedding_shape") for line in lines])
+
+
+if __name__ == "__main__":
+    unittest.main()

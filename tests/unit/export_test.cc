@@ -1,0 +1,294 @@
+// `gantry export`: the Kubernetes manifests and the compose file written for
+// a Deployment and a Flow, read back with yaml-cpp.
+#include <gantry/export.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "testutil/testutil.h"
+
+namespace gantry {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::ReadFile;
+using testing::TempDir;
+using testing::WriteFile;
+
+constexpr char kDeploymentYaml[] = R"(jtype: Deployment
+with:
+  name: encoder
+  uses: {jtype: NoOpExec, with: {label: "007"}}
+  replicas: 3
+  env: {GREETING: hello, CUDA_VISIBLE_DEVICES: RR}
+)";
+
+constexpr char kFlowYaml[] = R"(jtype: Flow
+with: {name: search}
+executors:
+  - {name: tokenizer, uses: NoOpExec, replicas: 2}
+  - name: text_encoder
+    uses: MyGPUExec
+    gpus: 2
+    uses_dynamic_batching: {/encode: {preferred_batch_size: 16, timeout: 5}}
+  - {name: indexer, uses: NoOpExec, needs: [tokenizer, text_encoder]}
+)";
+
+// The documents of a multi-document file by "Kind/name".
+std::map<std::string, YAML::Node> Objects(const std::string& path) {
+  std::map<std::string, YAML::Node> out;
+  for (const YAML::Node& doc : YAML::LoadAllFromFile(path)) {
+    if (doc.IsMap()) {
+      out[doc["kind"].as<std::string>() + "/" + doc["metadata"]["name"].as<std::string>()] = doc;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> Strings(const YAML::Node& seq) {
+  std::vector<std::string> out;
+  for (const YAML::Node& item : seq) {
+    out.push_back(item.as<std::string>());
+  }
+  return out;
+}
+
+YAML::Node Container(const YAML::Node& deployment) {
+  return deployment["spec"]["template"]["spec"]["containers"][0];
+}
+
+TEST(ExportKubernetesTest, DeploymentGetsExecutorAndGatewayObjects) {
+  TempDir dir;
+  WriteFile(dir.File("dep.yml"), kDeploymentYaml);
+  auto written = ExportKubernetes(dir.File("dep.yml"), dir.File("k8s"), {.k8s_namespace = "ns1"});
+  ASSERT_TRUE(written.ok()) << written.status();
+  ASSERT_EQ(written->size(), 2u);
+
+  auto executor = Objects(dir.File("k8s/encoder.yml"));
+  ASSERT_EQ(executor.size(), 3u);
+  const YAML::Node dep = executor.at("Deployment/encoder");
+  EXPECT_EQ(dep["metadata"]["namespace"].as<std::string>(), "ns1");
+  EXPECT_EQ(dep["spec"]["replicas"].as<int>(), 3);
+  const YAML::Node c = Container(dep);
+  EXPECT_EQ(c["image"].as<std::string>(), "gantry:cpu");
+  EXPECT_THAT(Strings(c["command"]), ElementsAre("gantry"));
+  const std::vector<std::string> args = Strings(c["args"]);
+  ASSERT_GE(args.size(), 7u);
+  EXPECT_THAT(std::vector<std::string>(args.begin(), args.begin() + 7),
+              ElementsAre("executor", "--uses", "/etc/gantry/executor.yml", "--host", "0.0.0.0",
+                          "--port", "8081"));
+  // Args stay strings once read back ("8081" is not the number 8081).
+  EXPECT_EQ(c["args"][6].Tag(), "!");
+  EXPECT_EQ(c["ports"][0]["containerPort"].as<int>(), 8081);
+  EXPECT_EQ(c["readinessProbe"]["grpc"]["port"].as<int>(), 8081);
+  EXPECT_EQ(c["livenessProbe"]["grpc"]["port"].as<int>(), 8081);
+  EXPECT_EQ(c["startupProbe"]["grpc"]["port"].as<int>(), 8081);
+  EXPECT_FALSE(c["resources"]) << "no GPU asked for";
+  // The environment, less the GPU placement the cluster does itself.
+  ASSERT_EQ(c["env"].size(), 1u);
+  EXPECT_EQ(c["env"][0]["name"].as<std::string>(), "GREETING");
+  EXPECT_EQ(c["volumeMounts"][0]["mountPath"].as<std::string>(), "/etc/gantry");
+  EXPECT_EQ(dep["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"].as<std::string>(),
+            "encoder-config");
+
+  const YAML::Node config =
+      YAML::Load(executor.at("ConfigMap/encoder-config")["data"]["executor.yml"].as<std::string>());
+  EXPECT_EQ(config["jtype"].as<std::string>(), "NoOpExec");
+  EXPECT_EQ(config["with"]["label"].as<std::string>(), "007");
+  EXPECT_EQ(config["with"]["label"].Tag(), "!") << "a quoted string stays one";
+  EXPECT_EQ(config["metas"]["name"].as<std::string>(), "encoder");
+
+  const YAML::Node svc = executor.at("Service/encoder");
+  EXPECT_EQ(svc["spec"]["clusterIP"].as<std::string>(), "None");
+  EXPECT_EQ(svc["spec"]["selector"]["app"].as<std::string>(), "encoder");
+  EXPECT_EQ(svc["spec"]["ports"][0]["port"].as<int>(), 8081);
+
+  auto gateway = Objects(dir.File("k8s/gateway.yml"));
+  ASSERT_EQ(gateway.size(), 2u);
+  const YAML::Node g = Container(gateway.at("Deployment/gateway"));
+  EXPECT_THAT(Strings(g["args"]),
+              ::testing::IsSupersetOf({"gateway", "--replica-addresses",
+                                       "dns:///encoder.ns1.svc:8081", "--port", "8080"}));
+  EXPECT_EQ(g["readinessProbe"]["grpc"]["port"].as<int>(), 8080);
+  EXPECT_EQ(g["livenessProbe"]["tcpSocket"]["port"].as<int>(), 8080);
+  const YAML::Node gsvc = gateway.at("Service/gateway");
+  EXPECT_FALSE(gsvc["spec"]["clusterIP"]);
+  EXPECT_EQ(gsvc["spec"]["ports"][0]["port"].as<int>(), 8080);
+}
+
+TEST(ExportKubernetesTest, FlowWithGpuStepRoutesThroughServices) {
+  TempDir dir;
+  WriteFile(dir.File("flow.yml"), kFlowYaml);
+  auto written = ExportKubernetes(dir.File("flow.yml"), dir.File("out"),
+                                  {.k8s_namespace = "prod", .gpu_image = "reg/gantry:cu12"});
+  ASSERT_TRUE(written.ok()) << written.status();
+  ASSERT_EQ(written->size(), 4u);
+
+  int port = 8081;
+  for (const char* name : {"tokenizer", "text-encoder", "indexer"}) {
+    SCOPED_TRACE(name);
+    auto objects = Objects(dir.File(std::string("out/") + name + ".yml"));
+    ASSERT_EQ(objects.size(), 3u);
+    const YAML::Node c = Container(objects.at(std::string("Deployment/") + name));
+    EXPECT_EQ(c["ports"][0]["containerPort"].as<int>(), port);
+    EXPECT_EQ(objects.at(std::string("Service/") + name)["spec"]["clusterIP"].as<std::string>(),
+              "None");
+    ++port;
+  }
+  auto encoder = Objects(dir.File("out/text-encoder.yml"));
+  const YAML::Node c = Container(encoder.at("Deployment/text-encoder"));
+  EXPECT_EQ(c["image"].as<std::string>(), "reg/gantry:cu12");
+  EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"].as<int>(), 2);
+  const YAML::Node config = YAML::Load(
+      encoder.at("ConfigMap/text-encoder-config")["data"]["executor.yml"].as<std::string>());
+  EXPECT_EQ(config["with"]["device"].as<std::string>(), "cuda");
+  EXPECT_EQ(config["dynamic_batching"]["/encode"]["preferred_batch_size"].as<int>(), 16);
+  EXPECT_EQ(config["metas"]["name"].as<std::string>(), "text_encoder");
+  auto tokenizer = Objects(dir.File("out/tokenizer.yml"));
+  EXPECT_EQ(tokenizer.at("Deployment/tokenizer")["spec"]["replicas"].as<int>(), 2);
+  EXPECT_EQ(Container(tokenizer.at("Deployment/tokenizer"))["image"].as<std::string>(),
+            "gantry:cpu");
+  EXPECT_FALSE(Container(tokenizer.at("Deployment/tokenizer"))["resources"]);
+
+  auto gateway = Objects(dir.File("out/gateway.yml"));
+  ASSERT_EQ(gateway.size(), 3u);
+  EXPECT_THAT(Strings(Container(gateway.at("Deployment/gateway"))["args"]),
+              ElementsAre("flow", "--uses", "/etc/gantry/flow.yml"));
+  const YAML::Node flow =
+      YAML::Load(gateway.at("ConfigMap/gateway-config")["data"]["flow.yml"].as<std::string>());
+  EXPECT_EQ(flow["jtype"].as<std::string>(), "Flow");
+  EXPECT_EQ(flow["with"]["port"].as<int>(), 8080);
+  EXPECT_EQ(flow["with"]["host"].as<std::string>(), "0.0.0.0");
+  const YAML::Node steps = flow["executors"];
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_EQ(steps[1]["name"].as<std::string>(), "text_encoder");
+  EXPECT_TRUE(steps[1]["external"].as<bool>());
+  EXPECT_EQ(steps[1]["host"].as<std::string>(), "text-encoder.prod.svc");
+  EXPECT_EQ(steps[1]["port"].as<int>(), 8082);
+  EXPECT_THAT(Strings(steps[2]["needs"]), ElementsAre("tokenizer", "text_encoder"));
+}
+
+TEST(ExportKubernetesTest, ExternalStepsStayWhereTheyAre) {
+  TempDir dir;
+  WriteFile(dir.File("flow.yml"), R"(jtype: Flow
+with: {port: 8081}
+executors:
+  - {name: legacy, external: true, host: search.example.com, port: 443}
+  - {name: ranker, uses: NoOpExec}
+)");
+  auto written = ExportKubernetes(dir.File("flow.yml"), dir.File("out"));
+  ASSERT_TRUE(written.ok()) << written.status();
+  ASSERT_EQ(written->size(), 2u) << "no objects for the external step";
+  EXPECT_FALSE(std::filesystem::exists(dir.File("out/legacy.yml")));
+  // The gateway took 8081, so the first executor gets the next port.
+  auto ranker = Objects(dir.File("out/ranker.yml"));
+  EXPECT_EQ(Container(ranker.at("Deployment/ranker"))["ports"][0]["containerPort"].as<int>(), 8082);
+  auto gateway = Objects(dir.File("out/gateway.yml"));
+  const YAML::Node flow =
+      YAML::Load(gateway.at("ConfigMap/gateway-config")["data"]["flow.yml"].as<std::string>());
+  EXPECT_EQ(flow["executors"][0]["host"].as<std::string>(), "search.example.com");
+  EXPECT_EQ(flow["executors"][0]["port"].as<int>(), 443);
+  EXPECT_EQ(flow["executors"][1]["host"].as<std::string>(), "ranker.default.svc");
+  EXPECT_EQ(flow["with"]["port"].as<int>(), 8081);
+}
+
+TEST(ExportComposeTest, FlowBecomesServicesWithReplicasGpusAndHealthchecks) {
+  TempDir dir;
+  WriteFile(dir.File("flow.yml"), kFlowYaml);
+  auto written = ExportDockerCompose(dir.File("flow.yml"), dir.File("compose.yml"));
+  ASSERT_TRUE(written.ok()) << written.status();
+  const YAML::Node doc = YAML::LoadFile(dir.File("compose.yml"));
+  const YAML::Node services = doc["services"];
+  ASSERT_EQ(services.size(), 4u);
+  EXPECT_EQ(services["tokenizer"]["deploy"]["replicas"].as<int>(), 2);
+  EXPECT_FALSE(services["tokenizer"]["deploy"]["resources"]);
+  const YAML::Node device =
+      services["text-encoder"]["deploy"]["resources"]["reservations"]["devices"][0];
+  EXPECT_EQ(device["driver"].as<std::string>(), "nvidia");
+  EXPECT_EQ(device["count"].as<int>(), 2);
+  EXPECT_THAT(Strings(device["capabilities"]), ElementsAre("gpu"));
+  EXPECT_EQ(services["text-encoder"]["image"].as<std::string>(), "gantry:cuda");
+  EXPECT_THAT(Strings(services["indexer"]["healthcheck"]["test"]),
+              ElementsAre("CMD", "gantry", "ping", "127.0.0.1:8083"));
+  EXPECT_THAT(Strings(services["indexer"]["volumes"]),
+              ElementsAre("./compose.gantry/indexer.yml:/etc/gantry/executor.yml:ro"));
+  const YAML::Node config = YAML::LoadFile(dir.File("compose.gantry/indexer.yml"));
+  EXPECT_EQ(config["jtype"].as<std::string>(), "NoOpExec");
+
+  const YAML::Node gateway = services["gateway"];
+  EXPECT_THAT(Strings(gateway["ports"]), ElementsAre("8080:8080"));
+  EXPECT_EQ(gateway["depends_on"]["indexer"]["condition"].as<std::string>(), "service_healthy");
+  const YAML::Node flow = YAML::LoadFile(dir.File("compose.gantry/flow.yml"));
+  EXPECT_EQ(flow["executors"][0]["host"].as<std::string>(), "tokenizer");
+  EXPECT_EQ(flow["executors"][0]["port"].as<int>(), 8081);
+}
+
+TEST(ExportComposeTest, DeploymentGatewayUsesTheServiceName) {
+  TempDir dir;
+  WriteFile(dir.File("dep.yml"), kDeploymentYaml);
+  auto written = ExportDockerCompose(dir.File("dep.yml"), dir.File("c.yml"));
+  ASSERT_TRUE(written.ok()) << written.status();
+  const YAML::Node services = YAML::LoadFile(dir.File("c.yml"))["services"];
+  EXPECT_EQ(services["encoder"]["deploy"]["replicas"].as<int>(), 3);
+  EXPECT_EQ(services["encoder"]["environment"]["GREETING"].as<std::string>(), "hello");
+  EXPECT_FALSE(services["encoder"]["environment"]["CUDA_VISIBLE_DEVICES"]);
+  EXPECT_THAT(Strings(services["gateway"]["command"]),
+              ::testing::IsSupersetOf({"gateway", "--replica-addresses", "dns:///encoder:8081"}));
+}
+
+TEST(ExportTest, ForeignFilesAreNotClobbered) {
+  TempDir dir;
+  WriteFile(dir.File("dep.yml"), kDeploymentYaml);
+  std::filesystem::create_directories(dir.File("k8s"));
+  WriteFile(dir.File("k8s/mine.yml"), "keep: me\n");
+  auto refused = ExportKubernetes(dir.File("dep.yml"), dir.File("k8s"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("did not write (mine.yml)"));
+  EXPECT_EQ(ReadFile(dir.File("k8s/mine.yml")), "keep: me\n");
+  EXPECT_FALSE(std::filesystem::exists(dir.File("k8s/encoder.yml")));
+
+  // An earlier export's own files are replaced, twice over.
+  ASSERT_TRUE(ExportKubernetes(dir.File("dep.yml"), dir.File("fresh")).ok());
+  ASSERT_TRUE(ExportKubernetes(dir.File("dep.yml"), dir.File("fresh")).ok());
+
+  WriteFile(dir.File("compose.yml"), "services: {}\n");
+  auto compose = ExportDockerCompose(dir.File("dep.yml"), dir.File("compose.yml"));
+  ASSERT_FALSE(compose.ok());
+  EXPECT_THAT(compose.status().message(), HasSubstr("was not written by gantry export"));
+  EXPECT_EQ(ReadFile(dir.File("compose.yml")), "services: {}\n");
+}
+
+TEST(ExportTest, BadInputNamesFileLineAndKey) {
+  TempDir dir;
+  WriteFile(dir.File("bad.yml"), "jtype: Flow\nexecutors:\n  - {name: a, uses: X, replicas: 0}\n");
+  auto bad = ExportKubernetes(dir.File("bad.yml"), dir.File("out"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr(dir.File("bad.yml") + ":3:34: executors[0].replicas: expected"));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("out")));
+
+  WriteFile(dir.File("all.yml"), "jtype: Deployment\nwith: {uses: X, gpus: all}\n");
+  auto all = ExportDockerCompose(dir.File("all.yml"), dir.File("c.yml"));
+  ASSERT_FALSE(all.ok());
+  EXPECT_THAT(all.status().message(), HasSubstr("all.yml: with.gpus: \"all\" cannot be exported"));
+
+  WriteFile(dir.File("name.yml"), "jtype: Deployment\nwith: {uses: X, name: 9lives}\n");
+  auto name = ExportKubernetes(dir.File("name.yml"), dir.File("out"));
+  ASSERT_FALSE(name.ok());
+  EXPECT_THAT(name.status().message(), HasSubstr("with.name: '9lives' cannot name a Kubernetes"));
+
+  WriteFile(dir.File("other.yml"), "jtype: NoOpExec\n");
+  auto other = ExportKubernetes(dir.File("other.yml"), dir.File("out"));
+  ASSERT_FALSE(other.ok());
+  EXPECT_THAT(other.status().message(), HasSubstr("other.yml:1:8: jtype: expected \"Deployment\""));
+}
+
+}  // namespace
+}  // namespace gantry
