@@ -992,7 +992,7 @@ class Parser {
         }
         GANTRY_ASSIGN_OR_RETURN(std::string uses, ReadName(e, path));
         // "docker://IMAGE" is an image, whatever its tag ends with.
-        if (!uses.starts_with("docker://") && (uses.ends_with(".yml") || uses.ends_with(".yaml"))) {
+        if (!internal::IsDockerUses(uses) && (uses.ends_with(".yml") || uses.ends_with(".yaml"))) {
           GANTRY_ASSIGN_OR_RETURN(ExecutorConfig config, LoadUsesFile(e, uses, prefix));
           options.uses = std::move(config.jtype);
           base_with = std::move(config.with);

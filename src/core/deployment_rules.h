@@ -140,6 +140,15 @@ Status CheckServerTlsOptions(const ServerTlsOptions& tls);
 // (<initial> ms)".
 Status CheckRestartBackoff(std::int64_t initial_ms, std::int64_t max_ms);
 
+// `uses: docker://IMAGE`: replicas are containers of IMAGE
+// (deployment/container_replica.h).
+inline constexpr std::string_view kDockerScheme = "docker://";
+inline bool IsDockerUses(std::string_view uses) { return uses.starts_with(kDockerScheme); }
+// "gantry:cpu" of "docker://gantry:cpu"; empty for other `uses`.
+inline std::string_view DockerImageOf(std::string_view uses) {
+  return IsDockerUses(uses) ? uses.substr(kDockerScheme.size()) : std::string_view();
+}
+
 // Volumes one container replica may mount.
 inline constexpr std::size_t kMaxVolumes = 64;
 // A container replica's volume (`docker run -v`): "SOURCE:TARGET" or

@@ -77,12 +77,6 @@ bool Succeeded(const CommandResult& result) {
 
 }  // namespace
 
-bool IsDockerUses(std::string_view uses) { return uses.starts_with(kDockerScheme); }
-
-std::string_view DockerImageOf(std::string_view uses) {
-  return IsDockerUses(uses) ? uses.substr(kDockerScheme.size()) : std::string_view();
-}
-
 Status CheckDockerImageName(std::string_view image) {
   if (image.empty()) {
     return InvalidArgumentError("docker:// names no image (expected docker://IMAGE[:TAG])");

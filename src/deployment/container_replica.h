@@ -23,14 +23,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/deployment_rules.h"  // IsDockerUses, DockerImageOf
+
 namespace gantry::internal {
-
-inline constexpr std::string_view kDockerScheme = "docker://";
-
-// True for "docker://IMAGE".
-bool IsDockerUses(std::string_view uses);
-// "gantry:cpu" of "docker://gantry:cpu".
-std::string_view DockerImageOf(std::string_view uses);
 
 // An image reference Docker accepts: [registry/]name[:tag][@digest], at most
 // 255 characters.

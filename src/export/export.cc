@@ -184,7 +184,53 @@ Status CheckExportable(const Topology& t, const Step& step) {
   if (!d.models.empty()) {
     return Refuse(t, step.key_path + ".models", "served model names are not exported yet");
   }
+  if (internal::IsDockerUses(d.uses)) {
+    // The exported pod runs `gantry executor --uses executor.yml`, whose
+    // jtype must be a type: the one the Deployment would find in the image
+    // is not visible from here.
+    auto it = d.env.find("GANTRY_EXECUTOR");
+    if (it == d.env.end() || it->second.empty() || it->second.ends_with(".yml") ||
+        it->second.ends_with(".yaml")) {
+      return Refuse(t, step.key_path + ".env.GANTRY_EXECUTOR",
+                    "a docker:// executor is exported with its image, and its config must name "
+                    "the executor type: set env GANTRY_EXECUTOR to a type name (e.g. "
+                    "SentenceEncoder)");
+    }
+  }
   return OkStatus();
+}
+
+// The executor type the exported config names: the Deployment's, or for a
+// docker:// step the one its env gives the image (CheckExportable).
+std::string ExecutorType(const Step& step) {
+  const DeploymentOptions& d = step.deployment;
+  return internal::IsDockerUses(d.uses) ? d.env.at("GANTRY_EXECUTOR") : d.uses;
+}
+
+// The image a step's pods run: its own for docker://IMAGE, else the GPU or
+// the CPU image of the export's options.
+std::string StepImage(const Step& step, const ExportOptions& options) {
+  if (internal::IsDockerUses(step.deployment.uses)) {
+    return std::string(internal::DockerImageOf(step.deployment.uses));
+  }
+  return step.gpus > 0 ? options.gpu_image : options.image;
+}
+
+// "SOURCE:TARGET[:MODE]" split up; SOURCE is absolute or a named volume.
+struct VolumeParts {
+  std::string source;
+  std::string target;
+  bool read_only = false;
+};
+VolumeParts SplitVolume(const std::string& volume) {
+  VolumeParts parts;
+  std::size_t first = volume.find(':');
+  std::size_t second = volume.find(':', first + 1);
+  parts.source = volume.substr(0, first);
+  parts.target = volume.substr(
+      first + 1, second == std::string::npos ? std::string::npos : second - first - 1);
+  parts.read_only = second != std::string::npos && volume.substr(second + 1).starts_with("ro");
+  return parts;
 }
 
 StatusOr<std::string> ReadText(const std::string& path) {
@@ -360,7 +406,7 @@ Value List(std::initializer_list<Value> items) { return Value(Value::List(items)
 // The executor's own file: what `gantry executor --uses` reads.
 Value ExecutorConfigDoc(const Step& step) {
   Value::Dict doc;
-  doc.emplace("jtype", Text(step.deployment.uses));
+  doc.emplace("jtype", Text(ExecutorType(step)));
   if (!step.deployment.uses_with.empty()) {
     doc.emplace("with", Value(step.deployment.uses_with));
   }
@@ -652,6 +698,8 @@ struct PodShape {
   std::vector<std::pair<std::string, int>> ports{};  // name, port; the first is gRPC
   int gpus = 0;
   bool has_config = false;
+  // The step's `volumes:`, as hostPath volumes.
+  std::vector<std::string> volumes{};
   std::int64_t startup_seconds = 0;
   // The gateway stays alive while its upstreams are down or still loading
   // (its health is NOT_SERVING then): startup and liveness probes on TCP,
@@ -704,18 +752,39 @@ Value DeploymentDoc(const Topology& t, const ExportOptions& options, const PodSh
     container.emplace("resources", Value(std::move(resources)));
   }
   Value::Dict pod_spec;
+  Value::List mounts;
+  Value::List volumes;
   if (pod.has_config) {
     Value::Dict mount;
     mount.emplace("name", Text("config"));
     mount.emplace("mountPath", Text(std::string(kConfigDir)));
     mount.emplace("readOnly", Value(true));
-    container.emplace("volumeMounts", List({Value(std::move(mount))}));
+    mounts.emplace_back(std::move(mount));
     Value::Dict config_map;
     config_map.emplace("name", Text(pod.name + "-config"));
     Value::Dict volume;
     volume.emplace("name", Text("config"));
     volume.emplace("configMap", Value(std::move(config_map)));
-    pod_spec.emplace("volumes", List({Value(std::move(volume))}));
+    volumes.emplace_back(std::move(volume));
+  }
+  for (std::size_t i = 0; i < pod.volumes.size(); ++i) {
+    VolumeParts parts = SplitVolume(pod.volumes[i]);
+    const std::string name = "volume-" + std::to_string(i);
+    Value::Dict mount;
+    mount.emplace("name", Text(name));
+    mount.emplace("mountPath", Text(parts.target));
+    mount.emplace("readOnly", Value(parts.read_only));
+    mounts.emplace_back(std::move(mount));
+    Value::Dict host_path;
+    host_path.emplace("path", Text(parts.source));
+    Value::Dict volume;
+    volume.emplace("name", Text(name));
+    volume.emplace("hostPath", Value(std::move(host_path)));
+    volumes.emplace_back(std::move(volume));
+  }
+  if (!mounts.empty()) {
+    container.emplace("volumeMounts", Value(std::move(mounts)));
+    pod_spec.emplace("volumes", Value(std::move(volumes)));
   }
   pod_spec.emplace("containers", List({Value(std::move(container))}));
   // Time to drain requests in flight on SIGTERM, and a margin to exit.
@@ -791,15 +860,24 @@ StatusOr<std::vector<OutFile>> RenderKubernetes(const Topology& t, const ExportO
     }
     YAML::Emitter config;
     GANTRY_RETURN_IF_ERROR(Emit(config, ExecutorConfigDoc(step)));
+    for (const std::string& volume : step.deployment.volumes) {
+      if (!volume.starts_with('/')) {
+        return Refuse(t, step.key_path + ".volumes",
+                      "named volume \"" + volume.substr(0, volume.find(':')) +
+                          "\" has no Kubernetes form here: use a path (exported as hostPath) "
+                          "and give the pods a PersistentVolumeClaim by editing the manifest");
+      }
+    }
     PodShape pod{.name = step.dns_name,
                  .component = "executor",
-                 .image = step.gpus > 0 ? options.gpu_image : options.image,
+                 .image = StepImage(step, options),
                  .replicas = step.deployment.replicas,
                  .args = ExecutorArgs(t, step),
                  .env = ContainerEnv(step),
                  .ports = {{"grpc", step.port}},
                  .gpus = step.gpus,
                  .has_config = true,
+                 .volumes = step.deployment.volumes,
                  .startup_seconds = StartupSeconds(step.deployment),
                  .drain_ms = step.deployment.timeout_drain.count()};
     GANTRY_ASSIGN_OR_RETURN(
@@ -864,6 +942,8 @@ StatusOr<std::vector<OutFile>> RenderCompose(const Topology& t, const ExportOpti
                                              std::vector<OutFile>* configs) {
   Value::Dict services;
   Value::Dict depends_on;
+  // Named volumes of the steps' `volumes:`, declared at the top level.
+  Value::Dict named_volumes;
   auto service_host = [](const Step& step) { return step.dns_name; };
   for (const Step& step : t.steps) {
     if (step.external) {
@@ -873,10 +953,16 @@ StatusOr<std::vector<OutFile>> RenderCompose(const Topology& t, const ExportOpti
     GANTRY_RETURN_IF_ERROR(Emit(config, ExecutorConfigDoc(step)));
     configs->push_back({step.dns_name + ".yml", std::string(config.c_str()) + "\n",
                         "executor '" + step.name + "' config"});
-    Value::Dict service =
-        ComposeService(step.gpus > 0 ? options.gpu_image : options.image, ExecutorArgs(t, step));
-    service.emplace("volumes", List({Text("./" + config_dir_name + "/" + step.dns_name + ".yml:" +
-                                          std::string(kConfigDir) + "/executor.yml:ro")}));
+    Value::Dict service = ComposeService(StepImage(step, options), ExecutorArgs(t, step));
+    Value::List service_volumes = {Text("./" + config_dir_name + "/" + step.dns_name +
+                                        ".yml:" + std::string(kConfigDir) + "/executor.yml:ro")};
+    for (const std::string& volume : step.deployment.volumes) {
+      service_volumes.push_back(Text(volume));
+      if (!volume.starts_with('/')) {
+        named_volumes.emplace(volume.substr(0, volume.find(':')), Value(Value::Dict{}));
+      }
+    }
+    service.emplace("volumes", Value(std::move(service_volumes)));
     if (std::map<std::string, std::string> env = ContainerEnv(step); !env.empty()) {
       Value::Dict environment;
       for (const auto& [key, value] : env) {
@@ -930,6 +1016,9 @@ StatusOr<std::vector<OutFile>> RenderCompose(const Topology& t, const ExportOpti
   // 1.27+ reads `deploy:` replicas and GPU reservations in it too.
   doc.emplace("version", Text("2.4"));
   doc.emplace("services", Value(std::move(services)));
+  if (!named_volumes.empty()) {
+    doc.emplace("volumes", Value(std::move(named_volumes)));
+  }
   GANTRY_ASSIGN_OR_RETURN(std::string text, EmitDocuments(t, {Value(std::move(doc))}));
   return std::vector<OutFile>{{"", std::move(text), "compose file"}};
 }

@@ -242,6 +242,68 @@ TEST(ExportComposeTest, DeploymentGatewayUsesTheServiceName) {
               ::testing::IsSupersetOf({"gateway", "--replica-addresses", "dns:///encoder:8081"}));
 }
 
+constexpr char kDockerStepYaml[] = R"(jtype: Deployment
+with:
+  name: encoder
+  uses: docker://team/encoder:1.2
+  env: {GANTRY_EXECUTOR: SentenceEncoder}
+  volumes: [./models:/models:ro, cache:/cache]
+)";
+
+TEST(ExportComposeTest, ADockerStepKeepsItsImageAndItsVolumes) {
+  TempDir dir;
+  WriteFile(dir.File("dep.yml"), kDockerStepYaml);
+  auto written = ExportDockerCompose(dir.File("dep.yml"), dir.File("c.yml"));
+  ASSERT_TRUE(written.ok()) << written.status();
+  const YAML::Node doc = YAML::LoadFile(dir.File("c.yml"));
+  const YAML::Node encoder = doc["services"]["encoder"];
+  EXPECT_EQ(encoder["image"].as<std::string>(), "team/encoder:1.2");
+  EXPECT_EQ(doc["services"]["gateway"]["image"].as<std::string>(), "gantry:cpu");
+  EXPECT_THAT(Strings(encoder["volumes"]),
+              ElementsAre("./c.gantry/encoder.yml:/etc/gantry/executor.yml:ro",
+                          dir.path() + "/models:/models:ro", "cache:/cache"));
+  EXPECT_TRUE(doc["volumes"]["cache"].IsMap()) << "a named volume is declared";
+  EXPECT_EQ(YAML::LoadFile(dir.File("c.gantry/encoder.yml"))["jtype"].as<std::string>(),
+            "SentenceEncoder");
+}
+
+TEST(ExportKubernetesTest, ADockerStepKeepsItsImageAndMountsHostPaths) {
+  TempDir dir;
+  std::string yaml = kDockerStepYaml;
+  yaml.replace(yaml.find(", cache:/cache"), 14, "");
+  WriteFile(dir.File("dep.yml"), yaml);
+  auto written = ExportKubernetes(dir.File("dep.yml"), dir.File("k8s"), {});
+  ASSERT_TRUE(written.ok()) << written.status();
+  auto executor = Objects(dir.File("k8s/encoder.yml"));
+  const YAML::Node dep = executor.at("Deployment/encoder");
+  const YAML::Node c = Container(dep);
+  EXPECT_EQ(c["image"].as<std::string>(), "team/encoder:1.2");
+  ASSERT_EQ(c["volumeMounts"].size(), 2u);
+  EXPECT_EQ(c["volumeMounts"][1]["mountPath"].as<std::string>(), "/models");
+  EXPECT_TRUE(c["volumeMounts"][1]["readOnly"].as<bool>());
+  const YAML::Node volume = dep["spec"]["template"]["spec"]["volumes"][1];
+  EXPECT_EQ(volume["hostPath"]["path"].as<std::string>(), dir.path() + "/models");
+  const YAML::Node config =
+      YAML::Load(executor.at("ConfigMap/encoder-config")["data"]["executor.yml"].as<std::string>());
+  EXPECT_EQ(config["jtype"].as<std::string>(), "SentenceEncoder");
+}
+
+TEST(ExportTest, DockerStepsWithoutATypeOrWithNamedVolumesAreRefusedByName) {
+  TempDir dir;
+  std::string no_type = kDockerStepYaml;
+  no_type.replace(no_type.find("  env: {GANTRY_EXECUTOR: SentenceEncoder}\n"), 42, "");
+  WriteFile(dir.File("dep.yml"), no_type);
+  auto refused = ExportDockerCompose(dir.File("dep.yml"), dir.File("c.yml"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("with.env.GANTRY_EXECUTOR"));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("c.yml")));
+
+  WriteFile(dir.File("named.yml"), kDockerStepYaml);
+  auto named = ExportKubernetes(dir.File("named.yml"), dir.File("k8s"), {});
+  ASSERT_FALSE(named.ok());
+  EXPECT_THAT(named.status().message(), HasSubstr("named volume \"cache\""));
+}
+
 TEST(ExportTest, ForeignFilesAreNotClobbered) {
   TempDir dir;
   WriteFile(dir.File("dep.yml"), kDeploymentYaml);
