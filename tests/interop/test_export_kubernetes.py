@@ -42,6 +42,17 @@ executors:
   - {name: indexer, uses: NoOpExec, needs: [tokenizer, text_encoder]}
 """
 
+# An executor of its own image with the model mounted from the host.
+DOCKER_STEP = """\
+jtype: Deployment
+with:
+  name: encoder
+  uses: docker://team/encoder:1.2
+  env: {GANTRY_EXECUTOR: SentenceEncoder}
+  volumes: [/srv/models/all-MiniLM-L6-v2:/models/all-MiniLM-L6-v2:ro]
+  replicas: 2
+"""
+
 
 def export(tmp, name, yaml_text):
     source = os.path.join(tmp, name + ".yml")
@@ -91,6 +102,14 @@ class ExportedManifestsValidate(unittest.TestCase):
         self.check(files, ["deployment/tokenizer", "deployment/text-encoder",
                            "configmap/text-encoder-config", "deployment/indexer",
                            "configmap/gateway-config", "deployment/gateway", "service/gateway"])
+
+    def test_a_docker_step_with_a_host_path_volume(self):
+        files = export(self.tmp.name, "docker_step", DOCKER_STEP)
+        with open(os.path.join(self.tmp.name, "docker_step", "encoder.yml")) as f:
+            text = f.read()
+        self.assertIn("image: team/encoder:1.2", text)
+        self.assertIn("hostPath:", text)
+        self.check(files, ["configmap/encoder-config", "deployment/encoder", "service/encoder"])
 
     def test_the_validator_refuses_a_broken_manifest(self):
         # The same check fails where it should: an exported Deployment with
