@@ -179,6 +179,16 @@ HandlerOutcome RequestHandler::Invoke(const Route& route, DocList& docs,
                                       WorkerMetrics::Endpoint* measured,
                                       const std::function<bool()>* abandoned) {
   HandlerOutcome outcome;
+  handler_thread_.Run(
+      [&] { outcome = InvokeOnHandlerThread(route, docs, parameters, measured, abandoned); });
+  return outcome;
+}
+
+HandlerOutcome RequestHandler::InvokeOnHandlerThread(const Route& route, DocList& docs,
+                                                     const Parameters& parameters,
+                                                     WorkerMetrics::Endpoint* measured,
+                                                     const std::function<bool()>* abandoned) {
+  HandlerOutcome outcome;
   std::lock_guard lock(executor_mutex_);
   if (closed_) {
     outcome.status = UnavailableError("the executor is shutting down");

@@ -9,7 +9,8 @@
 // handler call.
 //
 // Thread safety: Handle is safe for concurrent use; handler calls are
-// serialised by an internal mutex (Jina's one-request-at-a-time contract).
+// serialised (Jina's one-request-at-a-time contract) and all made on one
+// thread of the handler's own (worker/handler_thread.h).
 #ifndef GANTRY_WORKER_REQUEST_HANDLER_H_
 #define GANTRY_WORKER_REQUEST_HANDLER_H_
 
@@ -28,6 +29,7 @@
 #include "core/limits.h"
 #include "jina/jina.pb.h"
 #include "worker/batch_queue.h"
+#include "worker/handler_thread.h"
 #include "worker/worker_metrics.h"
 
 namespace gantry::internal {
@@ -101,11 +103,16 @@ class RequestHandler {
   // Returns true if the reply became an error.
   bool SetReplyDocs(jina::DataRequestProto* request, const DocList& docs,
                     std::int64_t max_message_bytes, const std::string& where) const;
-  // One serialised handler call; exceptions become the outcome.
-  // `measured`, if set, counts the execution and its time.
+  // One serialised handler call, made on handler_thread_; exceptions
+  // become the outcome. `measured`, if set, counts the execution and its
+  // time.
   HandlerOutcome Invoke(const Route& route, DocList& docs, const Parameters& parameters,
                         WorkerMetrics::Endpoint* measured,
                         const std::function<bool()>* abandoned = nullptr);
+  HandlerOutcome InvokeOnHandlerThread(const Route& route, DocList& docs,
+                                       const Parameters& parameters,
+                                       WorkerMetrics::Endpoint* measured,
+                                       const std::function<bool()>* abandoned);
   // Through the batch queue of `endpoint` and `parameters`.
   HandlerOutcome PushBatched(const std::string& endpoint, std::size_t route_index,
                              const Parameters& parameters, const std::string& where, DocList& docs,
@@ -126,6 +133,9 @@ class RequestHandler {
   std::unique_ptr<Executor> executor_;  // guarded by executor_mutex_ for calls
   bool closed_ = false;                 // guarded by executor_mutex_
   WorkerMetrics* metrics_ = nullptr;    // set before serving
+  // Every handler call runs here (worker/handler_thread.h says why).
+  // Declared last: it stops, after what is queued, before the executor goes.
+  HandlerThread handler_thread_;
 };
 
 }  // namespace gantry::internal

@@ -6,7 +6,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
+#include <sstream>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "core/doc_proto.h"
 
@@ -33,6 +37,21 @@ class EchoUnitExec final : public gantry::Executor {
   void Explode(gantry::DocList& /*docs*/) { throw std::out_of_range("index 7 out of range"); }
 };
 GANTRY_REGISTER_EXECUTOR(EchoUnitExec);
+
+// Tags each document with the thread its handler ran on.
+class ThreadTagUnitExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(ThreadTagUnitExec);
+  explicit ThreadTagUnitExec(const gantry::ExecutorContext& /*context*/) {}
+  GANTRY_REQUESTS(WhichThread, "/thread");
+  void WhichThread(gantry::DocList& docs) {
+    std::ostringstream id;
+    id << std::this_thread::get_id();
+    for (gantry::Doc& doc : docs) {
+      doc.set_text(id.str());
+    }
+  }
+};
+GANTRY_REGISTER_EXECUTOR(ThreadTagUnitExec);
 
 }  // namespace handler_test
 
@@ -154,6 +173,36 @@ TEST(RequestHandlerTest, EndpointDiscoveryListsDryRunAndSchemas) {
   const auto& schema = endpoints.schemas().fields().at("/upper").struct_value().fields();
   EXPECT_EQ(schema.at("input").struct_value().fields().at("name").string_value(), "LegacyDocument");
   EXPECT_TRUE(schema.at("input").struct_value().fields().at("model").has_struct_value());
+}
+
+TEST(RequestHandlerTest, HandlerCallsFromManyThreadsAllRunOnOneThreadOfItsOwn) {
+  // OpenMP keeps a thread team per calling thread: handler calls must come
+  // from one thread, whichever gRPC thread received the request.
+  ExecutorContext context;
+  context.name = "tag";
+  auto created = RequestHandler::Create("ThreadTagUnitExec", context, "tag/rep-0");
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<RequestHandler> handler = std::move(created).value();
+  constexpr int kCallers = 8;
+  std::vector<std::string> ran_on(kCallers);
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kCallers; ++i) {
+    callers.emplace_back([&, i] {
+      jina::DataRequestProto request = MakeRequest("/thread", {Doc("x")});
+      ASSERT_TRUE(handler->Handle(&request).status.ok());
+      auto docs = TakeDocListFromProto(request.mutable_data()->mutable_docs());
+      ASSERT_TRUE(docs.ok());
+      ran_on[static_cast<std::size_t>(i)] = std::string((*docs)[0].text());
+    });
+  }
+  std::ostringstream main_id;
+  main_id << std::this_thread::get_id();
+  for (std::thread& t : callers) {
+    t.join();
+  }
+  std::set<std::string> threads(ran_on.begin(), ran_on.end());
+  EXPECT_EQ(threads.size(), 1u);
+  EXPECT_FALSE(threads.contains(main_id.str()));
 }
 
 }  // namespace

@@ -1,0 +1,53 @@
+// HandlerThread: one thread that runs every handler call of a worker, in
+// the order they were handed to it.
+//
+// Why: libtorch's CPU kernels parallelise with OpenMP, and OpenMP keeps a
+// team of threads per calling thread. Handler calls made straight from
+// gRPC's thread pool came from a different thread almost every time, so
+// each call woke (or first created) another team while the last one's
+// threads were still spinning down: on 2 cores with 2 intra-op threads a
+// Deployment reached 0.76 of the bare model. From one thread, every call
+// reuses one warm team (docs/benchmarks-encoder.md, "Thread counts").
+//
+// Thread safety: Run is safe for concurrent use; the destructor, which
+// runs what is queued and joins the thread, must not overlap a Run.
+#ifndef GANTRY_WORKER_HANDLER_THREAD_H_
+#define GANTRY_WORKER_HANDLER_THREAD_H_
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace gantry::internal {
+
+class HandlerThread {
+ public:
+  HandlerThread();
+  ~HandlerThread();
+  HandlerThread(const HandlerThread&) = delete;
+  HandlerThread& operator=(const HandlerThread&) = delete;
+
+  // Runs `task` on the handler thread and returns once it has run. `task`
+  // must not throw (handler calls catch their own exceptions).
+  void Run(const std::function<void()>& task);
+
+ private:
+  struct Task {
+    const std::function<void()>* run;
+    bool done = false;
+  };
+  void Loop();
+
+  std::mutex mutex_;
+  std::condition_variable wake_;  // a task was queued, or stopping_
+  std::condition_variable done_;  // a task finished
+  std::deque<Task*> queue_;       // guarded by mutex_
+  bool stopping_ = false;         // guarded by mutex_
+  std::thread thread_;
+};
+
+}  // namespace gantry::internal
+
+#endif  // GANTRY_WORKER_HANDLER_THREAD_H_
