@@ -4,7 +4,8 @@ tutorial sentence with request_size 32, checks every doc got a 384-d
 embedding, and prints a line in encode_10k's format:
   docs_per_s=<v> n=<N> seconds=<post time> startup_seconds=<v> ...
 
-  python jina_encode.py --model-path DIR [--docs N] [--device cpu] [--no-progress]
+  python jina_encode.py --model-path DIR [--docs N] [--device cpu] [--dtype float32|bfloat16]
+                        [--no-progress]
 """
 import argparse
 import os
@@ -21,6 +22,7 @@ def main() -> int:
     parser.add_argument('--model-path', required=True)
     parser.add_argument('--docs', type=int, default=10000)
     parser.add_argument('--device', default='cpu')
+    parser.add_argument('--dtype', default='float32', choices=['float32', 'bfloat16'])
     parser.add_argument('--no-progress', action='store_true')
     args = parser.parse_args()
 
@@ -32,7 +34,8 @@ def main() -> int:
 
     start = time.perf_counter()
     dep = Deployment(uses=MyGPUExec,
-                     uses_with={'device': args.device, 'model_path': args.model_path},
+                     uses_with={'device': args.device, 'model_path': args.model_path,
+                                'dtype': args.dtype},
                      host='127.0.0.1')
     with dep:
         startup = time.perf_counter() - start
@@ -51,7 +54,8 @@ def main() -> int:
     print(f'encoded {len(out)} documents in {seconds:.2f} s: {len(out) / seconds:.1f} docs/s '
           f'(startup {startup:.2f} s)')
     print(f'docs_per_s={len(out) / seconds:.1f} n={len(out)} seconds={seconds:.3f} '
-          f'startup_seconds={startup:.3f} replicas=1 request_size=32 device={args.device}')
+          f'startup_seconds={startup:.3f} replicas=1 request_size=32 device={args.device} '
+          f'dtype={args.dtype}')
     return 0
 
 

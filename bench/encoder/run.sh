@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # Encodes the seed job (N copies of "Using a GPU allows you to significantly
-# speed up encoding.", request_size 32, CPU) three ways in one run and prints
+# speed up encoding.", request_size 32, CPU) four ways in one run and prints
 # docs/s for each and the ratios:
 #   (a) bare: the model alone in one process (encoder_bare, no framework)
 #   (b) gantry: a Deployment of SentenceEncoder + the C++ client (encode_10k)
 #   (c) jina: Jina + sentence-transformers from PyPI, the seed's Python
 #       executor (jina_executor.py) in a Jina Deployment (jina_encode.py)
-# The three are run in turn, R rounds, the order rotated every round so a
+#   (d) infinity: Infinity (PyPI infinity-emb 0.0.78, torch engine) serving
+#       the model, POST /embeddings, 32 inputs a request, 8 in flight
+#       (infinity_encode.py)
+# The sides are run in turn, R rounds, the order rotated every round so a
 # slow spell on a shared machine does not land on one side only; the
 # figures are the medians of the rounds. Throughput counts the encoding /
 # post only, not model loading or process start-up (printed separately).
 #
 #   bash bench/encoder/run.sh [--docs N] [--rounds R] [--threads T]
-#                             [--build-dir DIR] [--modes abc] [--out FILE.tsv]
+#                             [--build-dir DIR] [--modes abcd] [--dtype T] [--out FILE.tsv]
 # Defaults: --docs 1000, --rounds 3, --threads 1, --build-dir
-# $GANTRY_BUILD_DIR or <repo>/build, --modes abc. --threads sets
+# $GANTRY_BUILD_DIR or <repo>/build, --modes abcd, --dtype float32 (or
+# bfloat16, for every side: SentenceEncoder's dtype, sentence-transformers'
+# torch_dtype, Infinity's --dtype). --threads sets
 # OMP_NUM_THREADS/MKL_NUM_THREADS (torch's intra-op threads) for all three
 # sides alike; 0 leaves torch's default (one per core). One thread is the
 # default because on a shared, busy machine OpenMP threads that wait for a
@@ -29,7 +34,8 @@ docs=1000
 rounds=3
 threads=1
 build="${GANTRY_BUILD_DIR:-${root}/build}"
-modes=abc
+modes=abcd
+dtype=float32
 out=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -38,14 +44,15 @@ while [[ $# -gt 0 ]]; do
     --threads) threads="$2"; shift 2 ;;
     --build-dir) build="$2"; shift 2 ;;
     --modes) modes="$2"; shift 2 ;;
+    --dtype) dtype="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abc] [--out FILE]" >&2
+    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abcd] [--dtype float32|bfloat16] [--out FILE]" >&2
        exit 2 ;;
   esac
 done
-if ! [[ "${docs}" =~ ^[1-9][0-9]*$ && "${rounds}" =~ ^[1-9][0-9]?$ && "${modes}" =~ ^[abc]+$ &&
-        "${threads}" =~ ^[0-9]+$ ]]; then
-  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --threads >= 0, --modes letters of abc" >&2
+if ! [[ "${docs}" =~ ^[1-9][0-9]*$ && "${rounds}" =~ ^[1-9][0-9]?$ && "${modes}" =~ ^[abcd]+$ &&
+        "${threads}" =~ ^[0-9]+$ && "${dtype}" =~ ^(float32|bfloat16)$ ]]; then
+  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --threads >= 0, --modes letters of abcd, --dtype float32 or bfloat16" >&2
   exit 2
 fi
 
@@ -67,6 +74,10 @@ if [[ "${modes}" == *c* ]]; then
   venv="$(bash "${here}/venv.sh" | tail -n 1)"
   python_bin="${venv}/bin/python"
 fi
+infinity_python=""
+if [[ "${modes}" == *d* ]]; then
+  infinity_python="$(bash "${here}/infinity_venv.sh" | tail -n 1)/bin/python"
+fi
 
 work="$(mktemp -d)"
 child=""
@@ -87,7 +98,8 @@ trap 'exit 130' INT TERM
 # Worst case 5 docs/s on a busy machine, plus start-up.
 limit=$((180 + docs / 5))
 # No downloads or telemetry: the model is a local folder.
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 JINA_OPTOUT_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 JINA_OPTOUT_TELEMETRY=1 TOKENIZERS_PARALLELISM=false \
+  INFINITY_ANONYMOUS_USAGE_STATS=0 DO_NOT_TRACK=1
 if [[ "${threads}" -gt 0 ]]; then
   # Inherited by Gantry's workers and Jina's executor process alike.
   export OMP_NUM_THREADS="${threads}" MKL_NUM_THREADS="${threads}"
@@ -98,10 +110,13 @@ RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
   local mode="$1" log="$2"
   local -a cmd
   case "${mode}" in
-    a) cmd=("${bare_bin}" --n "${docs}" --model-path "${model}") ;;
-    b) cmd=("${gantry_bin}" --docs "${docs}" --model-path "${model}" --no-progress) ;;
-    c) cmd=("${python_bin}" "${here}/jina_encode.py" --docs "${docs}" --model-path "${model}"
+    a) cmd=("${bare_bin}" --n "${docs}" --model-path "${model}" --dtype "${dtype}") ;;
+    b) cmd=("${gantry_bin}" --docs "${docs}" --model-path "${model}" --dtype "${dtype}"
             --no-progress) ;;
+    c) cmd=("${python_bin}" "${here}/jina_encode.py" --docs "${docs}" --model-path "${model}"
+            --dtype "${dtype}" --no-progress) ;;
+    d) cmd=("${infinity_python}" "${here}/infinity_encode.py" --docs "${docs}"
+            --model-path "${model}" --dtype "${dtype}") ;;
   esac
   setsid timeout -k 10 "${limit}" "${cmd[@]}" >"${log}" 2>&1 &
   child=$!
@@ -123,7 +138,7 @@ RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
 }
 
 echo "encoder benchmark: N=${docs} docs, ${rounds} rounds, request_size 32, cpu," \
-     "torch threads ${threads/#0/default}, $(getconf _NPROCESSORS_ONLN) cores," \
+     "dtype ${dtype}, torch threads ${threads/#0/default}, $(getconf _NPROCESSORS_ONLN) cores," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 results="${work}/results.tsv"
 : >"${results}"
@@ -150,7 +165,8 @@ python3 - "${results}" "${docs}" <<'PY'
 import statistics, sys
 names = {'a': '(a) bare model, 1 process (encoder_bare)',
          'b': '(b) Gantry Deployment + C++ client (encode_10k)',
-         'c': '(c) Jina + sentence-transformers (Python executor)'}
+         'c': '(c) Jina + sentence-transformers (Python executor)',
+         'd': '(d) Infinity 0.0.78, torch engine (HTTP, 8 in flight)'}
 runs = {}
 startups = {}
 for row in open(sys.argv[1]):
@@ -169,4 +185,6 @@ if 'b' in med and 'c' in med:
     print(f'  ratio Gantry/Jina     (b/c): {med["b"] / med["c"]:.3f}')
 if 'a' in med and 'c' in med:
     print(f'  ratio bare/Jina       (a/c): {med["a"] / med["c"]:.3f}')
+if 'b' in med and 'd' in med:
+    print(f'  ratio Gantry/Infinity (b/d): {med["b"] / med["d"]:.3f}')
 PY
