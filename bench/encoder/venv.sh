@@ -10,18 +10,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 venv="${1:-${root}/.venv-bench-encoder}"
-project_venv="${GANTRY_VENV:-${root}/.venv}"
-if [[ ! -x "${project_venv}/bin/python" ]]; then
-  echo "venv.sh: error: no project venv at ${project_venv} (run scripts/setup.sh first)" >&2
-  exit 1
-fi
-if [[ ! -x "${venv}/bin/python" ]]; then
-  "$(readlink -f "${project_venv}/bin/python")" -m venv "${venv}"
-fi
-project_site="$("${project_venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-own_site="$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-# Appended after the venv's own site-packages: Jina's pins win, torch comes from the project venv.
-echo "${project_site}" >"${own_site}/gantry-project-venv.pth"
+. "$(dirname "${BASH_SOURCE[0]}")/overlay_venv.sh"
+MakeOverlayVenv "${venv}"
 if ! "${venv}/bin/python" -c 'import jina, docarray, sentence_transformers, torch' 2>/dev/null; then
   "${venv}/bin/python" -m pip install --quiet --upgrade pip
   constraints=()
