@@ -1,13 +1,15 @@
 // The `gantry` command line: argument parsing and wiring only.
 //
 //   gantry deployment --uses deployment.yml [--port N] [--http-port N] [--port-file F]
-//                     [--max-message-bytes N] [--ssl-certfile F --ssl-keyfile F
+//                     [--http-port-file F] [--max-message-bytes N] [--ssl-certfile F --ssl-keyfile
+//                     F
 //                     [--ssl-client-cafile F]] [--restart-backoff-initial MS]
 //                     [--restart-backoff-max MS] [--max-init-failures N] [--timeout-drain MS]
-//   gantry flow --uses flow.yml [--port N] [--http-port N] [--port-file F] [--log-level L]
+//   gantry flow --uses flow.yml [--port N] [--http-port N] [--port-file F] [--http-port-file F]
+//               [--log-level L]
 //   gantry executor --uses executor.yml|JTYPE [--lib PLUGIN.so]... [--port N] [--port-file F]
 //                   [--max-message-bytes N]
-//   gantry gateway --replica-addresses H:P,H:P [--port N] [--http-port N]
+//   gantry gateway --replica-addresses H:P,H:P [--port N] [--http-port N] [--http-port-file F]
 //                  [--max-message-bytes N] [--ssl-certfile F --ssl-keyfile F
 //                  [--ssl-client-cafile F]] [--timeout-drain MS]
 //   gantry export kubernetes|docker-compose FLOW_OR_DEPLOYMENT.yml OUT [--namespace NS]
@@ -60,6 +62,26 @@ int Fail(const gantry::Status& status) {
   return 1;
 }
 
+// Where a serving command listens and where it reports the ports it bound;
+// -1: not given (the YAML's, else none).
+struct ListenFlags {
+  int port = -1;
+  int http_port = -1;
+  std::string port_file;
+  // Written before port_file, so a reader that waits for port_file finds it.
+  std::string http_port_file;
+};
+
+// An HTTP port file needs an HTTP gateway to report on.
+gantry::Status CheckHttpPortFile(const ListenFlags& listen, int http_port) {
+  if (!listen.http_port_file.empty() && http_port < 0) {
+    return gantry::InvalidArgumentError(
+        "--http-port-file: no HTTP gateway to report (give --http-port, or http_port in the "
+        "YAML)");
+  }
+  return gantry::OkStatus();
+}
+
 void WritePortFile(const std::string& path, int port) {
   if (path.empty()) {
     return;
@@ -105,20 +127,22 @@ struct MonitoringFlags {
   bool enabled() const { return monitoring || port_monitoring >= 0; }
 };
 
-int RunDeployment(const std::string& uses, int port, int http_port, const std::string& port_file,
-                  const std::string& log_level, std::int64_t max_message_bytes,
-                  const gantry::ServerTlsOptions& tls, const LifecycleFlags& lifecycle,
-                  const MonitoringFlags& monitoring) {
+int RunDeployment(const std::string& uses, const ListenFlags& listen, const std::string& log_level,
+                  std::int64_t max_message_bytes, const gantry::ServerTlsOptions& tls,
+                  const LifecycleFlags& lifecycle, const MonitoringFlags& monitoring) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   auto options = gantry::LoadDeploymentConfig(uses);
   if (!options.ok()) {
     return Fail(options.status());
   }
-  if (port >= 0) {
-    options->port = port;
+  if (listen.port >= 0) {
+    options->port = listen.port;
   }
-  if (http_port >= 0) {
-    options->http_port = http_port;
+  if (listen.http_port >= 0) {
+    options->http_port = listen.http_port;
+  }
+  if (gantry::Status s = CheckHttpPortFile(listen, options->http_port); !s.ok()) {
+    return Fail(s);
   }
   if (!log_level.empty()) {
     options->log_level = log_level;
@@ -164,24 +188,27 @@ int RunDeployment(const std::string& uses, int port, int http_port, const std::s
       spdlog::info("{} metrics on 127.0.0.1:{}/metrics", replica.name, replica.monitoring_port);
     }
   }
-  WritePortFile(port_file, deployment.port());
+  WritePortFile(listen.http_port_file, deployment.http_port());
+  WritePortFile(listen.port_file, deployment.port());
   deployment.Block();
   deployment.Stop();
   return 0;
 }
 
-int RunFlow(const std::string& uses, int port, int http_port, const std::string& port_file,
-            const std::string& log_level) {
+int RunFlow(const std::string& uses, const ListenFlags& listen, const std::string& log_level) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   auto options = gantry::LoadFlowConfig(uses);
   if (!options.ok()) {
     return Fail(options.status());
   }
-  if (port >= 0) {
-    options->port = port;
+  if (listen.port >= 0) {
+    options->port = listen.port;
   }
-  if (http_port >= 0) {
-    options->http_port = http_port;
+  if (listen.http_port >= 0) {
+    options->http_port = listen.http_port;
+  }
+  if (gantry::Status s = CheckHttpPortFile(listen, options->http_port); !s.ok()) {
+    return Fail(s);
   }
   if (!log_level.empty()) {
     for (gantry::FlowStep& step : options->executors) {
@@ -195,7 +222,8 @@ int RunFlow(const std::string& uses, int port, int http_port, const std::string&
   if (flow.http_port() >= 0) {
     spdlog::info("HTTP gateway on port {}", flow.http_port());
   }
-  WritePortFile(port_file, flow.port());
+  WritePortFile(listen.http_port_file, flow.http_port());
+  WritePortFile(listen.port_file, flow.port());
   flow.Block();
   flow.Stop();
   return 0;
@@ -276,16 +304,19 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
   return ExecWorker(gantry::internal::WorkerArguments(spec));
 }
 
-int RunGateway(const std::string& addresses, const std::string& host, int port, int http_port,
-               const std::string& name, const std::string& port_file, const std::string& log_level,
+int RunGateway(const std::string& addresses, const std::string& host, const ListenFlags& listen,
+               const std::string& name, const std::string& log_level,
                std::int64_t max_message_bytes, const gantry::ServerTlsOptions& tls,
                std::int64_t timeout_drain) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   gantry::internal::GatewayOptions options;
   options.host = host;
-  options.port = port < 0 ? 0 : port;
-  options.http_port = http_port;
+  options.port = listen.port < 0 ? 0 : listen.port;
+  options.http_port = listen.http_port;
   options.deployment_name = name;
+  if (gantry::Status s = CheckHttpPortFile(listen, options.http_port); !s.ok()) {
+    return Fail(s);
+  }
   if (gantry::Status s = gantry::internal::CheckServerTlsOptions(tls); !s.ok()) {
     return Fail(s);
   }
@@ -310,7 +341,8 @@ int RunGateway(const std::string& addresses, const std::string& host, int port, 
   if ((*gateway)->http_port() >= 0) {
     spdlog::info("HTTP gateway on {}:{}", host, (*gateway)->http_port());
   }
-  WritePortFile(port_file, (*gateway)->port());
+  WritePortFile(listen.http_port_file, (*gateway)->http_port());
+  WritePortFile(listen.port_file, (*gateway)->port());
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
@@ -377,8 +409,7 @@ int main(int argc, char** argv) try {
   app.require_subcommand(1);
 
   std::string uses;
-  int port = -1;
-  std::string port_file;
+  ListenFlags listen;
   std::string log_level;
   auto* deployment = app.add_subcommand("deployment",
                                         "Run a Deployment from YAML: a gateway and "
@@ -386,11 +417,15 @@ int main(int argc, char** argv) try {
   deployment->add_option("--uses", uses, "deployment YAML (jtype: Deployment)")
       ->required()
       ->check(CLI::ExistingFile);
-  deployment->add_option("--port", port, "gateway port (overrides the YAML's; 0 = any free)");
-  int http_port = -1;
-  deployment->add_option("--http-port", http_port,
+  deployment->add_option("--port", listen.port,
+                         "gateway port (overrides the YAML's; 0 = any free)");
+  constexpr const char* kHttpPortFileHelp =
+      "write the HTTP port here when ready (before --port-file; for --http-port 0)";
+  deployment->add_option("--http-port", listen.http_port,
                          "also serve HTTP/JSON on this port (0 = any free; default: no HTTP)");
-  deployment->add_option("--port-file", port_file, "write the gateway's port here when ready");
+  deployment->add_option("--port-file", listen.port_file,
+                         "write the gateway's port here when ready");
+  deployment->add_option("--http-port-file", listen.http_port_file, kHttpPortFileHelp);
   deployment->add_option("--log-level", log_level, "debug, info, warning or error");
   // 0: not given (the YAML's or the default, 64 MiB).
   std::int64_t max_message_bytes = 0;
@@ -454,8 +489,8 @@ int main(int argc, char** argv) try {
       ->required();
   std::string host = "0.0.0.0";
   executor->add_option("--host", host, "address to listen on (default 0.0.0.0, as Jina)");
-  executor->add_option("--port", port, "port to listen on (0 = any free)");
-  executor->add_option("--port-file", port_file, "write the port here when ready");
+  executor->add_option("--port", listen.port, "port to listen on (0 = any free)");
+  executor->add_option("--port-file", listen.port_file, "write the port here when ready");
   executor->add_option("--device", device, "cpu, cuda, cuda:N or auto (overrides with.device)");
   executor->add_option("--name", name, "executor name in logs (default: metas.name)");
   executor->add_option("--uses-with", uses_with, "JSON object merged over `with:`");
@@ -473,12 +508,13 @@ int main(int argc, char** argv) try {
   gateway->add_option("--replica-addresses", addresses, "comma-separated HOST:PORT of replicas")
       ->required();
   gateway->add_option("--host", host, "address to listen on (default 0.0.0.0, as Jina)");
-  gateway->add_option("--port", port, "port to listen on (0 = any free)");
-  gateway->add_option("--http-port", http_port,
+  gateway->add_option("--port", listen.port, "port to listen on (0 = any free)");
+  gateway->add_option("--http-port", listen.http_port,
                       "also serve HTTP/JSON on this port (0 = any free; default: no HTTP)");
   std::string gateway_name = "executor";
   gateway->add_option("--name", gateway_name, "deployment name for messages");
-  gateway->add_option("--port-file", port_file, "write the port here when ready");
+  gateway->add_option("--port-file", listen.port_file, "write the port here when ready");
+  gateway->add_option("--http-port-file", listen.http_port_file, kHttpPortFileHelp);
   gateway->add_option("--log-level", log_level, "debug, info, warning or error");
   gateway->add_option("--max-message-bytes", max_message_bytes, kMaxMessageHelp)
       ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
@@ -506,10 +542,11 @@ int main(int argc, char** argv) try {
   auto* flow = app.add_subcommand(
       "flow", "Run a Flow from YAML: one gateway and a Deployment per step, chained or a DAG");
   flow->add_option("--uses", uses, "flow YAML (jtype: Flow)")->required()->check(CLI::ExistingFile);
-  flow->add_option("--port", port, "gateway port (overrides the YAML's; 0 = any free)");
-  flow->add_option("--http-port", http_port,
+  flow->add_option("--port", listen.port, "gateway port (overrides the YAML's; 0 = any free)");
+  flow->add_option("--http-port", listen.http_port,
                    "also serve HTTP/JSON on this port (0 = any free; default: the YAML's)");
-  flow->add_option("--port-file", port_file, "write the gateway's port here when ready");
+  flow->add_option("--port-file", listen.port_file, "write the gateway's port here when ready");
+  flow->add_option("--http-port-file", listen.http_port_file, kHttpPortFileHelp);
   flow->add_option("--log-level", log_level, "debug, info, warning or error");
 
   auto* executors = app.add_subcommand("executors", "List the executor types gantry-worker serves");
@@ -546,20 +583,19 @@ int main(int argc, char** argv) try {
 
   if (deployment->parsed()) {
     monitoring.monitoring = monitoring.monitoring || !monitoring.targets_file.empty();
-    return RunDeployment(uses, port, http_port, port_file, log_level, max_message_bytes, tls,
-                         lifecycle, monitoring);
+    return RunDeployment(uses, listen, log_level, max_message_bytes, tls, lifecycle, monitoring);
   }
   if (flow->parsed()) {
-    return RunFlow(uses, port, http_port, port_file, log_level);
+    return RunFlow(uses, listen, log_level);
   }
   if (executor->parsed()) {
-    return RunExecutor(uses, host, port, port_file, device, name, uses_with, libs, log_level,
-                       max_message_bytes, monitoring);
+    return RunExecutor(uses, host, listen.port, listen.port_file, device, name, uses_with, libs,
+                       log_level, max_message_bytes, monitoring);
   }
   if (gateway->parsed()) {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    return RunGateway(addresses, host, port, http_port, gateway_name, port_file, log_level,
-                      max_message_bytes, tls, gateway_timeout_drain);
+    return RunGateway(addresses, host, listen, gateway_name, log_level, max_message_bytes, tls,
+                      gateway_timeout_drain);
   }
   if (ping->parsed()) {
     // A CA or client certificate only makes sense over TLS.

@@ -172,6 +172,39 @@ TEST(CliTest, FlowFromYamlServesAndStopsOnSigterm) {
   EXPECT_THAT(log, HasSubstr("passthrough <- encoder"));
 }
 
+// --http-port 0 has the kernel pick the port, so nothing else can take it
+// between choosing and binding; --http-port-file says which it was.
+TEST(CliTest, HttpPortFileReportsThePortPicked) {
+  testing::TempDir dir;
+  ChildProcessPtr cli =
+      StartCli({"flow", "--uses", testing::SourceDir() + "/examples/flow/flow.yml", "--port", "0",
+                "--http-port", "0", "--http-port-file", dir.File("http-port"), "--port-file",
+                dir.File("port")},
+               dir.File("cli.log"));
+  ASSERT_NE(cli, nullptr);
+  ASSERT_TRUE(testing::WaitForFile(dir.File("port"), kReadyTimeout).has_value())
+      << testing::ReadFile(dir.File("cli.log"));
+  // Written before the port file.
+  std::string http_port = testing::ReadFile(dir.File("http-port"));
+  ASSERT_GT(std::stoi(http_port), 0) << http_port;
+  std::string reply = testing::RunCommand(
+      "curl -s --max-time 60 -X POST http://127.0.0.1:" + std::to_string(std::stoi(http_port)) +
+      "/post -d '{\"execEndpoint\": \"/encode\", \"data\": [{\"text\": \"a\"}]}'");
+  EXPECT_THAT(reply, HasSubstr("Embeddings calculated on CPU"));
+  cli->Signal(SIGTERM);
+  EXPECT_TRUE(cli->WaitFor(std::chrono::seconds(30)));
+}
+
+TEST(CliTest, HttpPortFileWithoutAnHttpGatewayIsRefused) {
+  testing::TempDir dir;
+  auto [code, out] =
+      RunCli({"deployment", "--uses", testing::SourceDir() + "/examples/seed/deployment.yml",
+              "--port", "0", "--http-port-file", dir.File("http-port")});
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, HasSubstr("--http-port-file: no HTTP gateway to report"));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("http-port")));
+}
+
 TEST(CliTest, BadFlowYamlIsReportedWithFileKeyAndStep) {
   testing::TempDir dir;
   std::string yaml = dir.File("flow.yml");

@@ -1,6 +1,7 @@
 """Shared by the Python protocol tests: a `gantry` CLI process that is
-always terminated and reaped, and a free port for servers without a port
-file. Standard library only, so every test venv can import it."""
+always terminated and reaped, and a free port for peers (Jina, Prometheus)
+that cannot report the port they bound. Standard library only, so every test
+venv can import it."""
 import os
 import re
 import socket
@@ -9,33 +10,54 @@ import time
 
 
 def free_port():
+    """A port that was free a moment ago: another process may take it before
+    the caller binds it, so callers retry (gantry itself binds port 0 and
+    reports the port in a file instead)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-class GantryProcess:
-    """`gantry ARGS --port-file F`: waits for the port, always reaped."""
+def read_port(path):
+    """The port in a file gantry wrote (atomically, by rename), or None."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        text = f.read().strip()
+    return int(text) if text else None
 
-    def __init__(self, args, tmp, name):
+
+class GantryProcess:
+    """`gantry ARGS --port-file F`: waits for the port, always reaped. With
+    http=True it also serves HTTP on a port of the kernel's choosing
+    (`--http-port 0`, over any in the YAML), found in `http_port`."""
+
+    def __init__(self, args, tmp, name, http=False):
         self.port_file = os.path.join(tmp, name + ".port")
         self.log_path = os.path.join(tmp, name + ".log")
         self.log = open(self.log_path, "w")
+        self.http_port = None
+        extra = ["--port-file", self.port_file]
+        http_port_file = os.path.join(tmp, name + ".http-port")
+        if http:
+            extra += ["--http-port", "0", "--http-port-file", http_port_file]
         self.proc = subprocess.Popen(
-            [os.environ["GANTRY_CLI"]] + args + ["--port-file", self.port_file],
+            [os.environ["GANTRY_CLI"]] + args + extra,
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if os.path.exists(self.port_file):
-                text = open(self.port_file).read().strip()
-                if text:
-                    self.port = int(text)
-                    return
+            port = read_port(self.port_file)
+            if port is not None:
+                self.port = port
+                # Written before the port file.
+                self.http_port = read_port(http_port_file) if http else None
+                return
             if self.proc.poll() is not None:
                 break
             time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"gantry {args} did not start:\n" + open(self.log_path).read())
+        with open(self.log_path) as f:
+            raise RuntimeError(f"gantry {args} did not start:\n" + f.read())
 
     def stop(self):
         if self.proc.poll() is None:

@@ -8,9 +8,7 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +24,7 @@
 #include <vector>
 
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "testutil/testutil.h"
 
 namespace {
 
@@ -114,36 +113,6 @@ std::optional<int> WaitForPort(const std::string& path, std::chrono::seconds tim
   return std::nullopt;
 }
 
-// A port that was free a moment ago (for --http-port, which has no port file).
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    return 0;
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// Runs a shell command and returns its stdout.
-std::string Shell(const std::string& command) {
-  std::string out;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  char buffer[4096];
-  while (pipe != nullptr && std::fgets(buffer, sizeof(buffer), pipe) != nullptr) {
-    out += buffer;
-  }
-  if (pipe != nullptr) {
-    ::pclose(pipe);
-  }
-  return out;
-}
-
 std::vector<std::string> ListServices(const std::string& address) {
   namespace reflection = grpc::reflection::v1alpha;
   auto stub = reflection::ServerReflection::NewStub(
@@ -173,22 +142,26 @@ std::vector<std::string> ListServices(const std::string& address) {
 class PluginDeploymentTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    http_port_ = FreePort();
     std::ofstream(dir_.File("deployment.yml"))
         << "jtype: Deployment\nwith:\n  name: interop\n  replicas: 2\n  uses:\n"
         << "    jtype: InteropExec\n    with: {scale: 2.0}\n    metas:\n      libs: ["
         << GANTRY_TEST_PLUGIN << "]\n";
     process_.emplace(
         std::vector<std::string>{GANTRY_TEST_CLI, "deployment", "--uses",
-                                 dir_.File("deployment.yml"), "--port", "0", "--http-port",
-                                 std::to_string(http_port_), "--port-file", dir_.File("port")},
+                                 dir_.File("deployment.yml"), "--port", "0", "--http-port", "0",
+                                 "--http-port-file", dir_.File("http-port"), "--port-file",
+                                 dir_.File("port")},
         dir_.File("log"));
     auto port = WaitForPort(dir_.File("port"), std::chrono::seconds(60));
     ASSERT_TRUE(port.has_value()) << ReadAll(dir_.File("log"));
     port_ = *port;
+    // Written before the port file.
+    auto http_port = WaitForPort(dir_.File("http-port"), std::chrono::seconds(1));
+    ASSERT_TRUE(http_port.has_value()) << ReadAll(dir_.File("log"));
+    http_port_ = *http_port;
   }
   std::string Curl(const std::string& args) {
-    return Shell("curl -s --max-time 60 -w '\\n%{http_code}' " + args);
+    return gantry::testing::RunCommand("curl -s --max-time 60 -w '\\n%{http_code}' " + args);
   }
   std::string Http(const std::string& path) {
     return "http://127.0.0.1:" + std::to_string(http_port_) + path;

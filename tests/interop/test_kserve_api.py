@@ -25,7 +25,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from gantry_process import GantryProcess, doc_blocks, free_port
+from gantry_process import GantryProcess, doc_blocks
 
 PLUGIN = os.environ["GANTRY_INTEROP_PLUGIN"]
 PERF_ANALYZER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
@@ -41,12 +41,9 @@ def start(tmp, yaml_text, http=False):
     path = os.path.join(tmp, "deployment.yml")
     with open(path, "w") as f:
         f.write(yaml_text)
-    args = ["deployment", "--uses", path, "--port", "0"]
-    http_port = None
-    if http:
-        http_port = free_port()
-        args += ["--http-port", str(http_port)]
-    return GantryProcess(args, tmp, "deployment"), http_port
+    process = GantryProcess(["deployment", "--uses", path, "--port", "0"], tmp, "deployment",
+                            http=http)
+    return process, process.http_port
 
 
 def text_input(texts, name="text", shape=None):
@@ -288,16 +285,16 @@ class TritonClientsToSentenceEncoder(unittest.TestCase):
                 raise RuntimeError(f"model missing at '{MODEL}' (scripts/fetch_model.sh)")
             raise unittest.SkipTest(f"model missing at '{MODEL}' (set GANTRY_MODEL_PATH)")
         cls.tmp = tempfile.TemporaryDirectory()
-        # The deployment of docs/kserve.md as written, on free ports.
+        # The deployment of docs/kserve.md as written, on free ports
+        # (--http-port 0 over the YAML's).
         cls.blocks = doc_blocks("kserve.md")
-        cls.http_port = free_port()
-        yaml_text = re.sub(r"http_port: \d+", f"http_port: {cls.http_port}", cls.blocks["yaml"])
         path = os.path.join(cls.tmp.name, "deployment.yml")
         with open(path, "w") as f:
-            f.write(yaml_text)
+            f.write(cls.blocks["yaml"])
         os.environ["GANTRY_MODEL_PATH"] = MODEL  # SentenceEncoder finds the model there
         cls.gantry = GantryProcess(["deployment", "--uses", path, "--port", "0"],
-                                   cls.tmp.name, "deployment")
+                                   cls.tmp.name, "deployment", http=True)
+        cls.http_port = cls.gantry.http_port
         cls.client = grpcclient.InferenceServerClient(f"127.0.0.1:{cls.gantry.port}")
 
     @classmethod

@@ -59,27 +59,36 @@ def wait_until(what, condition, timeout=60):
 
 
 class PrometheusServer:
-    """`prometheus` on 127.0.0.1, scraping every second; always reaped."""
+    """`prometheus` on 127.0.0.1, scraping every second; always reaped.
+    Prometheus cannot report a port it picked, so a port taken between
+    free_port() and its bind is retried on another."""
+
+    ATTEMPTS = 3
 
     def __init__(self, tmp, targets_file):
-        self.port = free_port()
         config = os.path.join(tmp, "prometheus.yml")
         with open(config, "w") as f:
             f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                     "scrape_configs:\n  - job_name: gantry\n    file_sd_configs:\n"
                     f"      - files: ['{targets_file}']\n        refresh_interval: 1s\n")
         self.log_path = os.path.join(tmp, "prometheus.log")
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config}",
-             f"--storage.tsdb.path={os.path.join(tmp, 'tsdb')}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        try:
-            wait_until("prometheus ready", lambda: self._ready())
-        except Exception:
-            self.stop()
-            raise
+        for attempt in range(1, self.ATTEMPTS + 1):
+            self.port = free_port()
+            self.log = open(self.log_path, "w")
+            self.proc = subprocess.Popen(
+                [PROMETHEUS, f"--config.file={config}",
+                 f"--storage.tsdb.path={os.path.join(tmp, 'tsdb')}",
+                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                stdout=self.log, stderr=subprocess.STDOUT)
+            try:
+                wait_until("prometheus ready", lambda: self._ready())
+                return
+            except Exception:
+                self.stop()
+                with open(self.log_path) as f:
+                    port_taken = "address already in use" in f.read()
+                if not port_taken or attempt == self.ATTEMPTS:
+                    raise
 
     def _ready(self):
         if self.proc.poll() is not None:
@@ -124,10 +133,9 @@ class PrometheusScrapesADeployment(unittest.TestCase):
                     "  restart_backoff_initial: 50\n"
                     "  uses:\n    jtype: InteropExec\n"
                     f"    metas:\n      libs: [{PLUGIN}]\n")
-        cls.http_port = free_port()
-        cls.gantry = GantryProcess(
-            ["deployment", "--uses", path, "--port", "0", "--http-port", str(cls.http_port)],
-            cls.tmp.name, "deployment")
+        cls.gantry = GantryProcess(["deployment", "--uses", path, "--port", "0"],
+                                   cls.tmp.name, "deployment", http=True)
+        cls.http_port = cls.gantry.http_port
         try:
             cls.prometheus = PrometheusServer(cls.tmp.name, cls.targets)
         except Exception:

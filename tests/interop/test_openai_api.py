@@ -27,7 +27,7 @@ import urllib.request
 import numpy as np
 import openai
 
-from gantry_process import GantryProcess, doc_blocks, free_port
+from gantry_process import GantryProcess, doc_blocks
 
 PLUGIN = os.environ["GANTRY_INTEROP_PLUGIN"]
 
@@ -48,11 +48,9 @@ def start_deployment(tmp, yaml_text):
     path = os.path.join(tmp, "deployment.yml")
     with open(path, "w") as f:
         f.write(yaml_text)
-    http_port = free_port()
-    process = GantryProcess(
-        ["deployment", "--uses", path, "--port", "0", "--http-port", str(http_port)],
-        tmp, "deployment")
-    return process, http_port
+    process = GantryProcess(["deployment", "--uses", path, "--port", "0"], tmp, "deployment",
+                            http=True)
+    return process, process.http_port
 
 
 class OpenAiClientToInteropExec(unittest.TestCase):
@@ -175,19 +173,17 @@ class OpenAiClientToSentenceEncoder(unittest.TestCase):
             raise unittest.SkipTest(f"model missing at '{MODEL}' (set GANTRY_MODEL_PATH)")
         cls.tmp = tempfile.TemporaryDirectory()
         # The deployment of docs/openai.md as written (no models: its
-        # name serves /encode), on a free HTTP port.
+        # name serves /encode), on a free HTTP port (--http-port 0 over
+        # the YAML's).
         cls.doc_blocks = doc_blocks("openai.md")
         cls.doc_port = int(re.search(r"http_port: (\d+)", cls.doc_blocks["yaml"]).group(1))
-        http_port = free_port()
-        yaml_text = cls.doc_blocks["yaml"].replace(f"http_port: {cls.doc_port}",
-                                                   f"http_port: {http_port}")
         path = os.path.join(cls.tmp.name, "deployment.yml")
         with open(path, "w") as f:
-            f.write(yaml_text)
+            f.write(cls.doc_blocks["yaml"])
         os.environ["GANTRY_MODEL_PATH"] = MODEL  # SentenceEncoder finds the model there
         cls.gantry = GantryProcess(["deployment", "--uses", path, "--port", "0"],
-                                   cls.tmp.name, "deployment")
-        cls.http_port = http_port
+                                   cls.tmp.name, "deployment", http=True)
+        cls.http_port = cls.gantry.http_port
         cls.client = openai.OpenAI(base_url=f"http://127.0.0.1:{cls.http_port}/v1",
                                    api_key="unused", max_retries=0, timeout=120)
 

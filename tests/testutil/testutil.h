@@ -42,6 +42,10 @@ void WriteFile(const std::string& path, const std::string& text);
 // that executors in other processes append to.
 std::size_t CountLines(const std::string& path);
 
+// Runs `command` with /bin/sh and returns its stdout (bounded by the
+// command itself, e.g. curl --max-time).
+std::string RunCommand(const std::string& command);
+
 // Time from `start` to now, in milliseconds, for measured bounds.
 std::chrono::milliseconds Since(std::chrono::steady_clock::time_point start);
 
