@@ -95,15 +95,27 @@ StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(
   }
   // One of the two places where user exceptions are caught (the other is
   // Handle): a throwing constructor is a failed start, with its message.
-  try {
-    handler->executor_ = type->create(context);
-  } catch (const std::exception& e) {
-    return FailedPreconditionError("executor '" + jtype + "' failed to initialise on " +
-                                   context.device.ToString() + ": " + CurrentExceptionTypeName() +
-                                   ": " + e.what());
-  } catch (...) {
-    return FailedPreconditionError("executor '" + jtype + "' failed to initialise on " +
-                                   context.device.ToString() + ": " + CurrentExceptionTypeName());
+  // It runs on the handler thread, as every call after it does: a
+  // constructor that runs torch (a warm-up pass) would otherwise leave a
+  // second OpenMP team behind, and with more OpenMP threads than cores
+  // libgomp spins only briefly before it sleeps, so the handler's team then
+  // slept and woke ~50 times a request (bf16: 0.85 of the bare model).
+  Status created = OkStatus();
+  handler->handler_thread_.Run([&] {
+    try {
+      handler->executor_ = type->create(context);
+    } catch (const std::exception& e) {
+      created = FailedPreconditionError("executor '" + jtype + "' failed to initialise on " +
+                                        context.device.ToString() + ": " +
+                                        CurrentExceptionTypeName() + ": " + e.what());
+    } catch (...) {
+      created =
+          FailedPreconditionError("executor '" + jtype + "' failed to initialise on " +
+                                  context.device.ToString() + ": " + CurrentExceptionTypeName());
+    }
+  });
+  if (!created.ok()) {
+    return created;
   }
   return handler;
 }

@@ -38,18 +38,28 @@ class EchoUnitExec final : public gantry::Executor {
 };
 GANTRY_REGISTER_EXECUTOR(EchoUnitExec);
 
-// Tags each document with the thread its handler ran on.
+std::string ThisThreadId() {
+  std::ostringstream id;
+  id << std::this_thread::get_id();
+  return id.str();
+}
+
+// Tags each document with the thread its handler ran on (text) and the
+// thread its constructor ran on (tags.constructed_on).
 class ThreadTagUnitExec final : public gantry::Executor {
   GANTRY_EXECUTOR(ThreadTagUnitExec);
-  explicit ThreadTagUnitExec(const gantry::ExecutorContext& /*context*/) {}
+  explicit ThreadTagUnitExec(const gantry::ExecutorContext& /*context*/)
+      : constructed_on_(ThisThreadId()) {}
   GANTRY_REQUESTS(WhichThread, "/thread");
   void WhichThread(gantry::DocList& docs) {
-    std::ostringstream id;
-    id << std::this_thread::get_id();
     for (gantry::Doc& doc : docs) {
-      doc.set_text(id.str());
+      doc.set_text(ThisThreadId());
+      doc.mutable_tags().insert_or_assign("constructed_on", gantry::Value(constructed_on_));
     }
   }
+
+ private:
+  const std::string constructed_on_;
 };
 GANTRY_REGISTER_EXECUTOR(ThreadTagUnitExec);
 
@@ -177,7 +187,8 @@ TEST(RequestHandlerTest, EndpointDiscoveryListsDryRunAndSchemas) {
 
 TEST(RequestHandlerTest, HandlerCallsFromManyThreadsAllRunOnOneThreadOfItsOwn) {
   // OpenMP keeps a thread team per calling thread: handler calls must come
-  // from one thread, whichever gRPC thread received the request.
+  // from one thread, whichever gRPC thread received the request, and the
+  // constructor (a model's warm-up pass) from that thread too.
   ExecutorContext context;
   context.name = "tag";
   auto created = RequestHandler::Create("ThreadTagUnitExec", context, "tag/rep-0");
@@ -185,6 +196,7 @@ TEST(RequestHandlerTest, HandlerCallsFromManyThreadsAllRunOnOneThreadOfItsOwn) {
   std::unique_ptr<RequestHandler> handler = std::move(created).value();
   constexpr int kCallers = 8;
   std::vector<std::string> ran_on(kCallers);
+  std::vector<std::string> constructed_on(kCallers);
   std::vector<std::thread> callers;
   for (int i = 0; i < kCallers; ++i) {
     callers.emplace_back([&, i] {
@@ -193,6 +205,9 @@ TEST(RequestHandlerTest, HandlerCallsFromManyThreadsAllRunOnOneThreadOfItsOwn) {
       auto docs = TakeDocListFromProto(request.mutable_data()->mutable_docs());
       ASSERT_TRUE(docs.ok());
       ran_on[static_cast<std::size_t>(i)] = std::string((*docs)[0].text());
+      const auto tag = (*docs)[0].tags().find("constructed_on");
+      constructed_on[static_cast<std::size_t>(i)] =
+          tag != (*docs)[0].tags().end() && tag->second.AsText() ? *tag->second.AsText() : "";
     });
   }
   std::ostringstream main_id;
@@ -203,6 +218,7 @@ TEST(RequestHandlerTest, HandlerCallsFromManyThreadsAllRunOnOneThreadOfItsOwn) {
   std::set<std::string> threads(ran_on.begin(), ran_on.end());
   EXPECT_EQ(threads.size(), 1u);
   EXPECT_FALSE(threads.contains(main_id.str()));
+  EXPECT_THAT(constructed_on, ::testing::Each(*threads.begin()));
 }
 
 }  // namespace
