@@ -1,6 +1,9 @@
 #include "bert_model.h"
 
+#include <ATen/Context.h>
 #include <ATen/TensorOperators.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
@@ -8,7 +11,9 @@
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/layer_norm.h>
 #include <ATen/ops/linear.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
+#include <ATen/ops/zeros.h>
 
 #include <cmath>
 #include <cstdint>
@@ -16,8 +21,11 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <stdexcept>
+#include <string>
 
 namespace gantry::sentence_encoder {
 namespace {
@@ -28,6 +36,63 @@ std::string ShapeString(at::IntArrayRef shape) {
     s += (i ? ", " : "") + std::to_string(shape[i]);
   }
   return s + "]";
+}
+
+// libtorch's oneDNN linear with a fused epilogue: mkldnn::_linear_pointwise,
+// the op Inductor emits for CPU. On this machine's AMD cores its GEMMs ran
+// 5-15% faster than at::linear's MKL ones, and the GELU and residual adds
+// cost no extra pass over the activations. Called boxed, so only the
+// schema, not its C++ argument types, has to stay stable across versions.
+const c10::OperatorHandle* FindOneDnnLinear(const char* overload) {
+  if (!at::hasMKLDNN()) {
+    return nullptr;
+  }
+  static const std::optional<c10::OperatorHandle> unary =
+      c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""});
+  static const std::optional<c10::OperatorHandle> binary =
+      c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", "binary"});
+  const std::optional<c10::OperatorHandle>& op = std::string(overload).empty() ? unary : binary;
+  return op.has_value() ? &*op : nullptr;
+}
+
+// x W^T + b, then `activation` ("none" or "gelu", exact erf).
+at::Tensor OneDnnLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                        const char* activation) {
+  torch::jit::Stack stack{x,
+                          w,
+                          b,
+                          std::string(activation),
+                          c10::List<std::optional<at::Scalar>>(),
+                          std::optional<std::string>("none")};
+  FindOneDnnLinear("")->callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
+// x W^T + b + residual.
+at::Tensor OneDnnLinearAdd(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                           const at::Tensor& residual) {
+  torch::jit::Stack stack{x, residual, w, b, std::string("add")};
+  FindOneDnnLinear("binary")->callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
+// Whether oneDNN has kernels for `dtype` on this CPU: float16, for one,
+// has none without AVX512-FP16 and the op throws. Such dtypes keep ATen's.
+bool OneDnnLinearWorks(at::ScalarType dtype) {
+  if (FindOneDnnLinear("") == nullptr || FindOneDnnLinear("binary") == nullptr) {
+    return false;
+  }
+  try {
+    const at::TensorOptions options = at::TensorOptions().dtype(dtype);
+    const at::Tensor x = at::ones({2, 8}, options);
+    const at::Tensor w = at::ones({4, 8}, options);
+    const at::Tensor b = at::zeros({4}, options);
+    OneDnnLinear(x, w, b, "gelu");
+    OneDnnLinearAdd(x, w, b, at::zeros({2, 4}, options));
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 }  // namespace
@@ -226,6 +291,7 @@ void BertModel::To(at::Device device, at::ScalarType dtype) {
   for (Slot& slot : Slots()) {
     *slot.tensor = slot.tensor->to(device, dtype);
   }
+  fused_cpu_linear_ = device.is_cpu() && OneDnnLinearWorks(dtype);
 }
 
 at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask) const {
@@ -253,20 +319,30 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
   auto split_heads = [&](const at::Tensor& t) {
     return t.view({batch, length, heads, head_dim}).transpose(1, 2);
   };
+  const bool fused = fused_cpu_linear_;
+  auto linear = [fused](const at::Tensor& in, const at::Tensor& w, const at::Tensor& b) {
+    return fused ? OneDnnLinear(in, w, b, "none") : at::linear(in, w, b);
+  };
+  auto linear_gelu = [fused](const at::Tensor& in, const at::Tensor& w, const at::Tensor& b) {
+    return fused ? OneDnnLinear(in, w, b, "gelu") : at::gelu(at::linear(in, w, b));
+  };
+  auto linear_add = [fused](const at::Tensor& in, const at::Tensor& w, const at::Tensor& b,
+                            const at::Tensor& residual) {
+    return fused ? OneDnnLinearAdd(in, w, b, residual) : at::linear(in, w, b) + residual;
+  };
   for (const Layer& l : layers_) {
-    const at::Tensor q = split_heads(at::linear(x, l.query_w, l.query_b));
-    const at::Tensor k = split_heads(at::linear(x, l.key_w, l.key_b));
-    const at::Tensor v = split_heads(at::linear(x, l.value_w, l.value_b));
+    const at::Tensor q = split_heads(linear(x, l.query_w, l.query_b));
+    const at::Tensor k = split_heads(linear(x, l.key_w, l.key_b));
+    const at::Tensor v = split_heads(linear(x, l.value_w, l.value_b));
     const at::Tensor context =
         at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, /*is_causal=*/false,
                                          /*scale=*/1.0 / std::sqrt(static_cast<double>(head_dim)))
             .transpose(1, 2)
             .reshape({batch, length, hidden});
-    const at::Tensor a = at::layer_norm(at::linear(context, l.attn_out_w, l.attn_out_b) + x,
+    const at::Tensor a = at::layer_norm(linear_add(context, l.attn_out_w, l.attn_out_b, x),
                                         norm_shape, l.attn_ln_w, l.attn_ln_b, eps);
-    const at::Tensor i = at::gelu(at::linear(a, l.inter_w, l.inter_b));  // exact erf GELU
-    x = at::layer_norm(at::linear(i, l.out_w, l.out_b) + a, norm_shape, l.out_ln_w, l.out_ln_b,
-                       eps);
+    const at::Tensor i = linear_gelu(a, l.inter_w, l.inter_b);  // exact erf GELU
+    x = at::layer_norm(linear_add(i, l.out_w, l.out_b, a), norm_shape, l.out_ln_w, l.out_ln_b, eps);
   }
   return x;
 }

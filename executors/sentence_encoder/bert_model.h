@@ -55,8 +55,11 @@ class BertModel {
   // int64 buffer old checkpoints carry) is checked to be arange and skipped.
   Status LoadWeights(const SafetensorsFile& file);
 
-  // Moves parameters to `device` and floating parameters to `dtype`.
+  // Moves parameters to `device` and floating parameters to `dtype`. On CPU
+  // the linear layers then run through oneDNN with GELU and the residual
+  // adds fused in, when this libtorch has oneDNN (see fused_cpu_linear()).
   void To(at::Device device, at::ScalarType dtype);
+  bool fused_cpu_linear() const { return fused_cpu_linear_; }
 
   // ids, mask: int64 [B, L] on the model's device. Returns the last hidden
   // state [B, L, hidden] in the model's dtype.
@@ -85,6 +88,7 @@ class BertModel {
   at::Tensor embeddings_ln_w_, embeddings_ln_b_;
   std::vector<Layer> layers_;
   at::Tensor pooler_w_, pooler_b_;
+  bool fused_cpu_linear_ = false;
 };
 
 }  // namespace gantry::sentence_encoder

@@ -149,11 +149,7 @@ TEST(BertModelTest, ParameterNamesAreCheckpointKeys) {
   EXPECT_EQ(params.back().first, "pooler.dense.bias");
 }
 
-TEST(BertModelTest, MatchesPlainAtenReference) {
-  const BertConfig config = TinyConfig();
-  const Weights w = RandomWeights(config);
-  BertModel model(config);
-  ASSERT_TRUE(LoadInto(model, w).ok());
+void ExpectMatchesReference(const BertModel& model, const Weights& w, const BertConfig& config) {
   // Second row padded: exercises the attention mask and masked pooling.
   const at::Tensor ids = at::tensor({2, 7, 9, 11, 3, 2, 5, 3, 0, 0}, at::kLong).view({2, 5});
   const at::Tensor mask = at::tensor({1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, at::kLong).view({2, 5});
@@ -166,6 +162,28 @@ TEST(BertModelTest, MatchesPlainAtenReference) {
       mask.slice(0, 1, 2).slice(1, 0, 3));
   EXPECT_LT((alone[0] - got[1]).abs().max().item<double>(), 1e-5);
   EXPECT_NEAR(got.norm(2, {1}).min().item<double>(), 1.0, 1e-6);
+}
+
+TEST(BertModelTest, MatchesPlainAtenReference) {
+  const BertConfig config = TinyConfig();
+  const Weights w = RandomWeights(config);
+  BertModel model(config);
+  ASSERT_TRUE(LoadInto(model, w).ok());
+  ASSERT_FALSE(model.fused_cpu_linear());  // only To() picks oneDNN
+  ExpectMatchesReference(model, w, config);
+}
+
+// After To(cpu, float32) the linear layers run through oneDNN with GELU and
+// the residual adds fused (wherever libtorch has oneDNN, as the PyPI wheel
+// does); the numbers must not change.
+TEST(BertModelTest, FusedOneDnnLinearMatchesPlainAtenReference) {
+  const BertConfig config = TinyConfig();
+  const Weights w = RandomWeights(config);
+  BertModel model(config);
+  ASSERT_TRUE(LoadInto(model, w).ok());
+  model.To(at::Device(at::kCPU), at::kFloat);
+  EXPECT_EQ(model.fused_cpu_linear(), at::hasMKLDNN());
+  ExpectMatchesReference(model, w, config);
 }
 
 TEST(BertModelTest, PositionIdsAreOptional) {

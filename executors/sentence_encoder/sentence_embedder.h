@@ -63,7 +63,9 @@ struct EmbedderOptions {
 
 class SentenceEmbedder {
  public:
-  // Every error names the file or option at fault.
+  // Every error names the file or option at fault. On CPU it also raises
+  // glibc's mmap and trim thresholds for the whole process, so activations
+  // stay in the heap between forwards.
   static StatusOr<std::unique_ptr<SentenceEmbedder>> Load(EmbedderOptions options);
 
   // Token ids ([CLS] ... [SEP], truncated to max_seq_length) per text.
