@@ -13,9 +13,13 @@
 # slow spell on a shared machine does not land on one side only; the
 # figures are the medians of the rounds. Throughput counts the encoding /
 # post only, not model loading or process start-up (printed separately).
+# With --ceiling it also prints the machine's ceiling for the seed job
+# (ceiling.py: the model's own matrix products timed with the same torch,
+# threads and dtype; no side can beat it) and each side's share of it.
 #
 #   bash bench/encoder/run.sh [--docs N] [--rounds R] [--threads T]
 #                             [--build-dir DIR] [--modes abcd] [--dtype T] [--out FILE.tsv]
+#                             [--ceiling]
 # Defaults: --docs 1000, --rounds 3, --threads 1, --build-dir
 # $GANTRY_BUILD_DIR or <repo>/build, --modes abcd, --dtype float32 (or
 # bfloat16, for every side: SentenceEncoder's dtype, sentence-transformers'
@@ -37,6 +41,7 @@ build="${GANTRY_BUILD_DIR:-${root}/build}"
 modes=abcd
 dtype=float32
 out=""
+ceiling=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --docs) docs="$2"; shift 2 ;;
@@ -46,7 +51,8 @@ while [[ $# -gt 0 ]]; do
     --modes) modes="$2"; shift 2 ;;
     --dtype) dtype="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abcd] [--dtype float32|bfloat16] [--out FILE]" >&2
+    --ceiling) ceiling=1; shift ;;
+    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abcd] [--dtype float32|bfloat16] [--out FILE] [--ceiling]" >&2
        exit 2 ;;
   esac
 done
@@ -70,7 +76,7 @@ for b in "${bare_bin}" "${gantry_bin}"; do
   fi
 done
 python_bin=""
-if [[ "${modes}" == *c* ]]; then
+if [[ "${modes}" == *c* || ${ceiling} -eq 1 ]]; then
   venv="$(bash "${here}/venv.sh" | tail -n 1)"
   python_bin="${venv}/bin/python"
 fi
@@ -157,6 +163,15 @@ for ((r = 0; r < rounds; r++)); do
   done
   echo "${line}"
 done
+if [[ ${ceiling} -eq 1 ]]; then
+  # After the sides, on the same threads; best of 5 timings, so the
+  # ceiling errs high on a busy machine, never low.
+  "${python_bin}" "${here}/ceiling.py" --model-path "${model}" --dtype "${dtype}" \
+    >"${work}/ceiling.log" 2>&1 || { cat "${work}/ceiling.log" >&2; exit 1; }
+  sed 's/^/ceiling: /' "${work}/ceiling.log"
+  value="$(grep -o 'ceiling_docs_per_s=[0-9.]*' "${work}/ceiling.log" | cut -d= -f2)"
+  printf 'ceiling\t0\t%s\t\n' "${value}" >>"${results}"
+fi
 if [[ -n "${out}" ]]; then
   cp "${results}" "${out}"
 fi
@@ -169,8 +184,12 @@ names = {'a': '(a) bare model, 1 process (encoder_bare)',
          'd': '(d) Infinity 0.0.78, torch engine (HTTP, 8 in flight)'}
 runs = {}
 startups = {}
+ceiling = None
 for row in open(sys.argv[1]):
     mode, _, value, startup = row.rstrip('\n').split('\t')
+    if mode == 'ceiling':
+        ceiling = float(value)
+        continue
     runs.setdefault(mode, []).append(float(value))
     if startup:
         startups.setdefault(mode, []).append(float(startup))
@@ -187,4 +206,7 @@ if 'a' in med and 'c' in med:
     print(f'  ratio bare/Jina       (a/c): {med["a"] / med["c"]:.3f}')
 if 'b' in med and 'd' in med:
     print(f'  ratio Gantry/Infinity (b/d): {med["b"] / med["d"]:.3f}')
+if ceiling is not None:
+    print(f'  ceiling (matrix products alone): {ceiling:.1f} docs/s; share of it: '
+          + ', '.join(f'({m}) {med[m] / ceiling:.2f}' for m in sorted(med)))
 PY

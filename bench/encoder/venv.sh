@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv-bench-encoder: Jina (the same pin as scripts/jina_venv.sh) plus
-# sentence-transformers, for the Jina side of the encoder benchmark. A .pth
+# sentence-transformers, for the Jina side of the encoder benchmark, and
+# matplotlib for its plot (plot.py). A .pth
 # file makes the project venv's packages (scripts/setup.sh: the torch that
 # Gantry's libtorch comes from) visible in it, so no second torch is
 # downloaded. Separate from .venv-jina so that venv stays as the interop
@@ -12,7 +13,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 venv="${1:-${root}/.venv-bench-encoder}"
 . "$(dirname "${BASH_SOURCE[0]}")/overlay_venv.sh"
 MakeOverlayVenv "${venv}"
-if ! "${venv}/bin/python" -c 'import jina, docarray, sentence_transformers, torch' 2>/dev/null; then
+if ! "${venv}/bin/python" -c 'import jina, docarray, sentence_transformers, torch, matplotlib' 2>/dev/null; then
   "${venv}/bin/python" -m pip install --quiet --upgrade pip
   constraints=()
   if [[ -x "${root}/.venv-jina/bin/python" ]]; then
@@ -32,7 +33,7 @@ if ! "${venv}/bin/python" -c 'import jina, docarray, sentence_transformers, torc
   # by name; none of them needs torch.
   "${venv}/bin/python" -m pip install --quiet --no-deps sentence-transformers
   "${venv}/bin/python" -m pip install --quiet transformers huggingface-hub tokenizers safetensors \
-    scipy scikit-learn tqdm Pillow typing_extensions
+    scipy scikit-learn tqdm Pillow typing_extensions matplotlib
   # pip may report conflicts of unrelated system packages (awscli, ...)
   # above; the import check below is what matters here.
 fi

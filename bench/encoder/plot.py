@@ -1,0 +1,66 @@
+"""Draws the encoder benchmark as grouped bars: one group per run of run.sh
+(a dtype and thread count), one bar per side (median docs/s over the
+rounds), and the machine's ceiling (run.sh --ceiling) as a line across the
+group when the run has one.
+
+    python plot.py OUT.svg "LABEL=FILE.tsv" ["LABEL=FILE.tsv" ...]
+
+FILE.tsv is what run.sh --out writes. Needs matplotlib (bench/encoder/venv.sh
+installs it in .venv-bench-encoder).
+"""
+import statistics
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+
+SIDES = {"a": "bare model", "b": "Gantry Deployment", "c": "Jina + sentence-transformers",
+         "d": "Infinity (torch engine)"}
+COLOURS = {"a": "#999999", "b": "#1f77b4", "c": "#ff7f0e", "d": "#2ca02c"}
+
+
+def read_run(path):
+    """Median docs/s per side, and the ceiling (or None), of one run.sh --out file."""
+    runs, ceiling = {}, None
+    with open(path) as f:
+        for row in f:
+            mode, _, value, _ = row.rstrip("\n").split("\t")
+            if mode == "ceiling":
+                ceiling = float(value)
+            else:
+                runs.setdefault(mode, []).append(float(value))
+    if not runs:
+        raise SystemExit(f"plot.py: {path}: no runs in it")
+    return {m: statistics.median(v) for m, v in runs.items()}, ceiling
+
+
+def main(argv):
+    if len(argv) < 3 or any("=" not in a for a in argv[2:]):
+        raise SystemExit(__doc__)
+    groups = [(label, *read_run(path)) for label, path in (a.split("=", 1) for a in argv[2:])]
+    sides = sorted({m for _, medians, _ in groups for m in medians})
+    width = 0.8 / len(sides)
+    fig, ax = plt.subplots(figsize=(2.2 + 2.2 * len(groups), 4.2))
+    for i, side in enumerate(sides):
+        xs = [g + (i - (len(sides) - 1) / 2) * width for g in range(len(groups))]
+        values = [medians.get(side, 0.0) for _, medians, _ in groups]
+        bars = ax.bar(xs, values, width, label=SIDES.get(side, side), color=COLOURS.get(side))
+        ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=2)
+    for g, (_, _, ceiling) in enumerate(groups):
+        if ceiling is not None:
+            ax.hlines(ceiling, g - 0.45, g + 0.45, colors="black", linestyles="dashed",
+                      label="ceiling (matrix products alone)" if g == 0 else None)
+    ax.set_xticks(range(len(groups)), [label for label, _, _ in groups])
+    ax.set_ylabel("docs/s (median of the rounds)")
+    ax.set_title("all-MiniLM-L6-v2, seed job, request_size 32, CPU")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_ylim(0, max(max(max(m.values()), c or 0) for _, m, c in groups) * 1.25)
+    fig.tight_layout()
+    fig.savefig(argv[1])
+    print(f"plot.py: wrote {argv[1]}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
