@@ -6,13 +6,11 @@
 #include <c10/core/InferenceMode.h>
 #include <gantry/torch_cuda.h>
 #include <gantry/torch_tensor.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
@@ -22,20 +20,6 @@ namespace gantry::sentence_encoder {
 namespace {
 
 namespace fs = std::filesystem;
-
-// On CPU every forward allocates and frees the same activations, a few MB
-// each. glibc serves blocks that size with mmap and returns them with
-// munmap, so each forward page-faults and zero-fills them all over again
-// (perf: 8-11% of a batch in the kernel). Kept in the heap instead, bf16
-// batches ran 8-10% faster (docs/benchmarks-encoder.md). Process-wide, and
-// a replica is a process of its own; the heap keeps at most 128 MiB free.
-void KeepActivationsInTheHeap() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    ::mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's upper bound on 64-bit
-    ::mallopt(M_TRIM_THRESHOLD, 128 << 20);
-  });
-}
 
 bool HasModel(const fs::path& dir) {
   std::error_code ec;
@@ -284,9 +268,6 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
   embedder->device_ = device;
   embedder->dtype_ = dtype_name;
   embedder->torch_device_ = gantry::ToTorchDevice(device);
-  if (device.is_cpu()) {
-    KeepActivationsInTheHeap();
-  }
   embedder->model_.To(embedder->torch_device_, dtype);
   if (options.warm_up) {
     embedder->Encode({"Warm-up pass so that the first request does not pay for it."});

@@ -63,9 +63,7 @@ struct EmbedderOptions {
 
 class SentenceEmbedder {
  public:
-  // Every error names the file or option at fault. On CPU it also raises
-  // glibc's mmap and trim thresholds for the whole process, so activations
-  // stay in the heap between forwards.
+  // Every error names the file or option at fault.
   static StatusOr<std::unique_ptr<SentenceEmbedder>> Load(EmbedderOptions options);
 
   // Token ids ([CLS] ... [SEP], truncated to max_seq_length) per text.
