@@ -82,6 +82,18 @@ gantry::Status CheckHttpPortFile(const ListenFlags& listen, int http_port) {
   return gantry::OkStatus();
 }
 
+// The flags' ports over the YAML's (DeploymentOptions or FlowOptions).
+template <typename Options>
+gantry::Status ApplyListenFlags(const ListenFlags& listen, Options& options) {
+  if (listen.port >= 0) {
+    options.port = listen.port;
+  }
+  if (listen.http_port >= 0) {
+    options.http_port = listen.http_port;
+  }
+  return CheckHttpPortFile(listen, options.http_port);
+}
+
 void WritePortFile(const std::string& path, int port) {
   if (path.empty()) {
     return;
@@ -135,13 +147,7 @@ int RunDeployment(const std::string& uses, const ListenFlags& listen, const std:
   if (!options.ok()) {
     return Fail(options.status());
   }
-  if (listen.port >= 0) {
-    options->port = listen.port;
-  }
-  if (listen.http_port >= 0) {
-    options->http_port = listen.http_port;
-  }
-  if (gantry::Status s = CheckHttpPortFile(listen, options->http_port); !s.ok()) {
+  if (gantry::Status s = ApplyListenFlags(listen, *options); !s.ok()) {
     return Fail(s);
   }
   if (!log_level.empty()) {
@@ -201,13 +207,7 @@ int RunFlow(const std::string& uses, const ListenFlags& listen, const std::strin
   if (!options.ok()) {
     return Fail(options.status());
   }
-  if (listen.port >= 0) {
-    options->port = listen.port;
-  }
-  if (listen.http_port >= 0) {
-    options->http_port = listen.http_port;
-  }
-  if (gantry::Status s = CheckHttpPortFile(listen, options->http_port); !s.ok()) {
+  if (gantry::Status s = ApplyListenFlags(listen, *options); !s.ok()) {
     return Fail(s);
   }
   if (!log_level.empty()) {
