@@ -21,6 +21,7 @@
 
 #include "common/grpc_options.h"
 #include "common/metrics_server.h"
+#include "common/sanitizer_handoff.h"
 #include "common/tls.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/http_gateway.h"
@@ -540,6 +541,7 @@ class Gateway::Impl::DataService final : public grpc::CallbackGenericService {
   explicit DataService(Gateway::Impl* gateway) : gateway_(gateway) {}
   grpc::ServerGenericBidiReactor* CreateReactor(
       grpc::GenericCallbackServerContext* context) override {
+    ReceiveOnGrpcThread(this);
     return new DataReactor(gateway_, context);
   }
 
@@ -557,6 +559,7 @@ class Gateway::Impl::DryRunService final : public jina::JinaGatewayDryRunRPC::Ca
   grpc::ServerUnaryReactor* dry_run(grpc::CallbackServerContext* context,
                                     const google::protobuf::Empty* /*request*/,
                                     jina::StatusProto* reply) override {
+    ReceiveOnGrpcThread(this);
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     jina::DataRequestProto probe;
     probe.mutable_header()->set_request_id("dry-run");
@@ -658,6 +661,11 @@ Status Gateway::Impl::Init() {
   builder.RegisterService(reflection_service_.get());
   builder.RegisterService(kserve_service_.get());
   builder.RegisterCallbackGenericService(data_service_.get());
+  // The callback services run on gRPC's threads, which may predate this
+  // gateway (see common/sanitizer_handoff.h); the sync ones get threads of
+  // their own, made below.
+  PublishToGrpcThreads(data_service_.get());
+  PublishToGrpcThreads(dry_run_service_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
     return UnavailableError("gateway cannot listen on " + address +
