@@ -36,12 +36,12 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cli/scaffold.h"
+#include "common/port_file.h"
 #include "core/deployment_rules.h"
 #include "core/logging.h"
 #include "core/value_json.h"
@@ -94,13 +94,10 @@ gantry::Status ApplyListenFlags(const ListenFlags& listen, Options& options) {
   return CheckHttpPortFile(listen, options.http_port);
 }
 
-void WritePortFile(const std::string& path, int port) {
-  if (path.empty()) {
-    return;
-  }
-  std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << port << "\n";
-  std::rename(tmp.c_str(), path.c_str());
+// The HTTP port first: a reader that waits for --port-file finds both.
+gantry::Status WritePortFiles(const ListenFlags& listen, int http_port, int port) {
+  GANTRY_RETURN_IF_ERROR(gantry::internal::WritePortFile(listen.http_port_file, http_port));
+  return gantry::internal::WritePortFile(listen.port_file, port);
 }
 
 // Replaces this process with gantry-worker so that signals reach it directly.
@@ -194,8 +191,10 @@ int RunDeployment(const std::string& uses, const ListenFlags& listen, const std:
       spdlog::info("{} metrics on 127.0.0.1:{}/metrics", replica.name, replica.monitoring_port);
     }
   }
-  WritePortFile(listen.http_port_file, deployment.http_port());
-  WritePortFile(listen.port_file, deployment.port());
+  if (gantry::Status s = WritePortFiles(listen, deployment.http_port(), deployment.port());
+      !s.ok()) {
+    return Fail(s);
+  }
   deployment.Block();
   deployment.Stop();
   return 0;
@@ -222,8 +221,9 @@ int RunFlow(const std::string& uses, const ListenFlags& listen, const std::strin
   if (flow.http_port() >= 0) {
     spdlog::info("HTTP gateway on port {}", flow.http_port());
   }
-  WritePortFile(listen.http_port_file, flow.http_port());
-  WritePortFile(listen.port_file, flow.port());
+  if (gantry::Status s = WritePortFiles(listen, flow.http_port(), flow.port()); !s.ok()) {
+    return Fail(s);
+  }
   flow.Block();
   flow.Stop();
   return 0;
@@ -341,8 +341,10 @@ int RunGateway(const std::string& addresses, const std::string& host, const List
   if ((*gateway)->http_port() >= 0) {
     spdlog::info("HTTP gateway on {}:{}", host, (*gateway)->http_port());
   }
-  WritePortFile(listen.http_port_file, (*gateway)->http_port());
-  WritePortFile(listen.port_file, (*gateway)->port());
+  if (gantry::Status s = WritePortFiles(listen, (*gateway)->http_port(), (*gateway)->port());
+      !s.ok()) {
+    return Fail(s);
+  }
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);

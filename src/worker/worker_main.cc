@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -26,6 +25,7 @@
 #include <vector>
 
 #include "common/metrics_server.h"
+#include "common/port_file.h"
 #include "core/deployment_rules.h"
 #include "core/limits.h"
 #include "core/logging.h"
@@ -350,11 +350,8 @@ int RunWorker(const WorkerFlags& flags) {
     return report_error(server.status().WithPrefix(spec->runtime_name));
   }
   int port = (*server)->port();
-  if (!spec->port_file.empty()) {
-    // Written then renamed, so readers never see a half-written file.
-    std::string tmp = spec->port_file + ".tmp";
-    std::ofstream(tmp) << port << "\n";
-    std::rename(tmp.c_str(), spec->port_file.c_str());
+  if (Status written = WritePortFile(spec->port_file, port); !written.ok()) {
+    return report_error(written.WithPrefix(spec->runtime_name));
   }
   spdlog::info("ready and listening on {}:{}", spec->host, port);
   if (flags.status_fd >= 0) {

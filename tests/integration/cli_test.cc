@@ -205,6 +205,26 @@ TEST(CliTest, HttpPortFileWithoutAnHttpGatewayIsRefused) {
   EXPECT_FALSE(std::filesystem::exists(dir.File("http-port")));
 }
 
+// A port file that cannot be written stops the command with the reason, for
+// the gateway commands and for a lone executor alike: a script waiting for
+// the file would otherwise wait forever on a server that is up.
+TEST(CliTest, UnwritablePortFileIsAnErrorNamingIt) {
+  testing::TempDir dir;
+  const std::string port_file = dir.File("no-such-dir") + "/port";
+  auto [code, out] =
+      RunCli({"deployment", "--uses", testing::SourceDir() + "/examples/seed/deployment.yml",
+              "--port", "0", "--port-file", port_file});
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, HasSubstr("gantry: error: port file " + port_file + ": cannot write " +
+                             port_file + ".tmp (No such file or directory)"));
+
+  auto [executor_code, executor_out] =
+      RunCli({"executor", "--uses", testing::SourceDir() + "/examples/seed/executor.yml", "--host",
+              "127.0.0.1", "--port", "0", "--port-file", port_file});
+  EXPECT_EQ(executor_code, 1);
+  EXPECT_THAT(executor_out, HasSubstr("port file " + port_file + ": cannot write"));
+}
+
 TEST(CliTest, BadFlowYamlIsReportedWithFileKeyAndStep) {
   testing::TempDir dir;
   std::string yaml = dir.File("flow.yml");
