@@ -4,6 +4,7 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <ATen/ops/amax.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
@@ -11,14 +12,17 @@
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/layer_norm.h>
 #include <ATen/ops/linear.h>
+#include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
+#include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -29,6 +33,15 @@
 
 namespace gantry::sentence_encoder {
 namespace {
+
+// In bfloat16 and float16 on CPU, sequences up to this many tokens take
+// ExplicitAttention. ATen's CPU scaled_dot_product_attention (a blocked
+// kernel built for long sequences) took 2.3x as long at 14 tokens (the seed
+// text) and was still slower at 64; at 96 and beyond it wins. The whole
+// bfloat16 model gained 6% (docs/benchmarks-encoder.md). In float32 the
+// attention alone gained as much, but the model as a whole did not (more
+// page faults for the larger float32 temporaries), so float32 keeps SDPA.
+constexpr std::int64_t kExplicitAttentionMaxLength = 64;
 
 std::string ShapeString(at::IntArrayRef shape) {
   std::string s = "[";
@@ -96,6 +109,17 @@ bool OneDnnLinearWorks(at::ScalarType dtype) {
 }
 
 }  // namespace
+
+at::Tensor ExplicitAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const std::optional<at::Tensor>& additive_mask, double scale) {
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).to(at::kFloat).mul_(scale);
+  if (additive_mask) {
+    scores.add_(*additive_mask);
+  }
+  scores.sub_(at::amax(scores, {-1}, /*keepdim=*/true)).exp_();
+  scores.div_(at::sum(scores, {-1}, /*keepdim=*/true));
+  return at::matmul(scores.to(q.scalar_type()), v);
+}
 
 StatusOr<BertConfig> BertConfig::FromJson(const std::string& text, const std::string& path) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -310,12 +334,20 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
                  token_type_embeddings_[0];
   x = at::layer_norm(x, norm_shape, embeddings_ln_w_, embeddings_ln_b_, eps);
 
-  // Boolean key mask [B, 1, 1, L] (true = attend). None when nothing is
-  // padded, as transformers does, which lets SDPA pick its fastest kernel.
+  const bool explicit_attention =
+      x.is_cpu() && x.scalar_type() != at::kFloat && length <= kExplicitAttentionMaxLength;
+  // Key mask [B, 1, 1, L]: boolean (true = attend) for SDPA, additive for
+  // ExplicitAttention. None when nothing is padded, as transformers does,
+  // which lets SDPA pick its fastest kernel.
   std::optional<at::Tensor> mask;
   if (!attention_mask.all().item<bool>()) {
     mask = attention_mask.to(at::kBool).view({batch, 1, 1, length});
+    if (explicit_attention) {
+      mask = at::zeros({batch, 1, 1, length}, x.options().dtype(at::kFloat))
+                 .masked_fill_(mask->logical_not(), std::numeric_limits<float>::lowest());
+    }
   }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   auto split_heads = [&](const at::Tensor& t) {
     return t.view({batch, length, heads, head_dim}).transpose(1, 2);
   };
@@ -335,8 +367,9 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
     const at::Tensor k = split_heads(linear(x, l.key_w, l.key_b));
     const at::Tensor v = split_heads(linear(x, l.value_w, l.value_b));
     const at::Tensor context =
-        at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, /*is_causal=*/false,
-                                         /*scale=*/1.0 / std::sqrt(static_cast<double>(head_dim)))
+        (explicit_attention ? ExplicitAttention(q, k, v, mask, scale)
+                            : at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0,
+                                                               /*is_causal=*/false, scale))
             .transpose(1, 2)
             .reshape({batch, length, hidden});
     const at::Tensor a = at::layer_norm(linear_add(context, l.attn_out_w, l.attn_out_b, x),

@@ -14,6 +14,7 @@
 #include <gantry/status.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,17 @@ struct BertConfig {
   static StatusOr<BertConfig> FromJson(const std::string& text, const std::string& path);
   static StatusOr<BertConfig> Load(const std::string& path);
 };
+
+// softmax(q k^T * scale + additive_mask) v as two batched GEMMs and a
+// softmax taken in float32 for any dtype (as SDPA accumulates), spelled out
+// because ATen's softmax kernel over a last dimension this short was 5x
+// slower than its four element-wise passes. BertModel::Forward uses it for
+// short sequences on CPU, where it beats ATen's SDPA (bert_model.cc).
+// q, k, v: [B, heads, L, head_dim], any strides; `additive_mask`:
+// [B, 1, 1, L] float, 0 to attend and float's lowest to mask (finite, so a
+// row with no key left averages them all instead of giving NaN).
+at::Tensor ExplicitAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const std::optional<at::Tensor>& additive_mask, double scale);
 
 class BertModel {
  public:

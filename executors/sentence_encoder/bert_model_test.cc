@@ -186,6 +186,64 @@ TEST(BertModelTest, FusedOneDnnLinearMatchesPlainAtenReference) {
   ExpectMatchesReference(model, w, config);
 }
 
+// ExplicitAttention against ATen's SDPA on the same inputs: strided q, k, v
+// as Forward makes them (heads split out of [B, L, hidden]), a padded row
+// and a row with every key masked (SDPA gives NaN there, so it is compared
+// with the mean of v, which a softmax over equal scores gives).
+TEST(BertModelTest, ExplicitAttentionMatchesSdpa) {
+  const std::int64_t batch = 3, length = 14, heads = 4, head_dim = 8;
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    at::manual_seed(7);
+    auto heads_of = [&](const at::Tensor& t) {
+      return t.view({batch, length, heads, head_dim}).transpose(1, 2);
+    };
+    const at::Tensor q = heads_of(at::randn({batch, length, heads * head_dim}).to(dtype));
+    const at::Tensor k = heads_of(at::randn({batch, length, heads * head_dim}).to(dtype));
+    const at::Tensor v = heads_of(at::randn({batch, length, heads * head_dim}).to(dtype));
+    at::Tensor keep = at::ones({batch, 1, 1, length}, at::kBool);
+    keep[1].slice(-1, 9).fill_(false);  // row 1: 9 tokens, then padding
+    keep[2].fill_(false);               // row 2: nothing to attend to
+    const at::Tensor additive =
+        at::zeros({batch, 1, 1, length}, at::kFloat)
+            .masked_fill_(keep.logical_not(), std::numeric_limits<float>::lowest());
+    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+    const at::Tensor got = ExplicitAttention(q, k, v, additive, scale).to(at::kFloat);
+    // The reference: SDPA in float32 on the same (rounded) inputs.
+    const at::Tensor want = at::scaled_dot_product_attention(
+        q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), keep, 0.0, false, scale);
+    const double tolerance = dtype == at::kFloat ? 1e-5 : 2e-2;
+    EXPECT_LT((got.slice(0, 0, 2) - want.slice(0, 0, 2)).abs().max().item<double>(), tolerance)
+        << dtype;
+    const at::Tensor mean_v = v[2].to(at::kFloat).mean(1, /*keepdim=*/true).expand_as(got[2]);
+    EXPECT_LT((got[2] - mean_v).abs().max().item<double>(), tolerance) << dtype;
+    EXPECT_TRUE(at::isfinite(got).all().item<bool>()) << dtype;
+  }
+}
+
+// On CPU in bfloat16, sequences up to 64 tokens take the model's explicit
+// attention and longer ones ATen's SDPA (bert_model.cc says why); both must
+// stay within bfloat16's rounding of the float32 reference, with a padded
+// row, on either side of the bound.
+TEST(BertModelTest, BothAttentionPathsMatchTheReference) {
+  BertConfig config = TinyConfig();
+  config.max_position_embeddings = 80;
+  const Weights w = RandomWeights(config);
+  BertModel model(config);
+  ASSERT_TRUE(LoadInto(model, w).ok());
+  model.To(at::Device(at::kCPU), at::kBFloat16);
+  for (const std::int64_t length : {3, 64, 65, 80}) {
+    at::manual_seed(length);
+    at::Tensor ids = at::randint(1, config.vocab_size, {3, length}, at::kLong);
+    at::Tensor mask = at::ones({3, length}, at::kLong);
+    mask[1].slice(0, (length + 1) / 2).fill_(0);  // the second row is half padding
+    ids.masked_fill_(mask == 0, 0);
+    const at::Tensor got = BertModel::MeanPoolNormalize(model.Forward(ids, mask), mask);
+    const at::Tensor want = ReferenceEmbedding(w, config, ids, mask);
+    const at::Tensor cosine = (got * want).sum(1);  // both are unit vectors
+    EXPECT_GT(cosine.min().item<double>(), 0.999) << "length " << length << ": " << cosine;
+  }
+}
+
 TEST(BertModelTest, PositionIdsAreOptional) {
   BertModel model(TinyConfig());
   EXPECT_TRUE(LoadInto(model, RandomWeights(TinyConfig()), /*with_position_ids=*/false).ok());
