@@ -39,8 +39,8 @@ namespace {
 // kernel built for long sequences) took 2.3x as long at 14 tokens (the seed
 // text) and was still slower at 64; at 96 and beyond it wins. The whole
 // bfloat16 model gained 6% (docs/benchmarks-encoder.md). In float32 the
-// attention alone gained as much, but the model as a whole did not (more
-// page faults for the larger float32 temporaries), so float32 keeps SDPA.
+// attention alone gained as much, but the model as a whole did not, also
+// with page faults ruled out; not understood, so float32 keeps SDPA.
 constexpr std::int64_t kExplicitAttentionMaxLength = 64;
 
 std::string ShapeString(at::IntArrayRef shape) {
