@@ -56,15 +56,16 @@ std::string ShapeString(at::IntArrayRef shape) {
 // 5-15% faster than at::linear's MKL ones, and the GELU and residual adds
 // cost no extra pass over the activations. Called boxed, so only the
 // schema, not its C++ argument types, has to stay stable across versions.
-const c10::OperatorHandle* FindOneDnnLinear(const char* overload) {
+// `binary`: the overload with a second input (the residual add).
+const c10::OperatorHandle* FindOneDnnLinear(bool binary) {
   if (!at::hasMKLDNN()) {
     return nullptr;
   }
-  static const std::optional<c10::OperatorHandle> unary =
+  static const std::optional<c10::OperatorHandle> unary_op =
       c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""});
-  static const std::optional<c10::OperatorHandle> binary =
+  static const std::optional<c10::OperatorHandle> binary_op =
       c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", "binary"});
-  const std::optional<c10::OperatorHandle>& op = std::string(overload).empty() ? unary : binary;
+  const std::optional<c10::OperatorHandle>& op = binary ? binary_op : unary_op;
   return op.has_value() ? &*op : nullptr;
 }
 
@@ -77,7 +78,7 @@ at::Tensor OneDnnLinear(const at::Tensor& x, const at::Tensor& w, const at::Tens
                           std::string(activation),
                           c10::List<std::optional<at::Scalar>>(),
                           std::optional<std::string>("none")};
-  FindOneDnnLinear("")->callBoxed(&stack);
+  FindOneDnnLinear(/*binary=*/false)->callBoxed(&stack);
   return stack[0].toTensor();
 }
 
@@ -85,14 +86,15 @@ at::Tensor OneDnnLinear(const at::Tensor& x, const at::Tensor& w, const at::Tens
 at::Tensor OneDnnLinearAdd(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                            const at::Tensor& residual) {
   torch::jit::Stack stack{x, residual, w, b, std::string("add")};
-  FindOneDnnLinear("binary")->callBoxed(&stack);
+  FindOneDnnLinear(/*binary=*/true)->callBoxed(&stack);
   return stack[0].toTensor();
 }
 
 // Whether oneDNN has kernels for `dtype` on this CPU: float16, for one,
 // has none without AVX512-FP16 and the op throws. Such dtypes keep ATen's.
 bool OneDnnLinearWorks(at::ScalarType dtype) {
-  if (FindOneDnnLinear("") == nullptr || FindOneDnnLinear("binary") == nullptr) {
+  if (FindOneDnnLinear(/*binary=*/false) == nullptr ||
+      FindOneDnnLinear(/*binary=*/true) == nullptr) {
     return false;
   }
   try {

@@ -15,26 +15,18 @@
 
 namespace gantry::internal {
 
-// Called once everything gRPC's threads will read of `object` is set up,
-// before the server that hands it to them starts.
-inline void PublishToGrpcThreads(void* object) {
+// PublishToGrpcThreads: called once everything gRPC's threads will read of
+// `object` is set up, before the server that hands it to them starts.
+// ReceiveOnGrpcThread: called first in every handler that gRPC runs on its
+// own threads, with the object published (the service itself: reading a
+// member to find another object would already be the access TSan flags).
 #ifdef GANTRY_TSAN
-  __tsan_release(object);
+inline void PublishToGrpcThreads(void* object) { __tsan_release(object); }
+inline void ReceiveOnGrpcThread(void* object) { __tsan_acquire(object); }
 #else
-  static_cast<void>(object);
+inline void PublishToGrpcThreads(void* /*object*/) {}
+inline void ReceiveOnGrpcThread(void* /*object*/) {}
 #endif
-}
-
-// Called first in every handler that gRPC runs on its own threads, with the
-// object published (the service itself: reading a member to find another
-// object would already be the access TSan flags).
-inline void ReceiveOnGrpcThread(void* object) {
-#ifdef GANTRY_TSAN
-  __tsan_acquire(object);
-#else
-  static_cast<void>(object);
-#endif
-}
 
 }  // namespace gantry::internal
 
