@@ -17,6 +17,7 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "common/grpc_options.h"
@@ -418,6 +419,23 @@ Status Deployment::Impl::Start() {
 
 Status Deployment::Impl::SpawnReplicas() {
   replicas_.reserve(static_cast<std::size_t>(options_.replicas));
+  // Replicas share this machine's cores. Unless the user sized the thread
+  // pools (YAML env or this process's environment), each gets an even share;
+  // one replica keeps its libraries' default (libtorch: one per physical core).
+  bool threads_sized_by_user = false;
+  for (const char* variable : internal::kThreadCountVariables) {
+    threads_sized_by_user = threads_sized_by_user || options_.env.contains(variable) ||
+                            std::getenv(variable) != nullptr;
+  }
+  std::optional<int> threads_per_replica;
+  if (!threads_sized_by_user && options_.replicas > 1) {
+    const int cores = internal::AvailableCpuCores();
+    threads_per_replica = internal::IntraOpThreadsPerReplica(cores, options_.replicas);
+    spdlog::info(
+        "deployment '{}': {} replicas share {} CPU cores: OMP_NUM_THREADS={} each (set "
+        "OMP_NUM_THREADS in env to choose)",
+        options_.name, options_.replicas, cores, *threads_per_replica);
+  }
   for (int i = 0; i < options_.replicas; ++i) {
     Replica& replica = replicas_.emplace_back(
         options_.restart_backoff_initial, options_.restart_backoff_max, options_.max_init_failures);
@@ -444,6 +462,11 @@ Status Deployment::Impl::SpawnReplicas() {
     spec.max_message_bytes = options_.max_message_bytes;
     spec.monitoring_port = options_.monitoring ? 0 : -1;
     replica.env = options_.env;
+    if (threads_per_replica) {
+      for (const char* variable : internal::kThreadCountVariables) {
+        replica.env[variable] = std::to_string(*threads_per_replica);
+      }
+    }
     if (placement.cuda_visible_devices && internal::IsDockerUses(options_.uses)) {
       // Docker gives the container these GPUs (numbered from 0 inside);
       // the CUDA variables would name host indices.

@@ -1,6 +1,7 @@
 #include "deployment/placement.h"
 
 #include <gantry/device.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cmath>
@@ -391,6 +392,19 @@ class Planner {
 StatusOr<PlacementPlan> PlanPlacement(const PlacementRequest& request,
                                       const GpuInventory& inventory) {
   return Planner(request, inventory).Plan();
+}
+
+int IntraOpThreadsPerReplica(int cores, int replicas) {
+  return std::max(1, cores / std::max(1, replicas));
+}
+
+int AvailableCpuCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) {
+    return 1;
+  }
+  return std::max(1, CPU_COUNT(&set));
 }
 
 }  // namespace gantry::internal

@@ -1,11 +1,13 @@
-// GPU placement of a Deployment's replicas: which GPUs each replica may see
-// (its CUDA_VISIBLE_DEVICES) and which device string its executor gets.
+// Placement of a Deployment's replicas: which GPUs each replica may see (its
+// CUDA_VISIBLE_DEVICES), which device string its executor gets, and how many
+// OpenMP threads each may start on the CPU cores they share.
 // PlanPlacement is pure logic over a GpuInventory (core/gpu_inventory.h), so
 // it is unit-tested over synthetic inventories; DiscoverGpus fills one from
 // the NVIDIA driver without creating a CUDA context, so the parent process
 // never initialises CUDA at all.
 //
-// Thread safety: PlanPlacement is a pure function.
+// Thread safety: PlanPlacement and IntraOpThreadsPerReplica are pure
+// functions; AvailableCpuCores may be called from any thread.
 #ifndef GANTRY_DEPLOYMENT_PLACEMENT_H_
 #define GANTRY_DEPLOYMENT_PLACEMENT_H_
 
@@ -59,6 +61,20 @@ struct PlacementPlan {
 // spawned.
 StatusOr<PlacementPlan> PlanPlacement(const PlacementRequest& request,
                                       const GpuInventory& inventory);
+
+// The environment variables that size a worker's OpenMP/MKL thread pools
+// (libtorch's intra-op threads among them).
+inline constexpr const char* kThreadCountVariables[] = {"OMP_NUM_THREADS", "MKL_NUM_THREADS"};
+
+// Intra-op threads for each of `replicas` workers on `cores` CPU cores: an
+// even share, at least 1. Left alone, each worker starts one thread per core,
+// and libtorch's kernels, which wait at a barrier after every parallel
+// region, ran several times slower with replicas x cores threads on `cores`
+// cores (docs/benchmarks-encoder.md).
+int IntraOpThreadsPerReplica(int cores, int replicas);
+
+// CPU cores this process may run on (its affinity mask), at least 1.
+int AvailableCpuCores();
 
 }  // namespace gantry::internal
 

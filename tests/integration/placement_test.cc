@@ -9,8 +9,10 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
+#include "deployment/placement.h"
 #include "testutil/testutil.h"
 
 namespace gantry {
@@ -100,6 +102,50 @@ TEST(PlacementIntegrationTest, JinaRoundRobinEnv) {
     visible.push_back(replica.cuda_visible_devices);
   }
   EXPECT_EQ(visible, (std::vector<std::string>{"1", "2", "1"}));
+}
+
+// Replicas on one machine split its cores between their OpenMP pools
+// instead of each starting one thread per core; a user's own setting wins.
+TEST(PlacementIntegrationTest, CpuReplicasShareTheCoresUnlessTheUserSizedThem) {
+  std::string expected =
+      std::to_string(internal::IntraOpThreadsPerReplica(internal::AvailableCpuCores(), 2));
+  std::string expected_single = "<unset>";
+  if (const char* own = std::getenv("OMP_NUM_THREADS"); own != nullptr) {
+    expected = expected_single = own;  // inherited unchanged
+  }
+  auto threads_seen = [](Deployment& dep, const char* tag) {
+    std::set<std::string> seen;
+    DocList docs;
+    for (int i = 0; i < 8; ++i) {
+      docs.emplace_back("probe " + std::to_string(i));
+    }
+    auto result = dep.Post("/", docs, {.request_size = 1});
+    EXPECT_TRUE(result.ok()) << result.status();
+    std::set<std::int64_t> pids;
+    for (const Doc& doc : result.ok() ? *result : DocList{}) {
+      seen.insert(*doc.tags().at(tag).AsText());
+      pids.insert(*doc.tags().at("pid").AsInt());
+    }
+    EXPECT_EQ(pids.size(), dep.replicas().size());  // every replica answered
+    return seen;
+  };
+
+  Deployment two({.uses = "PlacementProbeExec", .replicas = 2, .gpus = "0"});
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(threads_seen(two, "omp_num_threads"), std::set<std::string>{expected});
+  if (std::getenv("OMP_NUM_THREADS") == nullptr && std::getenv("MKL_NUM_THREADS") == nullptr) {
+    EXPECT_EQ(threads_seen(two, "mkl_num_threads"), std::set<std::string>{expected});
+  }
+
+  // One replica keeps its libraries' own default.
+  Deployment one({.uses = "PlacementProbeExec", .gpus = "0"});
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(threads_seen(one, "omp_num_threads"), std::set<std::string>{expected_single});
+
+  Deployment sized(
+      {.uses = "PlacementProbeExec", .replicas = 2, .env = {{"OMP_NUM_THREADS", "3"}}, .gpus = "0"});
+  ASSERT_TRUE(sized.ok()) << sized.status();
+  EXPECT_EQ(threads_seen(sized, "omp_num_threads"), std::set<std::string>{"3"});
 }
 
 // A CUDA device on a machine (or libtorch) without one fails the start with

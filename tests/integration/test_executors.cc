@@ -112,7 +112,11 @@ class PlacementProbeExec final : public gantry::Executor {
   GANTRY_REQUESTS(Probe);
   void Probe(gantry::DocList& docs) {
     const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+    const char* omp_threads = std::getenv("OMP_NUM_THREADS");
+    const char* mkl_threads = std::getenv("MKL_NUM_THREADS");
     for (gantry::Doc& doc : docs) {
+      doc.mutable_tags()["omp_num_threads"] = gantry::Value(omp_threads ? omp_threads : "<unset>");
+      doc.mutable_tags()["mkl_num_threads"] = gantry::Value(mkl_threads ? mkl_threads : "<unset>");
       doc.mutable_tags()["pid"] = gantry::Value(static_cast<std::int64_t>(::getpid()));
       doc.mutable_tags()["cuda_visible_devices"] = gantry::Value(cvd ? cvd : "<unset>");
       doc.mutable_tags()["device"] = gantry::Value(device_);

@@ -231,5 +231,14 @@ TEST(PlacementTest, FakeGpusStandInForTheDriver) {
   EXPECT_EQ(inventory.gpus[1].id, "1");
 }
 
+TEST(IntraOpThreadsTest, AnEvenShareOfTheCoresAndAtLeastOne) {
+  EXPECT_EQ(IntraOpThreadsPerReplica(2, 1), 2);
+  EXPECT_EQ(IntraOpThreadsPerReplica(2, 2), 1);
+  EXPECT_EQ(IntraOpThreadsPerReplica(16, 3), 5);
+  EXPECT_EQ(IntraOpThreadsPerReplica(2, 8), 1);
+  EXPECT_EQ(IntraOpThreadsPerReplica(4, 0), 4);
+  EXPECT_GE(AvailableCpuCores(), 1);
+}
+
 }  // namespace
 }  // namespace gantry::internal
