@@ -1,6 +1,8 @@
 // GPU placement end to end without a GPU: GANTRY_FAKE_GPUS stands in for
 // the driver, and PlacementProbeExec (which touches no CUDA) reports the
 // CUDA_VISIBLE_DEVICES and device each replica really received.
+#include "deployment/placement.h"
+
 #include <gantry/deployment.h>
 #include <gantry/torch_tensor.h>
 #include <gmock/gmock.h>
@@ -12,7 +14,6 @@
 #include <set>
 #include <string>
 
-#include "deployment/placement.h"
 #include "testutil/testutil.h"
 
 namespace gantry {
@@ -142,8 +143,10 @@ TEST(PlacementIntegrationTest, CpuReplicasShareTheCoresUnlessTheUserSizedThem) {
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_EQ(threads_seen(one, "omp_num_threads"), std::set<std::string>{expected_single});
 
-  Deployment sized(
-      {.uses = "PlacementProbeExec", .replicas = 2, .env = {{"OMP_NUM_THREADS", "3"}}, .gpus = "0"});
+  Deployment sized({.uses = "PlacementProbeExec",
+                    .replicas = 2,
+                    .env = {{"OMP_NUM_THREADS", "3"}},
+                    .gpus = "0"});
   ASSERT_TRUE(sized.ok()) << sized.status();
   EXPECT_EQ(threads_seen(sized, "omp_num_threads"), std::set<std::string>{"3"});
 }
