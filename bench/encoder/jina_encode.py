@@ -5,7 +5,7 @@ embedding, and prints a line in encode_10k's format:
   docs_per_s=<v> n=<N> seconds=<post time> startup_seconds=<v> ...
 
   python jina_encode.py --model-path DIR [--docs N] [--device cpu] [--dtype float32|bfloat16]
-                        [--no-progress]
+                        [--replicas R] [--no-progress]
 """
 import argparse
 import os
@@ -23,6 +23,7 @@ def main() -> int:
     parser.add_argument('--docs', type=int, default=10000)
     parser.add_argument('--device', default='cpu')
     parser.add_argument('--dtype', default='float32', choices=['float32', 'bfloat16'])
+    parser.add_argument('--replicas', type=int, default=1)
     parser.add_argument('--no-progress', action='store_true')
     args = parser.parse_args()
 
@@ -36,7 +37,7 @@ def main() -> int:
     dep = Deployment(uses=MyGPUExec,
                      uses_with={'device': args.device, 'model_path': args.model_path,
                                 'dtype': args.dtype},
-                     host='127.0.0.1')
+                     replicas=args.replicas, host='127.0.0.1')
     with dep:
         startup = time.perf_counter() - start
         docs = DocList[TextDoc]([TextDoc(text=SENTENCE) for _ in range(args.docs)])
@@ -54,7 +55,7 @@ def main() -> int:
     print(f'encoded {len(out)} documents in {seconds:.2f} s: {len(out) / seconds:.1f} docs/s '
           f'(startup {startup:.2f} s)')
     print(f'docs_per_s={len(out) / seconds:.1f} n={len(out)} seconds={seconds:.3f} '
-          f'startup_seconds={startup:.3f} replicas=1 request_size=32 device={args.device} '
+          f'startup_seconds={startup:.3f} replicas={args.replicas} request_size=32 device={args.device} '
           f'dtype={args.dtype}')
     return 0
 

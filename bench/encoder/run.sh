@@ -16,10 +16,17 @@
 # With --ceiling it also prints the machine's ceiling for the seed job
 # (ceiling.py: the model's own matrix products timed with the same torch,
 # threads and dtype; no side can beat it) and each side's share of it.
+# With --replicas R (default 1) Gantry serves with R replicas and the bare
+# side runs R encoder_bare processes at once (bare_processes.sh), each on
+# cores / R threads under --threads 0 (a Deployment chooses that share
+# itself). The peers keep their best configuration: Infinity has
+# no replicas, and Jina ran slower with two single-threaded replicas than
+# with one (docs/benchmarks-encoder.md); --jina-replicas R serves Jina with
+# R replicas on cores / R threads each, to check that again.
 #
 #   bash bench/encoder/run.sh [--docs N] [--rounds R] [--threads T]
 #                             [--build-dir DIR] [--modes abcd] [--dtype T] [--out FILE.tsv]
-#                             [--ceiling]
+#                             [--ceiling] [--replicas R] [--jina-replicas R]
 # Defaults: --docs 1000, --rounds 3, --threads 1, --build-dir
 # $GANTRY_BUILD_DIR or <repo>/build, --modes abcd, --dtype float32 (or
 # bfloat16, for every side: SentenceEncoder's dtype, sentence-transformers'
@@ -42,6 +49,8 @@ modes=abcd
 dtype=float32
 out=""
 ceiling=0
+replicas=1
+jina_replicas=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --docs) docs="$2"; shift 2 ;;
@@ -52,13 +61,16 @@ while [[ $# -gt 0 ]]; do
     --dtype) dtype="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --ceiling) ceiling=1; shift ;;
-    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abcd] [--dtype float32|bfloat16] [--out FILE] [--ceiling]" >&2
+    --replicas) replicas="$2"; shift 2 ;;
+    --jina-replicas) jina_replicas="$2"; shift 2 ;;
+    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abcd] [--dtype float32|bfloat16] [--out FILE] [--ceiling] [--replicas R] [--jina-replicas R]" >&2
        exit 2 ;;
   esac
 done
 if ! [[ "${docs}" =~ ^[1-9][0-9]*$ && "${rounds}" =~ ^[1-9][0-9]?$ && "${modes}" =~ ^[abcd]+$ &&
-        "${threads}" =~ ^[0-9]+$ && "${dtype}" =~ ^(float32|bfloat16)$ ]]; then
-  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --threads >= 0, --modes letters of abcd, --dtype float32 or bfloat16" >&2
+        "${threads}" =~ ^[0-9]+$ && "${dtype}" =~ ^(float32|bfloat16)$ &&
+        "${replicas}" =~ ^[1-9]$ && "${jina_replicas}" =~ ^[1-9]$ ]]; then
+  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --threads >= 0, --modes letters of abcd, --dtype float32 or bfloat16, --replicas and --jina-replicas 1..9" >&2
   exit 2
 fi
 
@@ -106,6 +118,21 @@ limit=$((180 + docs / 5))
 # No downloads or telemetry: the model is a local folder.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 JINA_OPTOUT_TELEMETRY=1 TOKENIZERS_PARALLELISM=false \
   INFINITY_ANONYMOUS_USAGE_STATS=0 DO_NOT_TRACK=1
+ShareOfCores() {  # ShareOfCores R: threads for each of R replicas
+  local share=$(( $(nproc) / $1 ))
+  echo $(( share > 0 ? share : 1 ))
+}
+# Per-side thread settings (empty: the environment set below).
+gantry_env=()
+jina_env=()
+if [[ "${threads}" -eq 0 && "${replicas}" -gt 1 ]]; then
+  share="$(ShareOfCores "${replicas}")"
+  gantry_env=(env OMP_NUM_THREADS="${share}" MKL_NUM_THREADS="${share}")
+fi
+if [[ "${threads}" -eq 0 && "${jina_replicas}" -gt 1 ]]; then
+  share="$(ShareOfCores "${jina_replicas}")"
+  jina_env=(env OMP_NUM_THREADS="${share}" MKL_NUM_THREADS="${share}")
+fi
 if [[ "${threads}" -gt 0 ]]; then
   # Inherited by Gantry's workers and Jina's executor process alike.
   export OMP_NUM_THREADS="${threads}" MKL_NUM_THREADS="${threads}"
@@ -116,11 +143,17 @@ RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
   local mode="$1" log="$2"
   local -a cmd
   case "${mode}" in
-    a) cmd=("${bare_bin}" --n "${docs}" --model-path "${model}" --dtype "${dtype}") ;;
-    b) cmd=("${gantry_bin}" --docs "${docs}" --model-path "${model}" --dtype "${dtype}"
+    a) cmd=("${bare_bin}" --model-path "${model}" --dtype "${dtype}")
+       if [[ "${replicas}" -gt 1 ]]; then
+         cmd=("${gantry_env[@]}" bash "${here}/bare_processes.sh" "${replicas}" "${docs}" "${cmd[@]}")
+       else
+         cmd+=(--n "${docs}")
+       fi ;;
+    b) cmd=("${gantry_env[@]}" "${gantry_bin}" --docs "${docs}" --model-path "${model}"
+            --dtype "${dtype}" --replicas "${replicas}" --no-progress) ;;
+    c) cmd=("${jina_env[@]}" "${python_bin}" "${here}/jina_encode.py" --docs "${docs}"
+            --model-path "${model}" --dtype "${dtype}" --replicas "${jina_replicas}"
             --no-progress) ;;
-    c) cmd=("${python_bin}" "${here}/jina_encode.py" --docs "${docs}" --model-path "${model}"
-            --dtype "${dtype}" --no-progress) ;;
     d) cmd=("${infinity_python}" "${here}/infinity_encode.py" --docs "${docs}"
             --model-path "${model}" --dtype "${dtype}") ;;
   esac
@@ -144,7 +177,8 @@ RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
 }
 
 echo "encoder benchmark: N=${docs} docs, ${rounds} rounds, request_size 32, cpu," \
-     "dtype ${dtype}, torch threads ${threads/#0/default}, $(getconf _NPROCESSORS_ONLN) cores," \
+     "dtype ${dtype}, torch threads ${threads/#0/default}, replicas ${replicas} (Jina ${jina_replicas})," \
+     "$(getconf _NPROCESSORS_ONLN) cores," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 results="${work}/results.tsv"
 : >"${results}"
@@ -166,10 +200,13 @@ done
 if [[ ${ceiling} -eq 1 ]]; then
   # After the sides, on the same threads; best of 5 timings, so the
   # ceiling errs high on a busy machine, never low.
-  "${python_bin}" "${here}/ceiling.py" --model-path "${model}" --dtype "${dtype}" \
+  # With replicas, one replica's threads alone, times the replicas (alone, a
+  # process has the memory bus to itself: high again, never low).
+  "${gantry_env[@]}" "${python_bin}" "${here}/ceiling.py" --model-path "${model}" --dtype "${dtype}" \
     >"${work}/ceiling.log" 2>&1 || { cat "${work}/ceiling.log" >&2; exit 1; }
   sed 's/^/ceiling: /' "${work}/ceiling.log"
   value="$(grep -o 'ceiling_docs_per_s=[0-9.]*' "${work}/ceiling.log" | cut -d= -f2)"
+  value="$(awk -v v="${value}" -v r="${replicas}" 'BEGIN { printf "%.1f", v * r }')"
   printf 'ceiling\t0\t%s\t\n' "${value}" >>"${results}"
 fi
 if [[ -n "${out}" ]]; then
@@ -178,7 +215,7 @@ fi
 
 python3 - "${results}" "${docs}" <<'PY'
 import statistics, sys
-names = {'a': '(a) bare model, 1 process (encoder_bare)',
+names = {'a': '(a) bare model (encoder_bare)',
          'b': '(b) Gantry Deployment + C++ client (encode_10k)',
          'c': '(c) Jina + sentence-transformers (Python executor)',
          'd': '(d) Infinity 0.0.78, torch engine (HTTP, 8 in flight)'}
