@@ -6,7 +6,9 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "core/deployment_rules.h"
 #include "core/flow_graph.h"
 #include "core/logging.h"
+#include "deployment/placement.h"
 #include "gateway/flow_router.h"
 #include "gateway/gateway.h"
 
@@ -76,6 +79,7 @@ class Flow::Impl {
 
  private:
   std::string Where() const { return "flow '" + options_.name + "'"; }
+  void ShareCoresBetweenSteps();
 
   std::shared_ptr<internal::Gateway> gateway_;  // guarded by state_mutex_
   std::shared_ptr<Client> client_;              // guarded by state_mutex_
@@ -85,6 +89,47 @@ class Flow::Impl {
   // Read by BlockOnSignals, written by Stop and the signal handler.
   int block_pipe_[2] = {-1, -1};
 };
+
+// The replicas of all local steps share this machine's cores, as one
+// Deployment's replicas do (Deployment::Impl::SpawnReplicas): each gets
+// cores / (all local replicas) threads unless the user sized the pools for a
+// step or for this process. The steps then see the variables as set and
+// leave them alone.
+void Flow::Impl::ShareCoresBetweenSteps() {
+  int replicas = 0;
+  for (const FlowStep& step : options_.executors) {
+    if (step.external) {
+      continue;
+    }
+    replicas += step.deployment.replicas;
+    for (const char* variable : internal::kThreadCountVariables) {
+      if (step.deployment.env.contains(variable)) {
+        return;
+      }
+    }
+  }
+  for (const char* variable : internal::kThreadCountVariables) {
+    if (std::getenv(variable) != nullptr) {
+      return;
+    }
+  }
+  if (replicas <= 1) {
+    return;
+  }
+  const int cores = internal::AvailableCpuCores();
+  const int threads = internal::IntraOpThreadsPerReplica(cores, replicas);
+  spdlog::info(
+      "{}: {} replicas in all share {} CPU cores: OMP_NUM_THREADS={} each (set "
+      "OMP_NUM_THREADS in a step's env to choose)",
+      Where(), replicas, cores, threads);
+  for (FlowStep& step : options_.executors) {
+    if (!step.external) {
+      for (const char* variable : internal::kThreadCountVariables) {
+        step.deployment.env[variable] = std::to_string(threads);
+      }
+    }
+  }
+}
 
 Status Flow::Impl::Start() {
   internal::EnsureProcessLogger("gateway");
@@ -134,6 +179,7 @@ Status Flow::Impl::Start() {
                                   "]: " + s.message());
     }
   }
+  ShareCoresBetweenSteps();
   // The steps start at once (each loads its model in its own workers), as
   // Jina's do; Stop() stops those that started if another one failed.
   steps_.resize(options_.executors.size());

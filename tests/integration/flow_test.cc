@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/gpu_inventory.h"
+#include "deployment/placement.h"
 #include "testutil/testutil.h"
 
 namespace gantry {
@@ -223,6 +224,36 @@ TEST(FlowTest, HealthIsNotServingWhileAStepHasNoReplica) {
   ASSERT_EQ(::kill(flow.replicas("second").at(0).pid, SIGKILL), 0);
   EXPECT_TRUE(testing::WaitUntil([&] { return !client.Ping(std::chrono::milliseconds(500)).ok(); },
                                  std::chrono::seconds(10)));
+}
+
+// The replicas of all the steps share the cores, not each step's alone: two
+// single-replica steps on this machine get half the cores each.
+TEST(FlowTest, StepsShareTheCoresUnlessTheUserSizedThem) {
+  std::string expected =
+      std::to_string(internal::IntraOpThreadsPerReplica(internal::AvailableCpuCores(), 2));
+  if (const char* own = std::getenv("OMP_NUM_THREADS"); own != nullptr) {
+    expected = own;  // the user's setting, inherited unchanged
+  }
+  FlowOptions options;
+  options.executors = {Step("a", "PlacementProbeExec", {{"tag_prefix", "a_"}}),
+                       Step("b", "PlacementProbeExec", {{"tag_prefix", "b_"}}, {"a"})};
+  Flow flow(options);
+  ASSERT_TRUE(flow.ok()) << flow.status();
+  auto result = flow.Post("/", MakeDocs(3));
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->size(), 3u);
+  for (const Doc& doc : *result) {
+    EXPECT_EQ(Tag(doc, "a_omp_num_threads"), expected);
+    EXPECT_EQ(Tag(doc, "b_omp_num_threads"), expected);
+  }
+
+  // A step the user sized keeps its setting.
+  options.executors[0].deployment.env["OMP_NUM_THREADS"] = "3";
+  Flow sized(options);
+  ASSERT_TRUE(sized.ok()) << sized.status();
+  auto sized_result = sized.Post("/", MakeDocs(1));
+  ASSERT_TRUE(sized_result.ok()) << sized_result.status();
+  EXPECT_EQ(Tag((*sized_result)[0], "a_omp_num_threads"), "3");
 }
 
 TEST(FlowTest, BadGraphsAreRefusedBeforeAnythingStarts) {

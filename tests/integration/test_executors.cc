@@ -102,12 +102,14 @@ class CrashLoopExec final : public gantry::Executor {
 };
 GANTRY_REGISTER_EXECUTOR(CrashLoopExec);
 
-// Reports what the replica was given: its CUDA_VISIBLE_DEVICES and
-// context.device. Touches no CUDA, so it runs under a fake GPU plan.
+// Reports what the replica was given: its CUDA_VISIBLE_DEVICES, thread
+// variables and context.device, in tags named with `tag_prefix` first (so
+// that two steps of a Flow do not overwrite each other's). Touches no CUDA,
+// so it runs under a fake GPU plan.
 class PlacementProbeExec final : public gantry::Executor {
   GANTRY_EXECUTOR(PlacementProbeExec);
   explicit PlacementProbeExec(const gantry::ExecutorContext& context)
-      : device_(context.device.ToString()) {}
+      : device_(context.device.ToString()), prefix_(context.with.GetString("tag_prefix", "")) {}
 
   GANTRY_REQUESTS(Probe);
   void Probe(gantry::DocList& docs) {
@@ -115,16 +117,18 @@ class PlacementProbeExec final : public gantry::Executor {
     const char* omp_threads = std::getenv("OMP_NUM_THREADS");
     const char* mkl_threads = std::getenv("MKL_NUM_THREADS");
     for (gantry::Doc& doc : docs) {
-      doc.mutable_tags()["omp_num_threads"] = gantry::Value(omp_threads ? omp_threads : "<unset>");
-      doc.mutable_tags()["mkl_num_threads"] = gantry::Value(mkl_threads ? mkl_threads : "<unset>");
-      doc.mutable_tags()["pid"] = gantry::Value(static_cast<std::int64_t>(::getpid()));
-      doc.mutable_tags()["cuda_visible_devices"] = gantry::Value(cvd ? cvd : "<unset>");
-      doc.mutable_tags()["device"] = gantry::Value(device_);
+      auto& tags = doc.mutable_tags();
+      tags[prefix_ + "omp_num_threads"] = gantry::Value(omp_threads ? omp_threads : "<unset>");
+      tags[prefix_ + "mkl_num_threads"] = gantry::Value(mkl_threads ? mkl_threads : "<unset>");
+      tags[prefix_ + "pid"] = gantry::Value(static_cast<std::int64_t>(::getpid()));
+      tags[prefix_ + "cuda_visible_devices"] = gantry::Value(cvd ? cvd : "<unset>");
+      tags[prefix_ + "device"] = gantry::Value(device_);
     }
   }
 
  private:
   std::string device_;
+  std::string prefix_;
 };
 GANTRY_REGISTER_EXECUTOR(PlacementProbeExec);
 
