@@ -273,16 +273,17 @@ Status BertModel::LoadWeights(const SafetensorsFile& file) {
                                   entry->dtype + ", expected F32, F16 or BF16");
     }
     const char* data = file.Data(*entry);
-    if (source_type == at::kFloat && reinterpret_cast<std::uintptr_t>(data) % alignof(float) == 0) {
-      // float32 weights are used where they lie in the file's read-only
-      // mapping (SafetensorsFile::Open): no copy, and every replica on the
-      // machine shares the same page-cache pages. Nothing writes to
-      // parameters; a dtype or device change makes new tensors.
+    const std::size_t item_size = source_type == at::kFloat ? 4 : 2;
+    if (reinterpret_cast<std::uintptr_t>(data) % item_size == 0) {
+      // Weights are used where they lie in the file's read-only mapping
+      // (SafetensorsFile::Open): no copy, and every replica on the machine
+      // shares the same page-cache pages. Nothing writes to parameters; a
+      // dtype or device change makes new tensors.
       std::shared_ptr<const void> keep = file.storage();
       *slot.tensor = at::from_blob(
           const_cast<char*>(data),  // NOLINT(cppcoreguidelines-pro-type-const-cast)
           slot.shape, [keep](void* /*unused*/) mutable { keep.reset(); },
-          at::TensorOptions().dtype(at::kFloat));
+          at::TensorOptions().dtype(source_type));
       continue;
     }
     // Otherwise memcpy: the format does not guarantee alignment.
@@ -290,7 +291,7 @@ Status BertModel::LoadWeights(const SafetensorsFile& file) {
     if (source.nbytes() > 0) {
       std::memcpy(source.data_ptr(), data, source.nbytes());
     }
-    *slot.tensor = source.to(at::kFloat);
+    *slot.tensor = std::move(source);
   }
   if (const SafetensorsEntry* ids = file.Find(kPositionIds)) {
     const std::vector<std::int64_t> want = {1, config_.max_position_embeddings};

@@ -62,8 +62,10 @@ class BertModel {
   // Checkpoint key -> parameter, in a fixed order.
   std::vector<std::pair<std::string, at::Tensor>> NamedParameters() const;
 
-  // Copies every parameter from `file`. Missing, unexpected and mis-shaped
-  // keys are errors naming the file and key. `embeddings.position_ids` (an
+  // Takes every parameter from `file`, in the file's dtype (F32, F16 or
+  // BF16; To() converts), over the file's own bytes where they are aligned.
+  // Missing, unexpected and mis-shaped keys are errors naming the file and
+  // key. `embeddings.position_ids` (an
   // int64 buffer old checkpoints carry) is checked to be arange and skipped.
   Status LoadWeights(const SafetensorsFile& file);
 

@@ -408,6 +408,49 @@ TEST_F(TinyFolderTest, EachDTypeEncodesCloseToFloat32OnCpu) {
   }
 }
 
+// Both replicas of a bfloat16 model on CPU map one converted copy of the
+// weights (weight_cache.h) and encode exactly as a model converted in memory.
+TEST_F(TinyFolderTest, BFloat16WeightsComeFromOneSharedConvertedFile) {
+  EmbedderOptions options;
+  options.model_path = dir_.string();
+  options.dtype = "bfloat16";
+  options.weight_cache_dir = "";
+  StatusOr<std::unique_ptr<SentenceEmbedder>> in_memory = SentenceEmbedder::Load(options);
+  ASSERT_TRUE(in_memory.ok()) << in_memory.status();
+
+  options.weight_cache_dir = (dir_ / "cache").string();
+  StatusOr<std::unique_ptr<SentenceEmbedder>> first = SentenceEmbedder::Load(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  StatusOr<std::unique_ptr<SentenceEmbedder>> second = SentenceEmbedder::Load(options);
+  ASSERT_TRUE(second.ok()) << second.status();
+  std::vector<fs::path> cached;
+  for (const auto& entry : fs::directory_iterator(dir_ / "cache")) {
+    cached.push_back(entry.path());
+  }
+  ASSERT_EQ(cached.size(), 1u);
+
+  // Both embedders' parameters lie in that file's mapping.
+  std::ifstream maps("/proc/self/maps");
+  const std::string text((std::istreambuf_iterator<char>(maps)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(cached[0].string()), std::string::npos) << "the converted file is not mapped";
+  for (const auto* e : {first->get(), second->get()}) {
+    for (const auto& [name, tensor] : e->NamedParameters()) {
+      EXPECT_EQ(tensor.scalar_type(), at::kBFloat16) << name;
+    }
+  }
+
+  const std::vector<std::string_view> texts = {"w5", "w6 w7 w8 w9 w10 w11", "w12 w13"};
+  const at::Tensor want = (*in_memory)->Encode(texts);
+  EXPECT_TRUE(at::equal((*first)->Encode(texts), want));
+  EXPECT_TRUE(at::equal((*second)->Encode(texts), want));
+
+  // A cache that cannot be written falls back to converting in memory.
+  options.weight_cache_dir = (dir_ / "config.json" / "cache").string();
+  StatusOr<std::unique_ptr<SentenceEmbedder>> fallback = SentenceEmbedder::Load(options);
+  ASSERT_TRUE(fallback.ok()) << fallback.status();
+  EXPECT_TRUE(at::equal((*fallback)->Encode(texts), want));
+}
+
 TEST(ResolveDTypeTest, AutoIsFloat16OnCudaAndFollowsTheCpu) {
   EXPECT_EQ(*ResolveDType("auto", Device::Cuda(0)), "float16");
   EXPECT_EQ(*ResolveDType("auto", Device::Cpu()), CpuHasFastBFloat16() ? "bfloat16" : "float32");

@@ -4,6 +4,7 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/InferenceMode.h>
+#include <gantry/log.h>
 #include <gantry/torch_cuda.h>
 #include <gantry/torch_tensor.h>
 
@@ -15,6 +16,8 @@
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
+
+#include "weight_cache.h"
 
 namespace gantry::sentence_encoder {
 namespace {
@@ -256,6 +259,22 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
   }
   GANTRY_ASSIGN_OR_RETURN(SafetensorsFile weights,
                           SafetensorsFile::Open((folder / "model.safetensors").string()));
+  if (device.is_cpu() && dtype != at::kFloat) {
+    // Replicas in this dtype share one converted copy on disk, mapped from
+    // the page cache, instead of converting into memory of their own.
+    const std::string cache_dir = options.weight_cache_dir.value_or(DefaultWeightCacheDir());
+    StatusOr<std::string> converted =
+        ConvertedWeights(weights, dtype == at::kHalf ? "F16" : "BF16", cache_dir);
+    StatusOr<SafetensorsFile> cached = converted.ok()
+                                           ? SafetensorsFile::Open(*converted)
+                                           : StatusOr<SafetensorsFile>(converted.status());
+    if (cached.ok()) {
+      weights = std::move(cached).value();
+    } else if (!cache_dir.empty()) {
+      LogWarning(folder.string() + ": " + dtype_name +
+                 " weights not shared between replicas: " + std::string(cached.status().message()));
+    }
+  }
   BertModel model(config);
   GANTRY_RETURN_IF_ERROR(model.LoadWeights(weights));
 

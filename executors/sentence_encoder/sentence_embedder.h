@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,6 +60,10 @@ struct EmbedderOptions {
   Device device = Device::Cpu();
   // Runs one forward pass after loading so the first request is not slow.
   bool warm_up = true;
+  // Where a bfloat16/float16 model on CPU keeps its converted weights, shared
+  // by every replica (weight_cache.h); nullopt = DefaultWeightCacheDir(),
+  // empty = convert in memory, as a GPU model always does.
+  std::optional<std::string> weight_cache_dir;
 };
 
 class SentenceEmbedder {
