@@ -3,6 +3,10 @@
 #include <ATen/ops/empty.h>
 #include <unistd.h>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -67,6 +71,38 @@ bool Reusable(const std::string& path, const SafetensorsFile& source,
   return true;
 }
 
+// `source` as a safetensors file with its floating tensors in `target`.
+std::string ConvertedBytes(const SafetensorsFile& source, at::ScalarType target,
+                           std::string_view dtype,
+                           const std::map<std::string, std::string>& identity) {
+  std::vector<SafetensorsEntry> entries;
+  std::vector<std::string> data;
+  for (const SafetensorsEntry& entry : source.entries()) {
+    SafetensorsEntry out = entry;
+    const char* bytes = source.Data(entry);
+    StatusOr<at::ScalarType> type = FloatType(entry.dtype);
+    if (!type.ok()) {
+      data.emplace_back(bytes, entry.end - entry.begin);  // ints: as they are
+    } else {
+      at::Tensor tensor = at::empty(entry.shape, at::TensorOptions().dtype(*type));
+      if (tensor.nbytes() > 0) {
+        std::memcpy(tensor.data_ptr(), bytes, tensor.nbytes());
+      }
+      tensor = tensor.to(target).contiguous();
+      data.emplace_back(static_cast<const char*>(tensor.data_ptr()), tensor.nbytes());
+      out.dtype = std::string(dtype);
+    }
+    entries.push_back(std::move(out));
+  }
+  return WriteSafetensors(std::move(entries), data, identity);
+}
+
+void ReleaseFreedMemory() {
+#ifdef __GLIBC__
+  ::malloc_trim(0);
+#endif
+}
+
 }  // namespace
 
 std::string DefaultWeightCacheDir() {
@@ -108,32 +144,13 @@ StatusOr<std::string> ConvertedWeights(const SafetensorsFile& source, std::strin
     return UnavailableError("weight cache " + dir.string() + ": cannot create it (" + ec.message() +
                             ")");
   }
-  std::vector<SafetensorsEntry> entries;
-  std::vector<std::string> data;
-  for (const SafetensorsEntry& entry : source.entries()) {
-    SafetensorsEntry out = entry;
-    const char* bytes = source.Data(entry);
-    StatusOr<at::ScalarType> type = FloatType(entry.dtype);
-    if (!type.ok()) {
-      data.emplace_back(bytes, entry.end - entry.begin);  // ints: as they are
-    } else {
-      at::Tensor tensor = at::empty(entry.shape, at::TensorOptions().dtype(*type));
-      if (tensor.nbytes() > 0) {
-        std::memcpy(tensor.data_ptr(), bytes, tensor.nbytes());
-      }
-      tensor = tensor.to(target).contiguous();
-      data.emplace_back(static_cast<const char*>(tensor.data_ptr()), tensor.nbytes());
-      out.dtype = std::string(dtype);
-    }
-    entries.push_back(std::move(out));
-  }
-  const std::string bytes = WriteSafetensors(std::move(entries), data, identity);
   // Written under a name of its own, then renamed: a reader never sees half
   // a file, and replicas converting at once each rename a whole one.
   const fs::path temporary =
       dir / (name.str() + ".tmp." + std::to_string(::getpid()) + "." +
              std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())));
   {
+    const std::string bytes = ConvertedBytes(source, target, dtype, identity);
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.close();
@@ -144,6 +161,9 @@ StatusOr<std::string> ConvertedWeights(const SafetensorsFile& source, std::strin
                               temporary.filename().string() + " (" + std::strerror(error) + ")");
     }
   }
+  // The conversion's buffers (about twice the file) would otherwise stay in
+  // this replica's heap for its whole life.
+  ReleaseFreedMemory();
   fs::rename(temporary, path, ec);
   if (ec) {
     const std::string why = ec.message();
