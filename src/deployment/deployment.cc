@@ -422,13 +422,8 @@ Status Deployment::Impl::SpawnReplicas() {
   // Replicas share this machine's cores. Unless the user sized the thread
   // pools (YAML env or this process's environment), each gets an even share;
   // one replica keeps its libraries' default (libtorch: one per physical core).
-  bool threads_sized_by_user = false;
-  for (const char* variable : internal::kThreadCountVariables) {
-    threads_sized_by_user = threads_sized_by_user || options_.env.contains(variable) ||
-                            std::getenv(variable) != nullptr;
-  }
   std::optional<int> threads_per_replica;
-  if (!threads_sized_by_user && options_.replicas > 1) {
+  if (!internal::ThreadPoolsSizedByUser(options_.env) && options_.replicas > 1) {
     const int cores = internal::AvailableCpuCores();
     threads_per_replica = internal::IntraOpThreadsPerReplica(cores, options_.replicas);
     spdlog::info(

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -102,18 +101,11 @@ void Flow::Impl::ShareCoresBetweenSteps() {
       continue;
     }
     replicas += step.deployment.replicas;
-    for (const char* variable : internal::kThreadCountVariables) {
-      if (step.deployment.env.contains(variable)) {
-        return;
-      }
-    }
-  }
-  for (const char* variable : internal::kThreadCountVariables) {
-    if (std::getenv(variable) != nullptr) {
+    if (internal::ThreadPoolsSizedByUser(step.deployment.env)) {
       return;
     }
   }
-  if (replicas <= 1) {
+  if (replicas <= 1 || internal::ThreadPoolsSizedByUser({})) {
     return;
   }
   const int cores = internal::AvailableCpuCores();

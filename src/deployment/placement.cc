@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 
@@ -405,6 +406,15 @@ int AvailableCpuCores() {
     return 1;
   }
   return std::max(1, CPU_COUNT(&set));
+}
+
+bool ThreadPoolsSizedByUser(const std::map<std::string, std::string>& env) {
+  for (const char* variable : kThreadCountVariables) {
+    if (env.contains(variable) || std::getenv(variable) != nullptr) {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace gantry::internal

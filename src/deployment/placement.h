@@ -14,6 +14,7 @@
 #include <gantry/status.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -75,6 +76,11 @@ int IntraOpThreadsPerReplica(int cores, int replicas);
 
 // CPU cores this process may run on (its affinity mask), at least 1.
 int AvailableCpuCores();
+
+// Whether the user sized the thread pools: `env` (a replica's extra
+// environment) or this process's environment sets one of
+// kThreadCountVariables.
+bool ThreadPoolsSizedByUser(const std::map<std::string, std::string>& env);
 
 }  // namespace gantry::internal
 
