@@ -22,6 +22,12 @@
 //
 //     GANTRY_DYNAMIC_BATCHING(Encode, {.preferred_batch_size = 32, .timeout_ms = 10});
 //
+// or only for replicas on a CUDA device, where one forward pass over many
+// documents costs about what one over a few does (it replaces the line
+// above there; YAML overrides either):
+//
+//     GANTRY_DYNAMIC_BATCHING_ON_GPU(Encode, {.preferred_batch_size = 256, .timeout_ms = 0});
+//
 // A batched handler gets the documents of several requests in one DocList
 // and must leave exactly as many documents as it got, in order.
 //
@@ -95,6 +101,9 @@ struct Route {
   std::function<Status(Executor&, DocList&, const Parameters&)> invoke;
   // Set by GANTRY_DYNAMIC_BATCHING; YAML may override it per endpoint.
   std::optional<DynamicBatching> batching{};
+  // Set by GANTRY_DYNAMIC_BATCHING_ON_GPU: replaces `batching` on a CUDA
+  // device; YAML may override it per endpoint.
+  std::optional<DynamicBatching> gpu_batching{};
 };
 
 template <typename T>
@@ -144,6 +153,15 @@ class RouteCollector {
     for (Route& route : *routes_) {
       if (route.method_name == method_name) {
         route.batching = batching;
+      }
+    }
+  }
+
+  // The same, for replicas on a CUDA device only.
+  void SetGpuBatching(std::string_view method_name, DynamicBatching batching) {
+    for (Route& route : *routes_) {
+      if (route.method_name == method_name) {
+        route.gpu_batching = batching;
       }
     }
   }
@@ -290,6 +308,18 @@ bool IsExecutorRegistered(std::string_view name);
   }                                                                                                \
   inline static const ::gantry::internal::BatchingHook<GantrySelf> gantry_batching_hook_##method { \
     &GantrySelf::GantryBatching_##method                                                           \
+  }
+
+// As GANTRY_DYNAMIC_BATCHING, for replicas on a CUDA device only (there it
+// replaces GANTRY_DYNAMIC_BATCHING's settings; elsewhere it does nothing).
+#define GANTRY_DYNAMIC_BATCHING_ON_GPU(method, ...)                                                \
+  static void GantryGpuBatching_##method(::gantry::internal::RouteCollector<GantrySelf>& routes) { \
+    static_cast<void>(&GantrySelf::method); /* names a member handler */                           \
+    routes.SetGpuBatching(#method, ::gantry::DynamicBatching __VA_ARGS__);                         \
+  }                                                                                                \
+  inline static const ::gantry::internal::BatchingHook<GantrySelf>                                 \
+      gantry_gpu_batching_hook_##method {                                                          \
+    &GantrySelf::GantryGpuBatching_##method                                                        \
   }
 
 // In one .cc file per executor: adds the type to the registry at start-up

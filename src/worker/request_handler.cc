@@ -63,8 +63,11 @@ StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(
     }
   }
   handler->device_ = context.device;
-  // Batching: the macro's, then YAML by handler name, then YAML by
-  // endpoint (Jina: endpoint keys beat function names).
+  // Batching: the macro's (on a CUDA device the GPU macro's, if any), then
+  // YAML by handler name, then YAML by endpoint (Jina: endpoint keys beat
+  // function names). "auto" lands on a GPU when one is visible.
+  const bool on_gpu =
+      context.device.is_cuda() || (context.device.is_auto() && !DiscoverGpus().gpus.empty());
   for (const auto& [key, config] : batching) {
     bool known = handler->endpoint_routes_.contains(key);
     for (const Route& route : handler->routes_) {
@@ -78,6 +81,9 @@ StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(
   for (const auto& [endpoint, index] : handler->endpoint_routes_) {
     const Route& route = handler->routes_[index];
     std::optional<DynamicBatching> config = route.batching;
+    if (on_gpu && route.gpu_batching) {
+      config = route.gpu_batching;
+    }
     if (auto it = batching.find(route.method_name); it != batching.end()) {
       config = it->second;
     }

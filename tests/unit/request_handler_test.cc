@@ -63,6 +63,20 @@ class ThreadTagUnitExec final : public gantry::Executor {
 };
 GANTRY_REGISTER_EXECUTOR(ThreadTagUnitExec);
 
+// Batched by default on a GPU only, as SentenceEncoder is.
+class GpuBatchedUnitExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(GpuBatchedUnitExec);
+  explicit GpuBatchedUnitExec(const gantry::ExecutorContext& /*context*/) {}
+  GANTRY_REQUESTS(Encode, "/encode");
+  GANTRY_DYNAMIC_BATCHING_ON_GPU(Encode, {.preferred_batch_size = 256, .timeout_ms = 0});
+  void Encode(gantry::DocList& /*docs*/) {}
+  GANTRY_REQUESTS(Tag, "/tag");
+  GANTRY_DYNAMIC_BATCHING(Tag, {.preferred_batch_size = 8, .timeout_ms = 5});
+  GANTRY_DYNAMIC_BATCHING_ON_GPU(Tag, {.preferred_batch_size = 64, .timeout_ms = 1});
+  void Tag(gantry::DocList& /*docs*/) {}
+};
+GANTRY_REGISTER_EXECUTOR(GpuBatchedUnitExec);
+
 }  // namespace handler_test
 
 namespace gantry::internal {
@@ -91,6 +105,36 @@ DocList ReplyDocs(jina::DataRequestProto& reply) {
   auto docs = TakeDocListFromProto(reply.mutable_data()->mutable_docs());
   EXPECT_TRUE(docs.ok()) << docs.status();
   return docs.ok() ? std::move(docs).value() : DocList();
+}
+
+TEST(RequestHandlerTest, GpuBatchingAppliesOnCudaDevicesOnlyAndYamlOverridesIt) {
+  auto make = [](Device device, const std::map<std::string, DynamicBatching>& yaml = {}) {
+    ExecutorContext context;
+    context.name = "enc";
+    context.device = device;
+    auto handler = RequestHandler::Create("GpuBatchedUnitExec", context, "enc/rep-0", yaml);
+    EXPECT_TRUE(handler.ok()) << handler.status();
+    return std::move(handler).value();
+  };
+  // CPU: no batching on /encode, the plain macro's on /tag.
+  auto cpu = make(Device::Cpu());
+  EXPECT_FALSE(cpu->BatchingFor("/encode").has_value());
+  ASSERT_TRUE(cpu->BatchingFor("/tag").has_value());
+  EXPECT_EQ(cpu->BatchingFor("/tag")->preferred_batch_size, 8);
+  // CUDA (no GPU is touched): the GPU macro's on both.
+  auto cuda = make(*Device::Parse("cuda:1"));
+  ASSERT_TRUE(cuda->BatchingFor("/encode").has_value());
+  EXPECT_EQ(cuda->BatchingFor("/encode")->preferred_batch_size, 256);
+  EXPECT_EQ(cuda->BatchingFor("/encode")->timeout_ms, 0);
+  ASSERT_TRUE(cuda->BatchingFor("/tag").has_value());
+  EXPECT_EQ(cuda->BatchingFor("/tag")->preferred_batch_size, 64);
+  // YAML by endpoint or handler name wins over either macro.
+  auto off = make(*Device::Parse("cuda"),
+                  {{"/encode", DynamicBatching{.enabled = false}},
+                   {"Tag", DynamicBatching{.preferred_batch_size = 3, .timeout_ms = 7}}});
+  EXPECT_FALSE(off->BatchingFor("/encode").has_value());
+  ASSERT_TRUE(off->BatchingFor("/tag").has_value());
+  EXPECT_EQ(off->BatchingFor("/tag")->preferred_batch_size, 3);
 }
 
 TEST(RequestHandlerTest, RoutesToTheBoundHandler) {
