@@ -164,6 +164,44 @@ void ExpectMatchesReference(const BertModel& model, const Weights& w, const Bert
   EXPECT_NEAR(got.norm(2, {1}).min().item<double>(), 1.0, 1e-6);
 }
 
+// The shapes a CUDA replica pads batches to (CudaBatchRows, CudaPaddedLength).
+TEST(CudaShapesTest, RowsAndLengthsRoundUpToFewShapes) {
+  EXPECT_EQ(CudaBatchRows(1, 256), 1);
+  EXPECT_EQ(CudaBatchRows(3, 256), 4);
+  EXPECT_EQ(CudaBatchRows(16, 256), 16);
+  EXPECT_EQ(CudaBatchRows(17, 256), 32);
+  EXPECT_EQ(CudaBatchRows(48, 256), 64);
+  EXPECT_EQ(CudaBatchRows(250, 256), 256);
+  EXPECT_EQ(CudaBatchRows(97, 100), 100);   // never wider than batch_size
+  EXPECT_EQ(CudaBatchRows(300, 256), 300);  // not a batch EncodeIds makes
+  EXPECT_EQ(CudaPaddedLength(14, 512), 16);
+  EXPECT_EQ(CudaPaddedLength(16, 512), 16);
+  EXPECT_EQ(CudaPaddedLength(509, 512), 512);
+  EXPECT_EQ(CudaPaddedLength(509, 510), 509);  // no position past the model's
+}
+
+// What that padding relies on, checked on the CPU: extra pad tokens and
+// filler rows (one attended pad token each) leave the real rows unchanged.
+TEST(CudaShapesTest, FillerRowsAndPaddedTokensLeaveTheRealRowsUnchanged) {
+  const BertConfig config = TinyConfig();
+  const Weights w = RandomWeights(config);
+  BertModel model(config);
+  ASSERT_TRUE(LoadInto(model, w).ok());
+  const at::Tensor ids = at::tensor({2, 7, 9, 11, 3, 2, 5, 3, 0, 0}, at::kLong).view({2, 5});
+  const at::Tensor mask = at::tensor({1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, at::kLong).view({2, 5});
+  const at::Tensor want = BertModel::MeanPoolNormalize(model.Forward(ids, mask), mask);
+  // Two rows as four, five tokens as eight.
+  at::Tensor padded_ids = at::zeros({4, 8}, at::kLong);
+  at::Tensor padded_mask = at::zeros({4, 8}, at::kLong);
+  padded_ids.slice(0, 0, 2).slice(1, 0, 5).copy_(ids);
+  padded_mask.slice(0, 0, 2).slice(1, 0, 5).copy_(mask);
+  padded_mask.slice(0, 2, 4).select(1, 0).fill_(1);
+  const at::Tensor got =
+      BertModel::MeanPoolNormalize(model.Forward(padded_ids, padded_mask), padded_mask);
+  EXPECT_TRUE(at::isfinite(got).all().item<bool>());
+  EXPECT_LT((got.slice(0, 0, 2) - want).abs().max().item<double>(), 1e-5);
+}
+
 TEST(BertModelTest, MatchesPlainAtenReference) {
   const BertConfig config = TinyConfig();
   const Weights w = RandomWeights(config);

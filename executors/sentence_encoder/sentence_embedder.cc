@@ -204,12 +204,15 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
   if (!fs::is_directory(folder, ec)) {
     return NotFoundError("model_path " + options.model_path + ": not a directory");
   }
+  GANTRY_RETURN_IF_ERROR(CheckTorchDevice(options.device));
+  const Device device = ResolveTorchDevice(options.device);
+  if (options.batch_size == 0) {
+    options.batch_size = device.is_cuda() ? kGpuBatchSize : kCpuBatchSize;
+  }
   if (options.batch_size < 1) {
     return InvalidArgumentError("batch_size must be >= 1, got " +
                                 std::to_string(options.batch_size));
   }
-  GANTRY_RETURN_IF_ERROR(CheckTorchDevice(options.device));
-  const Device device = ResolveTorchDevice(options.device);
   GANTRY_ASSIGN_OR_RETURN(const std::string dtype_name, ResolveDType(options.dtype, device));
   at::ScalarType dtype = at::kFloat;
   if (dtype_name == "float16") {
@@ -283,15 +286,76 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
   embedder->model_path_ = folder.string();
   embedder->max_seq_length_ = max_seq_length;
   embedder->batch_size_ = options.batch_size;
+  embedder->max_positions_ = config.max_position_embeddings;
   embedder->normalize_ = pipeline.normalize;
   embedder->device_ = device;
   embedder->dtype_ = dtype_name;
   embedder->torch_device_ = gantry::ToTorchDevice(device);
   embedder->model_.To(embedder->torch_device_, dtype);
   if (options.warm_up) {
-    embedder->Encode({"Warm-up pass so that the first request does not pay for it."});
+    embedder->WarmUp();
   }
   return embedder;
+}
+
+void SentenceEmbedder::WarmUp() const {
+  Encode({"Warm-up pass so that the first request does not pay for it."});
+  if (!device_.is_cuda()) {
+    return;
+  }
+  // Rows of real tokens, cut to each length: only the shapes matter.
+  std::string text;
+  while (text.size() < 4096) {
+    text += "Warm-up pass so that the first request does not pay for it. ";
+  }
+  const std::vector<std::int64_t> tokens =
+      tokenizer_.Encode(text, static_cast<std::size_t>(max_seq_length_));
+  // Every row count PaddedRows makes, up to batch_size (capped, so a huge
+  // batch_size does not make start-up slow).
+  std::vector<std::int64_t> batches;
+  const std::int64_t widest = std::min<std::int64_t>(batch_size_, 1024);
+  for (std::int64_t count = 1; count <= widest; ++count) {
+    const std::int64_t rows = PaddedRows(count);
+    if (batches.empty() || batches.back() != rows) {
+      batches.push_back(rows);
+    }
+  }
+  for (const std::int64_t length : {8, 16, 32, 64, 128}) {
+    if (length > static_cast<std::int64_t>(tokens.size())) {
+      break;
+    }
+    const std::vector<std::int64_t> row(tokens.begin(), tokens.begin() + length);
+    for (const std::int64_t batch : batches) {
+      EncodeIds(std::vector<std::vector<std::int64_t>>(static_cast<std::size_t>(batch), row));
+    }
+  }
+}
+
+std::int64_t CudaBatchRows(std::int64_t count, std::int64_t batch_size) {
+  if (count < 1 || count > batch_size) {
+    return count;
+  }
+  std::int64_t rows = 1;
+  while (rows < count && rows < 32) {
+    rows *= 2;
+  }
+  if (rows < count) {
+    rows = (count + 31) / 32 * 32;
+  }
+  return std::min(rows, batch_size);
+}
+
+std::int64_t CudaPaddedLength(std::int64_t longest, std::int64_t max_positions) {
+  const std::int64_t rounded = (longest + 7) / 8 * 8;
+  return rounded <= max_positions ? rounded : longest;
+}
+
+std::int64_t SentenceEmbedder::PaddedRows(std::int64_t count) const {
+  return device_.is_cuda() ? CudaBatchRows(count, batch_size_) : count;
+}
+
+std::int64_t SentenceEmbedder::PaddedLength(std::int64_t longest) const {
+  return device_.is_cuda() ? CudaPaddedLength(longest, max_positions_) : longest;
 }
 
 std::vector<std::vector<std::int64_t>> SentenceEmbedder::Tokenize(
@@ -326,10 +390,13 @@ at::Tensor SentenceEmbedder::EncodeIds(const std::vector<std::vector<std::int64_
   const std::int64_t pad = tokenizer_.pad_id();
   for (std::int64_t start = 0; start < n; start += batch_size_) {
     const std::int64_t count = std::min(batch_size_, n - start);
-    const auto length =
-        static_cast<std::int64_t>(ids[static_cast<std::size_t>(order[start])].size());
-    at::Tensor batch_ids = at::full({count, length}, pad, at::TensorOptions().dtype(at::kLong));
-    at::Tensor batch_mask = at::zeros({count, length}, at::TensorOptions().dtype(at::kLong));
+    const std::int64_t length =
+        PaddedLength(static_cast<std::int64_t>(ids[static_cast<std::size_t>(order[start])].size()));
+    // Rows beyond `count` (CUDA only) are filler: one attended pad token
+    // each, so they stay finite, and dropped after pooling.
+    const std::int64_t rows = PaddedRows(count);
+    at::Tensor batch_ids = at::full({rows, length}, pad, at::TensorOptions().dtype(at::kLong));
+    at::Tensor batch_mask = at::zeros({rows, length}, at::TensorOptions().dtype(at::kLong));
     auto* id_ptr = batch_ids.data_ptr<std::int64_t>();
     auto* mask_ptr = batch_mask.data_ptr<std::int64_t>();
     for (std::int64_t row = 0; row < count; ++row) {
@@ -337,13 +404,18 @@ at::Tensor SentenceEmbedder::EncodeIds(const std::vector<std::vector<std::int64_
       std::copy(seq.begin(), seq.end(), id_ptr + row * length);
       std::fill_n(mask_ptr + row * length, seq.size(), 1);
     }
+    for (std::int64_t row = count; row < rows; ++row) {
+      mask_ptr[row * length] = 1;
+    }
     // Through pinned host memory, asynchronously on the scope's stream; the
     // pooled result stays on the device until the single copy back below.
     batch_ids = ToDeviceAsync(batch_ids, device_);
     batch_mask = ToDeviceAsync(batch_mask, device_);
     const at::Tensor hidden = model_.Forward(batch_ids, batch_mask);
-    const at::Tensor pooled =
-        BertModel::MeanPoolNormalize(hidden, batch_mask, normalize_).to(at::kCPU).contiguous();
+    const at::Tensor pooled = BertModel::MeanPoolNormalize(hidden, batch_mask, normalize_)
+                                  .narrow(0, 0, count)
+                                  .to(at::kCPU)
+                                  .contiguous();
     const float* src = pooled.data_ptr<float>();
     float* dst = out.data_ptr<float>();
     const std::int64_t dim = dimension();

@@ -68,7 +68,7 @@ SentenceEncoder::SentenceEncoder(const ExecutorContext& context) {
   }
   sentence_encoder::EmbedderOptions options;
   options.model_path = GetText(context, "model_path", "");
-  options.batch_size = GetInt(context, "batch_size", 32);
+  options.batch_size = GetInt(context, "batch_size", 0);  // 0: the device's default
   options.max_seq_length = GetInt(context, "max_seq_length", 0);
   options.dtype = GetText(context, "dtype", "float32");
   options.device = context.device;
