@@ -5,7 +5,14 @@
 //
 //   encode_10k [--device cpu|cuda|cuda:N] [--dtype T] [--model-path DIR]
 //              [--replicas N] [--docs N] [--request-size N] [--no-progress]
-// --dtype is SentenceEncoder's `dtype` (float32 by default).
+//              [--batch-size N] [--dynamic-batching PREFERRED:TIMEOUT_MS|off] [--repeat R]
+// --dtype is SentenceEncoder's `dtype` (float32 by default), --batch-size
+// its `batch_size` (the widest forward pass, 32 by default), and
+// --dynamic-batching turns on dynamic batching of /encode in the workers
+// (uses_dynamic_batching), so concurrent requests share a forward pass
+// (SentenceEncoder does that by default on CUDA; `off` turns it off).
+// --repeat posts the documents R times to the same Deployment, one result
+// line each (the first pays for any shape the model has not seen yet).
 //
 // Without --model-path the executor looks the model up itself (see
 // FindDefaultModelPath in executors/sentence_encoder/sentence_embedder.h):
@@ -39,12 +46,18 @@ struct Options {
   long docs = 10000;
   int request_size = 32;
   bool progress = true;
+  long batch_size = 0;           // 0: the executor's default
+  int preferred_batch_size = 0;  // 0: no dynamic batching
+  int batching_timeout_ms = 0;
+  long repeat = 1;
+  bool batching_off = false;  // off even where the executor batches by default
 };
 
 int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--device cpu|cuda|cuda:N] [--dtype T] [--model-path DIR] [--replicas N] "
-               "[--docs N] [--request-size N] [--no-progress]\n",
+               "[--docs N] [--request-size N] [--no-progress] [--batch-size N] "
+               "[--dynamic-batching PREFERRED:TIMEOUT_MS|off] [--repeat R]\n",
                argv0);
   return 2;
 }
@@ -58,6 +71,15 @@ bool ParsePositive(const char* text, long max, long* out) {
   }
   *out = value;
   return true;
+}
+
+// Parses an integer in [0, max]; false for anything else.
+bool ParseNonNegative(const char* text, long max, long* out) {
+  if (std::string_view(text) == "0") {
+    *out = 0;
+    return true;
+  }
+  return ParsePositive(text, max, out);
 }
 
 bool ParseArgs(int argc, char** argv, Options* options) {
@@ -84,6 +106,24 @@ bool ParseArgs(int argc, char** argv, Options* options) {
       options->docs = number;
     } else if (arg == "--request-size" && ParsePositive(value, 100000, &number)) {
       options->request_size = static_cast<int>(number);
+    } else if (arg == "--batch-size" && ParsePositive(value, 100000, &number)) {
+      options->batch_size = number;
+    } else if (arg == "--repeat" && ParsePositive(value, 1000, &number)) {
+      options->repeat = number;
+    } else if (arg == "--dynamic-batching" && std::string_view(value) == "off") {
+      options->batching_off = true;
+    } else if (arg == "--dynamic-batching") {
+      const std::string_view text = value;
+      const std::size_t colon = text.find(':');
+      long preferred = 0;
+      long timeout_ms = 0;
+      if (colon == std::string_view::npos ||
+          !ParsePositive(std::string(text.substr(0, colon)).c_str(), 100000, &preferred) ||
+          !ParseNonNegative(std::string(text.substr(colon + 1)).c_str(), 60000, &timeout_ms)) {
+        return false;
+      }
+      options->preferred_batch_size = static_cast<int>(preferred);
+      options->batching_timeout_ms = static_cast<int>(timeout_ms);
     } else {
       return false;
     }
@@ -165,6 +205,18 @@ int main(int argc, char** argv) {
   if (!options.model_path.empty()) {
     deployment_options.uses_with.insert_or_assign("model_path", gantry::Value(options.model_path));
   }
+  if (options.batch_size != 0) {
+    deployment_options.uses_with.insert_or_assign(
+        "batch_size", gantry::Value(static_cast<std::int64_t>(options.batch_size)));
+  }
+  if (options.batching_off) {
+    deployment_options.uses_dynamic_batching.insert_or_assign(
+        "/encode", gantry::DynamicBatching{.enabled = false});
+  } else if (options.preferred_batch_size != 0) {
+    deployment_options.uses_dynamic_batching.insert_or_assign(
+        "/encode", gantry::DynamicBatching{.preferred_batch_size = options.preferred_batch_size,
+                                           .timeout_ms = options.batching_timeout_ms});
+  }
 
   const auto start = std::chrono::steady_clock::now();
   gantry::Deployment dep(std::move(deployment_options));
@@ -180,38 +232,47 @@ int main(int argc, char** argv) {
     docs.emplace_back(std::string(kSentence));
   }
 
-  const auto post_start = std::chrono::steady_clock::now();
-  gantry::StatusOr<gantry::DocList> result = dep.Post(
-      "/encode", docs, {.request_size = options.request_size, .show_progress = options.progress});
-  const double seconds = SecondsSince(post_start);
-  if (!result.ok()) {
-    std::fprintf(stderr, "encode_10k: %s\n", result.status().message().c_str());
-    return 1;
-  }
-  if (result->size() != docs.size()) {
-    std::fprintf(stderr, "encode_10k: posted %zu documents, got %zu back\n", docs.size(),
-                 result->size());
-    return 1;
-  }
-  const long bad = CountBadDocs(*result);
+  // As the result line reports it: the executor's default, off, or P:T.
+  const std::string batching = options.batching_off ? "off"
+                               : options.preferred_batch_size == 0
+                                   ? "default"
+                                   : std::to_string(options.preferred_batch_size) + ":" +
+                                         std::to_string(options.batching_timeout_ms);
+  for (long round = 0; round < options.repeat; ++round) {
+    const auto post_start = std::chrono::steady_clock::now();
+    gantry::StatusOr<gantry::DocList> result = dep.Post(
+        "/encode", docs, {.request_size = options.request_size, .show_progress = options.progress});
+    const double seconds = SecondsSince(post_start);
+    if (!result.ok()) {
+      std::fprintf(stderr, "encode_10k: %s\n", result.status().message().c_str());
+      return 1;
+    }
+    if (result->size() != docs.size()) {
+      std::fprintf(stderr, "encode_10k: posted %zu documents, got %zu back\n", docs.size(),
+                   result->size());
+      return 1;
+    }
+    const long bad = CountBadDocs(*result);
 
-  std::printf("encoded %zu documents in %.2f s: %.1f docs/s (startup %.2f s)\n", result->size(),
-              seconds, static_cast<double>(result->size()) / seconds, startup_seconds);
-  for (const gantry::ReplicaInfo& replica : dep.replicas()) {
-    std::printf("%s (pid %d, %s) served %llu requests\n", replica.name.c_str(), replica.pid,
-                replica.device.c_str(), static_cast<unsigned long long>(replica.requests));
+    std::printf("encoded %zu documents in %.2f s: %.1f docs/s (startup %.2f s)\n", result->size(),
+                seconds, static_cast<double>(result->size()) / seconds, startup_seconds);
+    for (const gantry::ReplicaInfo& replica : dep.replicas()) {
+      std::printf("%s (pid %d, %s) served %llu requests\n", replica.name.c_str(), replica.pid,
+                  replica.device.c_str(), static_cast<unsigned long long>(replica.requests));
+    }
+    if (bad != 0) {
+      std::fprintf(stderr, "encode_10k: %ld of %zu documents failed the check\n", bad,
+                   result->size());
+      return 1;
+    }
+    std::printf("all %zu documents have a 384-d embedding\n", result->size());
+    std::printf(
+        "docs_per_s=%.1f n=%zu seconds=%.3f startup_seconds=%.3f replicas=%d request_size=%d "
+        "device=%s dtype=%s batch_size=%ld dynamic_batching=%s\n",
+        static_cast<double>(result->size()) / seconds, result->size(), seconds, startup_seconds,
+        options.replicas, options.request_size, options.device.c_str(),
+        options.dtype.empty() ? "float32" : options.dtype.c_str(), options.batch_size,
+        batching.c_str());
   }
-  if (bad != 0) {
-    std::fprintf(stderr, "encode_10k: %ld of %zu documents failed the check\n", bad,
-                 result->size());
-    return 1;
-  }
-  std::printf("all %zu documents have a 384-d embedding\n", result->size());
-  std::printf(
-      "docs_per_s=%.1f n=%zu seconds=%.3f startup_seconds=%.3f replicas=%d request_size=%d "
-      "device=%s dtype=%s\n",
-      static_cast<double>(result->size()) / seconds, result->size(), seconds, startup_seconds,
-      options.replicas, options.request_size, options.device.c_str(),
-      options.dtype.empty() ? "float32" : options.dtype.c_str());
   return 0;
 }
