@@ -3,7 +3,7 @@
 rounds), and the machine's ceiling (run.sh --ceiling) as a line across the
 group when the run has one.
 
-    python plot.py OUT.svg "LABEL=FILE.tsv" ["LABEL=FILE.tsv" ...]
+    python plot.py OUT.svg "LABEL=FILE.tsv" ["LABEL=FILE.tsv" ...] [--title TITLE]
 
 FILE.tsv is what run.sh --out writes. Needs matplotlib (bench/encoder/venv.sh
 installs it in .venv-bench-encoder).
@@ -17,8 +17,8 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 SIDES = {"a": "bare model", "b": "Gantry Deployment", "c": "Jina + sentence-transformers",
-         "d": "Infinity (torch engine)"}
-COLOURS = {"a": "#999999", "b": "#1f77b4", "c": "#ff7f0e", "d": "#2ca02c"}
+         "d": "Infinity (torch engine)", "e": "sentence-transformers alone"}
+COLOURS = {"a": "#999999", "b": "#1f77b4", "c": "#ff7f0e", "d": "#2ca02c", "e": "#9467bd"}
 
 
 def read_run(path):
@@ -37,6 +37,11 @@ def read_run(path):
 
 
 def main(argv):
+    title = "all-MiniLM-L6-v2, seed job, request_size 32, CPU"
+    if "--title" in argv:
+        at = argv.index("--title")
+        title = argv[at + 1]
+        argv = argv[:at] + argv[at + 2:]
     if len(argv) < 3 or any("=" not in a for a in argv[2:]):
         raise SystemExit(__doc__)
     groups = [(label, *read_run(path)) for label, path in (a.split("=", 1) for a in argv[2:])]
@@ -54,7 +59,7 @@ def main(argv):
                       label="ceiling (matrix products alone)" if g == 0 else None)
     ax.set_xticks(range(len(groups)), [label for label, _, _ in groups])
     ax.set_ylabel("docs/s (median of the rounds)")
-    ax.set_title("all-MiniLM-L6-v2, seed job, request_size 32, CPU")
+    ax.set_title(title)
     ax.legend(fontsize=8, loc="upper left")
     ax.set_ylim(0, max(max(max(m.values()), c or 0) for _, m, c in groups) * 1.25)
     fig.tight_layout()

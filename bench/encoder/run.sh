@@ -9,6 +9,15 @@
 #   (d) infinity: Infinity (PyPI infinity-emb 0.0.78, torch engine) serving
 #       the model, POST /embeddings, 32 inputs a request, 8 in flight
 #       (infinity_encode.py)
+#   (e) st: sentence-transformers' encode() alone in one process, batches
+#       of 32 (st_bare.py): the bare model in its reference implementation
+# --gantry-batching P:T serves side b with dynamic batching of /encode
+# (preferred_batch_size P, timeout T ms) and SentenceEncoder batch_size P,
+# so the 32-document requests in flight share forward passes of up to P.
+# With --device cuda (or cuda:N) sides a, b and e run on that GPU (Jina's
+# and Infinity's sides stay CPU-only here). $GANTRY_BENCH_PYTHON names a
+# Python that already has sentence-transformers for side e (default: the
+# venv that venv.sh makes), e.g. on a GPU machine without network access.
 # The sides are run in turn, R rounds, the order rotated every round so a
 # slow spell on a shared machine does not land on one side only; the
 # figures are the medians of the rounds. Throughput counts the encoding /
@@ -25,12 +34,14 @@
 # R replicas on cores / R threads each, to check that again.
 #
 #   bash bench/encoder/run.sh [--docs N] [--rounds R] [--threads T]
-#                             [--build-dir DIR] [--modes abcd] [--dtype T] [--out FILE.tsv]
-#                             [--ceiling] [--replicas R] [--jina-replicas R]
+#                             [--build-dir DIR] [--modes abcde] [--dtype T] [--out FILE.tsv]
+#                             [--ceiling] [--replicas R] [--jina-replicas R] [--device D]
+#                             [--gantry-batching P:T]
 # Defaults: --docs 1000, --rounds 3, --threads 1, --build-dir
-# $GANTRY_BUILD_DIR or <repo>/build, --modes abcd, --dtype float32 (or
-# bfloat16, for every side: SentenceEncoder's dtype, sentence-transformers'
-# torch_dtype, Infinity's --dtype). --threads sets
+# $GANTRY_BUILD_DIR or <repo>/build, --modes abcd, --device cpu, --dtype
+# float32 (or bfloat16, for every side: SentenceEncoder's dtype,
+# sentence-transformers' torch_dtype, Infinity's --dtype; float16 for sides
+# a, b and e only). --threads sets
 # OMP_NUM_THREADS/MKL_NUM_THREADS (torch's intra-op threads) for all three
 # sides alike; 0 leaves torch's default (one per core). One thread is the
 # default because on a shared, busy machine OpenMP threads that wait for a
@@ -51,6 +62,8 @@ out=""
 ceiling=0
 replicas=1
 jina_replicas=1
+device=cpu
+gantry_batching=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --docs) docs="$2"; shift 2 ;;
@@ -63,14 +76,26 @@ while [[ $# -gt 0 ]]; do
     --ceiling) ceiling=1; shift ;;
     --replicas) replicas="$2"; shift 2 ;;
     --jina-replicas) jina_replicas="$2"; shift 2 ;;
-    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abcd] [--dtype float32|bfloat16] [--out FILE] [--ceiling] [--replicas R] [--jina-replicas R]" >&2
+    --device) device="$2"; shift 2 ;;
+    --gantry-batching) gantry_batching="$2"; shift 2 ;;
+    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abcde] [--dtype float32|bfloat16|float16] [--out FILE] [--ceiling] [--replicas R] [--jina-replicas R] [--device cpu|cuda|cuda:N] [--gantry-batching P:T]" >&2
        exit 2 ;;
   esac
 done
-if ! [[ "${docs}" =~ ^[1-9][0-9]*$ && "${rounds}" =~ ^[1-9][0-9]?$ && "${modes}" =~ ^[abcd]+$ &&
-        "${threads}" =~ ^[0-9]+$ && "${dtype}" =~ ^(float32|bfloat16)$ &&
-        "${replicas}" =~ ^[1-9]$ && "${jina_replicas}" =~ ^[1-9]$ ]]; then
-  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --threads >= 0, --modes letters of abcd, --dtype float32 or bfloat16, --replicas and --jina-replicas 1..9" >&2
+if ! [[ "${docs}" =~ ^[1-9][0-9]*$ && "${rounds}" =~ ^[1-9][0-9]?$ && "${modes}" =~ ^[abcde]+$ &&
+        "${threads}" =~ ^[0-9]+$ && "${dtype}" =~ ^(float32|bfloat16|float16)$ &&
+        "${replicas}" =~ ^[1-9]$ && "${jina_replicas}" =~ ^[1-9]$ &&
+        "${device}" =~ ^(cpu|cuda|cuda:[0-9]+)$ &&
+        "${gantry_batching}" =~ ^([1-9][0-9]*:[0-9]+)?$ ]]; then
+  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --threads >= 0, --modes letters of abcde, --dtype float32, bfloat16 or float16, --replicas and --jina-replicas 1..9, --device cpu, cuda or cuda:N, --gantry-batching P:T (positive integers)" >&2
+  exit 2
+fi
+if [[ "${device}" != cpu && ( "${modes}" =~ [cd] || ${ceiling} -eq 1 || "${replicas}" -gt 1 ) ]]; then
+  echo "run.sh: --device ${device} runs sides a, b and e with one replica (no Jina, Infinity or --ceiling there)" >&2
+  exit 2
+fi
+if [[ "${dtype}" == float16 && "${modes}" =~ [cd] ]]; then
+  echo "run.sh: --dtype float16 is for sides a, b and e (Jina's and Infinity's sides take float32 or bfloat16)" >&2
   exit 2
 fi
 
@@ -88,10 +113,12 @@ for b in "${bare_bin}" "${gantry_bin}"; do
   fi
 done
 python_bin=""
-if [[ "${modes}" == *c* || ${ceiling} -eq 1 ]]; then
+if [[ "${modes}" == *c* || ${ceiling} -eq 1 ]] ||
+   [[ "${modes}" == *e* && -z "${GANTRY_BENCH_PYTHON:-}" ]]; then
   venv="$(bash "${here}/venv.sh" | tail -n 1)"
   python_bin="${venv}/bin/python"
 fi
+st_python="${GANTRY_BENCH_PYTHON:-${python_bin}}"
 infinity_python=""
 if [[ "${modes}" == *d* ]]; then
   infinity_python="$(bash "${here}/infinity_venv.sh" | tail -n 1)/bin/python"
@@ -143,19 +170,24 @@ RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
   local mode="$1" log="$2"
   local -a cmd
   case "${mode}" in
-    a) cmd=("${bare_bin}" --model-path "${model}" --dtype "${dtype}")
+    a) cmd=("${bare_bin}" --model-path "${model}" --dtype "${dtype}" --device "${device}")
        if [[ "${replicas}" -gt 1 ]]; then
          cmd=("${gantry_env[@]}" bash "${here}/bare_processes.sh" "${replicas}" "${docs}" "${cmd[@]}")
        else
          cmd+=(--n "${docs}")
        fi ;;
     b) cmd=("${gantry_env[@]}" "${gantry_bin}" --docs "${docs}" --model-path "${model}"
-            --dtype "${dtype}" --replicas "${replicas}" --no-progress) ;;
+            --dtype "${dtype}" --replicas "${replicas}" --device "${device}" --no-progress)
+       if [[ -n "${gantry_batching}" ]]; then
+         cmd+=(--batch-size "${gantry_batching%%:*}" --dynamic-batching "${gantry_batching}")
+       fi ;;
     c) cmd=("${jina_env[@]}" "${python_bin}" "${here}/jina_encode.py" --docs "${docs}"
             --model-path "${model}" --dtype "${dtype}" --replicas "${jina_replicas}"
             --no-progress) ;;
     d) cmd=("${infinity_python}" "${here}/infinity_encode.py" --docs "${docs}"
             --model-path "${model}" --dtype "${dtype}") ;;
+    e) cmd=("${st_python}" "${here}/st_bare.py" --docs "${docs}" --model-path "${model}"
+            --dtype "${dtype}" --device "${device}") ;;
   esac
   setsid timeout -k 10 "${limit}" "${cmd[@]}" >"${log}" 2>&1 &
   child=$!
@@ -176,8 +208,8 @@ RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
   fi
 }
 
-echo "encoder benchmark: N=${docs} docs, ${rounds} rounds, request_size 32, cpu," \
-     "dtype ${dtype}, torch threads ${threads/#0/default}, replicas ${replicas} (Jina ${jina_replicas})," \
+echo "encoder benchmark: N=${docs} docs, ${rounds} rounds, request_size 32, ${device}," \
+     "dtype ${dtype}, Gantry dynamic batching ${gantry_batching:-off}, torch threads ${threads/#0/default}, replicas ${replicas} (Jina ${jina_replicas})," \
      "$(getconf _NPROCESSORS_ONLN) cores," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 results="${work}/results.tsv"
@@ -218,7 +250,8 @@ import statistics, sys
 names = {'a': '(a) bare model (encoder_bare)',
          'b': '(b) Gantry Deployment + C++ client (encode_10k)',
          'c': '(c) Jina + sentence-transformers (Python executor)',
-         'd': '(d) Infinity 0.0.78, torch engine (HTTP, 8 in flight)'}
+         'd': '(d) Infinity 0.0.78, torch engine (HTTP, 8 in flight)',
+         'e': '(e) sentence-transformers encode() alone'}
 runs = {}
 startups = {}
 ceiling = None
@@ -243,6 +276,13 @@ if 'a' in med and 'c' in med:
     print(f'  ratio bare/Jina       (a/c): {med["a"] / med["c"]:.3f}')
 if 'b' in med and 'd' in med:
     print(f'  ratio Gantry/Infinity (b/d): {med["b"] / med["d"]:.3f}')
+if 'b' in med and 'e' in med:
+    print(f'  ratio Gantry/sentence-transformers (b/e): {med["b"] / med["e"]:.3f}')
+if 'a' in med and 'e' in med:
+    print(f'  ratio bare/sentence-transformers (a/e): {med["a"] / med["e"]:.3f}')
+if 'b' in med:
+    print(f'  Gantry post time for N docs (median): '
+          f'{int(sys.argv[2]) / med["b"]:.3f} s')
 if ceiling is not None:
     print(f'  ceiling (matrix products alone): {ceiling:.1f} docs/s; share of it: '
           + ', '.join(f'({m}) {med[m] / ceiling:.2f}' for m in sorted(med)))
