@@ -42,6 +42,18 @@ std::vector<Reply> PostConcurrently(Deployment& dep, const std::string& endpoint
   return replies;
 }
 
+// The handler calls that served `n` concurrent single-document Posts, each
+// of which must come back with its own document.
+std::set<std::int64_t> HandlerCalls(Deployment& dep, const std::string& endpoint, int n) {
+  std::set<std::int64_t> calls;
+  for (const Reply& reply : PostConcurrently(dep, endpoint, n)) {
+    EXPECT_TRUE(reply.status.ok()) << reply.status;
+    EXPECT_EQ(reply.text, "seen:" + reply.sent);
+    calls.insert(reply.call);
+  }
+  return calls;
+}
+
 TEST(BatchingIntegrationTest, ConcurrentRequestsShareHandlerCalls) {
   Deployment dep({.uses = "BatchCountExec"});
   ASSERT_TRUE(dep.ok()) << dep.status();
@@ -93,6 +105,31 @@ TEST(BatchingIntegrationTest, UsesDynamicBatchingTurnsItOnAndTheTimeoutBoundsLat
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_GE(elapsed, std::chrono::milliseconds(250));
   EXPECT_LT(elapsed, std::chrono::seconds(20));
+}
+
+// GANTRY_DYNAMIC_BATCHING_ON_GPU through real workers: GANTRY_FAKE_GPUS
+// stands in for the driver (BatchCountExec touches no CUDA), so the replica
+// is placed on cuda:0 and batches; on the CPU the same endpoint does not.
+TEST(BatchingIntegrationTest, GpuOnlyBatchingMergesOnCudaReplicasOnly) {
+  testing::FakeGpus gpus("NVIDIA H100 80GB");
+  Deployment on_gpu({.uses = "BatchCountExec", .uses_with = {{"device", "cuda"}}, .gpus = "1"});
+  ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
+  ASSERT_EQ(on_gpu.replicas()[0].device, "cuda");
+  const std::size_t gpu_calls = HandlerCalls(on_gpu, "/gpu", 64).size();
+  EXPECT_GE(gpu_calls, 4u);
+  EXPECT_LE(gpu_calls, 12u);
+
+  Deployment on_cpu({.uses = "BatchCountExec", .uses_with = {{"device", "cpu"}}});
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+  EXPECT_EQ(HandlerCalls(on_cpu, "/gpu", 16).size(), 16u);
+
+  // YAML turns the GPU default off.
+  Deployment off({.uses = "BatchCountExec",
+                  .uses_with = {{"device", "cuda"}},
+                  .gpus = "1",
+                  .uses_dynamic_batching = {{"/gpu", {.enabled = false}}}});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(HandlerCalls(off, "/gpu", 16).size(), 16u);
 }
 
 TEST(BatchingIntegrationTest, UnknownBatchingKeyFailsTheStart) {

@@ -134,7 +134,8 @@ GANTRY_REGISTER_EXECUTOR(PlacementProbeExec);
 
 // Counts its handler calls: each document is tagged with the call that
 // served it and that call's size. /count batches (16 docs or 1 s); /plain
-// does not unless uses_dynamic_batching says so.
+// does not unless uses_dynamic_batching says so; /gpu batches like /count on
+// a CUDA device only.
 class BatchCountExec final : public gantry::Executor {
   GANTRY_EXECUTOR(BatchCountExec);
   explicit BatchCountExec(const gantry::ExecutorContext& /*context*/) {}
@@ -145,6 +146,11 @@ class BatchCountExec final : public gantry::Executor {
 
   GANTRY_REQUESTS(Plain, "/plain");
   void Plain(gantry::DocList& docs) { Tag(docs); }
+
+  // Batched only on a CUDA device, as SentenceEncoder's /encode is.
+  GANTRY_REQUESTS(OnGpu, "/gpu");
+  GANTRY_DYNAMIC_BATCHING_ON_GPU(OnGpu, {.preferred_batch_size = 16, .timeout_ms = 1000});
+  void OnGpu(gantry::DocList& docs) { Tag(docs); }
 
  private:
   void Tag(gantry::DocList& docs) {
