@@ -4,7 +4,6 @@
 #include "deployment/placement.h"
 
 #include <gantry/deployment.h>
-#include <gantry/torch_tensor.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include <set>
 #include <string>
 
+#include "core/gpu_inventory.h"
 #include "testutil/testutil.h"
 
 namespace gantry {
@@ -151,11 +151,10 @@ TEST(PlacementIntegrationTest, CpuReplicasShareTheCoresUnlessTheUserSizedThem) {
   EXPECT_EQ(threads_seen(sized, "omp_num_threads"), std::set<std::string>{"3"});
 }
 
-// A CUDA device on a machine (or libtorch) without one fails the start with
-// the device named, through the worker's status pipe, not at the first
-// request.
+// A CUDA device on a machine without one fails the start with the device
+// named, through the worker's status pipe, not at the first request.
 TEST(PlacementIntegrationTest, UnusableCudaDeviceFailsTheStart) {
-  if (ResolveTorchDevice(Device::Auto()).is_cuda()) {
+  if (!internal::DiscoverGpus().gpus.empty()) {
     GTEST_SKIP() << "a CUDA device is visible; this test needs a machine without one";
   }
   Deployment dep({.uses = "MyGPUExec", .uses_with = {{"device", "cuda"}}});
