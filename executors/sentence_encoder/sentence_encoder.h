@@ -21,8 +21,8 @@
 // On a CUDA device /encode is dynamically batched by default: whatever
 // requests wait while a call runs go through the next call together, up to
 // 256 documents, with no added wait (timeout 0), as Triton's dynamic
-// batcher and TEI do; on an H100 this took the seed job from 0.44 s to
-// 0.18 s (docs/benchmarks-encoder.md). `uses_dynamic_batching` in YAML
+// batcher and TEI do; on an H100 this took the seed job's warm posts from
+// 0.44 s to 0.13-0.36 s (docs/benchmarks-encoder.md). `uses_dynamic_batching` in YAML
 // overrides it (`use_dynamic_batching: false` turns it off). CPUs gained
 // nothing from it, so there requests are not merged.
 //
