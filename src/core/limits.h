@@ -21,4 +21,12 @@ inline constexpr int kMaxNestingDepth = 100;
 // stream); larger values are clamped.
 inline constexpr int kMaxPrefetch = 1000;
 
+// Data calls (unary requests and open Call streams) one worker holds at once;
+// more are refused with RESOURCE_EXHAUSTED. Each holds one of gRPC's
+// sync-server threads while it waits for the handler or a batch, so without a
+// bound a flood grew a thread and ~300 KB per call. Above kMaxPrefetch, so that
+// one client stream's full window through the gateway is never refused; TEI
+// refuses past 512 (`--max-concurrent-requests`).
+inline constexpr int kMaxWorkerCallsInFlight = 1024;
+
 }  // namespace gantry::internal

@@ -228,11 +228,12 @@ class HttpGateway::Impl {
     HttpForwardResult result = forward_(request.SerializeAsString());
     if (result.grpc_code != 0) {
       // A worker's INVALID_ARGUMENT is about the request: a 400, as for the
-      // errors found here.
+      // errors found here. Size was checked above, so a worker's
+      // RESOURCE_EXHAUSTED is a full queue or a busy replica: 429, retry.
       int status = result.grpc_code == kUnavailable || result.grpc_code == kNotFound ? 503
                    : result.grpc_code == kDeadlineExceeded                           ? 504
                    : result.grpc_code == kInvalidArgument                            ? 400
-                   : result.grpc_code == kResourceExhausted                          ? 413
+                   : result.grpc_code == kResourceExhausted                          ? 429
                                                                                      : 500;
       ReplyError(res, status, result.grpc_message);
       return;

@@ -82,6 +82,7 @@ class RequestHandler {
 
   const std::string& executor_name() const { return executor_name_; }
   const std::string& jtype() const { return jtype_; }
+  const std::string& runtime_name() const { return runtime_name_; }
   const Device& device() const { return device_; }
 
   // The batching in force for `endpoint`, if any (for logs and tests).

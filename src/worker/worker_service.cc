@@ -1,8 +1,12 @@
 #include "worker/worker_service.h"
 
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
+
+#include <atomic>
 
 #include "common/grpc_options.h"
+#include "core/limits.h"
 #include "jina/jina.grpc.pb.h"
 #include "worker/reflection_service.h"
 
@@ -18,13 +22,54 @@ grpc::Status NotParsed(const char* method, const char* message_type) {
                           " (or nests deeper than protobuf's 100-level limit)");
 }
 
+// Threads gRPC may run for the worker's sync services: the data calls it
+// admits, plus room to refuse the next ones with a message (and to answer
+// discovery, info and reflection) while those wait. Past it gRPC itself
+// answers RESOURCE_EXHAUSTED ("Server Threadpool Exhausted").
+constexpr int kSpareServerThreads = 32;
+
+// One data call counted against kMaxWorkerCallsInFlight for as long as it
+// lives; a call that is not admitted returns Busy() at once.
+// Thread safety: one object per call; the shared counter is atomic.
+class CallSlot {
+ public:
+  CallSlot(std::atomic<int>* in_flight, const RequestHandler& handler)
+      : in_flight_(in_flight),
+        handler_(handler),
+        admitted_(in_flight->fetch_add(1, std::memory_order_relaxed) < kMaxWorkerCallsInFlight) {}
+  ~CallSlot() { in_flight_->fetch_sub(1, std::memory_order_relaxed); }
+  CallSlot(const CallSlot&) = delete;
+  CallSlot& operator=(const CallSlot&) = delete;
+
+  bool admitted() const { return admitted_; }
+  grpc::Status Busy(const char* method) const {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        std::string(method) + ": replica " + handler_.runtime_name() +
+                            " is busy: it already holds " +
+                            std::to_string(kMaxWorkerCallsInFlight) +
+                            " calls, the most it takes at once; retry later");
+  }
+
+ private:
+  std::atomic<int>* in_flight_;
+  const RequestHandler& handler_;
+  bool admitted_;
+};
+
 class SingleDataService final : public jina::JinaSingleDataRequestRPC::StreamedUnaryService {
  public:
-  SingleDataService(RequestHandler* handler, std::int64_t max_message_bytes)
-      : handler_(handler), max_message_bytes_(max_message_bytes) {}
+  SingleDataService(RequestHandler* handler, std::int64_t max_message_bytes,
+                    std::atomic<int>* calls_in_flight)
+      : handler_(handler),
+        max_message_bytes_(max_message_bytes),
+        calls_in_flight_(calls_in_flight) {}
   grpc::Status Streamedprocess_single_data(
       grpc::ServerContext* context,
       grpc::ServerUnaryStreamer<jina::DataRequestProto, jina::DataRequestProto>* stream) override {
+    CallSlot slot(calls_in_flight_, *handler_);
+    if (!slot.admitted()) {
+      return slot.Busy("process_single_data");
+    }
     // A request its caller gave up on (cancelled, or past the deadline the
     // gateway passed on) does not run the handler, also after waiting for it.
     auto abandoned = [context] {
@@ -56,17 +101,25 @@ class SingleDataService final : public jina::JinaSingleDataRequestRPC::StreamedU
  private:
   RequestHandler* handler_;
   std::int64_t max_message_bytes_;
+  std::atomic<int>* calls_in_flight_;
 };
 
 class DataListService final : public jina::JinaDataRequestRPC::StreamedUnaryService {
  public:
-  DataListService(RequestHandler* handler, std::int64_t max_message_bytes)
-      : handler_(handler), max_message_bytes_(max_message_bytes) {}
+  DataListService(RequestHandler* handler, std::int64_t max_message_bytes,
+                  std::atomic<int>* calls_in_flight)
+      : handler_(handler),
+        max_message_bytes_(max_message_bytes),
+        calls_in_flight_(calls_in_flight) {}
   // Jina merges the requests of a list into the first one before the call.
   grpc::Status Streamedprocess_data(
       grpc::ServerContext* context,
       grpc::ServerUnaryStreamer<jina::DataRequestListProto, jina::DataRequestProto>* stream)
       override {
+    CallSlot slot(calls_in_flight_, *handler_);
+    if (!slot.admitted()) {
+      return slot.Busy("process_data");
+    }
     jina::DataRequestListProto list;
     if (!stream->Read(&list)) {
       return NotParsed("process_data", "jina.DataRequestListProto");
@@ -97,18 +150,27 @@ class DataListService final : public jina::JinaDataRequestRPC::StreamedUnaryServ
  private:
   RequestHandler* handler_;
   std::int64_t max_message_bytes_;
+  std::atomic<int>* calls_in_flight_;
 };
 
 class StreamService final : public jina::JinaRPC::Service {
  public:
-  StreamService(RequestHandler* handler, std::int64_t max_message_bytes)
-      : handler_(handler), max_message_bytes_(max_message_bytes) {}
+  StreamService(RequestHandler* handler, std::int64_t max_message_bytes,
+                std::atomic<int>* calls_in_flight)
+      : handler_(handler),
+        max_message_bytes_(max_message_bytes),
+        calls_in_flight_(calls_in_flight) {}
   // Requests of one stream are processed in order, as Jina's worker does. A
   // malformed request ends the stream with INVALID_ARGUMENT: a stream has no
-  // per-message status.
+  // per-message status. An open stream holds its thread, so it counts as one
+  // call for as long as it is open.
   grpc::Status Call(
       grpc::ServerContext* /*context*/,
       grpc::ServerReaderWriter<jina::DataRequestProto, jina::DataRequestProto>* stream) override {
+    CallSlot slot(calls_in_flight_, *handler_);
+    if (!slot.admitted()) {
+      return slot.Busy("Call");
+    }
     jina::DataRequestProto request;
     while (stream->Read(&request)) {
       RequestHandler::Result result = handler_->Handle(&request, max_message_bytes_);
@@ -125,6 +187,7 @@ class StreamService final : public jina::JinaRPC::Service {
  private:
   RequestHandler* handler_;
   std::int64_t max_message_bytes_;
+  std::atomic<int>* calls_in_flight_;
 };
 
 class DiscoveryService final : public jina::JinaDiscoverEndpointsRPC::Service {
@@ -163,12 +226,14 @@ class InfoService final : public jina::JinaInfoRPC::Service {
 
 struct WorkerServer::Services {
   Services(RequestHandler* handler, std::int64_t max_message_bytes)
-      : single(handler, max_message_bytes),
-        list(handler, max_message_bytes),
-        stream(handler, max_message_bytes),
+      : single(handler, max_message_bytes, &calls_in_flight),
+        list(handler, max_message_bytes, &calls_in_flight),
+        stream(handler, max_message_bytes, &calls_in_flight),
         discovery(handler),
         info(handler),
         reflection(WorkerReflectionServices()) {}
+  // Data calls held now, across the three data services.
+  std::atomic<int> calls_in_flight{0};
   SingleDataService single;
   DataListService list;
   StreamService stream;
@@ -186,6 +251,9 @@ StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(RequestHandler* hand
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(builder, max_message_bytes);
+  grpc::ResourceQuota quota("gantry-worker");
+  quota.SetMaxThreads(kMaxWorkerCallsInFlight + kSpareServerThreads);
+  builder.SetResourceQuota(quota);
   std::string address = JoinHostPort(host, port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(&server->services_->single);

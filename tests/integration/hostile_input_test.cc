@@ -11,13 +11,16 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <mutex>
 #include <string>
 
+#include "core/limits.h"
 #include "docarray/docarray.pb.h"
 #include "jina/jina.pb.h"
 #include "testutil/testutil.h"
@@ -39,6 +42,26 @@ class BigReplyExec final : public gantry::Executor {
   }
 };
 GANTRY_REGISTER_EXECUTOR(BigReplyExec);
+
+// /hold waits until the file `parameters.release` exists (at most 120 s),
+// holding the worker's one handler thread, so that the calls behind it queue.
+class GateExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(GateExec);
+  explicit GateExec(const gantry::ExecutorContext& /*context*/) {}
+  GANTRY_REQUESTS(Hold, "/hold");
+  void Hold(gantry::DocList& docs, const gantry::Parameters& parameters) {
+    const std::string release = parameters.GetString("release", "");
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!release.empty() && !std::filesystem::exists(release) &&
+           std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    for (gantry::Doc& doc : docs) {
+      doc.set_text("held:" + std::string(doc.text()));
+    }
+  }
+};
+GANTRY_REGISTER_EXECUTOR(GateExec);
 
 }  // namespace gantry_test
 
@@ -267,6 +290,128 @@ TEST(HostileInputTest, GarbageBytesAreInvalidArgumentAndTheDeploymentKeepsServin
   auto good = dep.Post("/echo", Docs(3));
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_EQ(good->size(), 3u);
+}
+
+// Outcomes of calls sent without waiting for each other.
+struct Flood {
+  std::mutex mutex;
+  std::condition_variable cv;
+  int done = 0;
+  int ok = 0;
+  int busy = 0;
+  std::string busy_message;
+  std::string other_errors;
+};
+
+// A flood of concurrent requests (a client that never waits for its
+// replies) must not grow a worker thread per call: past
+// kMaxWorkerCallsInFlight the replica refuses with RESOURCE_EXHAUSTED naming
+// itself, over gRPC and HTTP (429), and serves what it took.
+TEST(HostileInputTest, AFloodOfCallsIsRefusedPastTheWorkersBoundAndTheRestAreServed) {
+  Deployment dep({.uses = "GateExec", .replicas = 1, .http_port = 0});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  testing::TempDir dir;
+  const std::string release = dir.File("release");
+  jina::DataRequestProto request = Request("/hold");
+  (*request.mutable_parameters()->mutable_fields())["release"].set_string_value(release);
+  AddDocField(&request, "d", "text")->set_text("x");
+  const std::string bytes = request.SerializeAsString();
+
+  constexpr int kRefused = 40;
+  constexpr int kCalls = internal::kMaxWorkerCallsInFlight + kRefused;
+  grpc::ChannelArguments args;
+  auto channel = grpc::CreateCustomChannel(dep.address(), grpc::InsecureChannelCredentials(), args);
+  grpc::GenericStub stub(channel);
+  Flood flood;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ByteBuffer>> replies;
+  for (int i = 0; i < kCalls; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    contexts.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(180));
+    replies.push_back(std::make_unique<grpc::ByteBuffer>());
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer one(&slice, 1);
+    stub.UnaryCall(contexts.back().get(), kSingleMethod, grpc::StubOptions(), &one,
+                   replies.back().get(), [&flood](const grpc::Status& status) {
+                     std::lock_guard lock(flood.mutex);
+                     ++flood.done;
+                     if (status.ok()) {
+                       ++flood.ok;
+                     } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+                       ++flood.busy;
+                       flood.busy_message = status.error_message();
+                     } else {
+                       flood.other_errors += status.error_message() + "\n";
+                     }
+                     flood.cv.notify_all();
+                   });
+  }
+  // However the test leaves: release the held calls, cancel what is left
+  // and wait for every callback, since they write to `flood`.
+  struct Cleanup {
+    const std::string& release;
+    std::vector<std::unique_ptr<grpc::ClientContext>>& contexts;
+    Flood& flood;
+    ~Cleanup() {
+      testing::WriteFile(release, "go");
+      std::unique_lock lock(flood.mutex);
+      if (!flood.cv.wait_for(lock, std::chrono::seconds(30),
+                             [&] { return flood.done == kCalls; })) {
+        for (auto& context : contexts) {
+          context->TryCancel();
+        }
+        flood.cv.wait(lock, [&] { return flood.done == kCalls; });
+      }
+    }
+  } cleanup{release, contexts, flood};
+  {
+    std::unique_lock lock(flood.mutex);
+    ASSERT_TRUE(
+        flood.cv.wait_for(lock, std::chrono::seconds(60),
+                          [&] { return flood.busy + !flood.other_errors.empty() >= kRefused; }))
+        << "refused " << flood.busy << " of " << kCalls << " calls; errors: " << flood.other_errors;
+    EXPECT_EQ(flood.busy, kRefused);
+    EXPECT_EQ(flood.ok, 0);
+    EXPECT_EQ(flood.other_errors, "");
+    EXPECT_THAT(flood.busy_message,
+                AllOf(HasSubstr("process_single_data: replica executor/rep-0 is busy"),
+                      HasSubstr("already holds 1024 calls")));
+  }
+  // The replica's threads stay bounded: the calls it holds, gRPC's pollers
+  // and the spare room, not one per call sent.
+  std::vector<ReplicaInfo> replicas = dep.replicas();
+  ASSERT_EQ(replicas.size(), 1u);
+  const std::string tasks = "/proc/" + std::to_string(replicas[0].pid) + "/task";
+  const auto threads = std::distance(std::filesystem::directory_iterator(tasks),
+                                     std::filesystem::directory_iterator());
+  EXPECT_LE(threads, internal::kMaxWorkerCallsInFlight + 64);
+  EXPECT_GE(threads, internal::kMaxWorkerCallsInFlight);
+
+  // Over HTTP a busy replica is 429, retry later (not 413: the size was fine).
+  httplib::Client http("127.0.0.1", dep.http_port());
+  http.set_connection_timeout(std::chrono::seconds(10));
+  http.set_read_timeout(std::chrono::seconds(60));
+  auto res = http.Post(
+      "/post",
+      R"({"execEndpoint": "/hold", "data": [{"text": "y"}], "parameters": {"release": ")" +
+          release + R"("}})",
+      "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 429) << res->body;
+  EXPECT_THAT(res->body, HasSubstr("is busy"));
+
+  testing::WriteFile(release, "go");
+  {
+    std::unique_lock lock(flood.mutex);
+    ASSERT_TRUE(
+        flood.cv.wait_for(lock, std::chrono::seconds(90), [&] { return flood.done == kCalls; }))
+        << flood.done << " of " << kCalls << " calls answered";
+    EXPECT_EQ(flood.ok, internal::kMaxWorkerCallsInFlight);
+    EXPECT_EQ(flood.busy, kRefused);
+  }
+  auto after = dep.Post("/hold", Docs(2));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ((*after)[1].text(), "held:doc 1");
 }
 
 TEST(HostileInputTest, GarbageAndPoisonToAFlowAreInvalidArgumentNamingTheStep) {
