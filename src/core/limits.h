@@ -29,4 +29,15 @@ inline constexpr int kMaxPrefetch = 1000;
 // refuses past 512 (`--max-concurrent-requests`).
 inline constexpr int kMaxWorkerCallsInFlight = 1024;
 
+// KServe ModelInfer calls one gateway holds at once (a sync service: each
+// holds a gateway thread until its replica answers); more are refused with
+// RESOURCE_EXHAUSTED.
+inline constexpr int kMaxKServeCallsInFlight = 1024;
+
+// Threads gRPC may run for a server's sync services beyond the calls
+// admitted above: room to refuse the next calls with a message, and to
+// answer the small services (discovery, info, reflection) meanwhile. Past it
+// calls wait for a thread, or gRPC answers RESOURCE_EXHAUSTED itself.
+inline constexpr int kSpareServerThreads = 32;
+
 }  // namespace gantry::internal

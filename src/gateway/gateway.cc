@@ -4,6 +4,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <spdlog/spdlog.h>
 
@@ -23,6 +24,7 @@
 #include "common/metrics_server.h"
 #include "common/sanitizer_handoff.h"
 #include "common/tls.h"
+#include "core/limits.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/http_gateway.h"
 #include "gateway/kserve_service.h"
@@ -652,6 +654,11 @@ Status Gateway::Impl::Init() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(builder, options_.max_message_bytes);
+  // Caps the threads of the sync services (KServe, reflection); the Jina
+  // services are callbacks and hold no thread while they wait.
+  grpc::ResourceQuota quota("gantry-gateway");
+  quota.SetMaxThreads(kMaxKServeCallsInFlight + kSpareServerThreads);
+  builder.SetResourceQuota(quota);
   std::string address = JoinHostPort(options_.host, options_.port);
   GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                           MakeServerCredentials(options_.tls));

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <utility>
 
+#include "common/call_slot.h"
+#include "core/limits.h"
 #include "gateway/kserve.h"
 
 namespace gantry::internal {
@@ -95,6 +97,13 @@ grpc::Status KServeService::ModelConfig(grpc::ServerContext* /*context*/,
 grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) {
+  CallSlot slot(infer_calls_in_flight_, kMaxKServeCallsInFlight);
+  if (!slot.admitted()) {
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+            "ModelInfer: the gateway is busy: it already holds " +
+                std::to_string(kMaxKServeCallsInFlight) +
+                " ModelInfer calls, the most it takes at once; retry later"};
+  }
   if (grpc::Status s = CheckModel(request->model_name(), request->model_version()); !s.ok()) {
     return s;
   }

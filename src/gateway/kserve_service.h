@@ -6,10 +6,12 @@
 // clients' requests. Each served model name maps to an executor endpoint.
 //
 // Thread safety: handlers run on gRPC's threads concurrently; the service
-// holds only immutable state and the thread-safe forwarding functions.
+// holds only immutable state, the thread-safe forwarding functions and an
+// atomic count of ModelInfer calls (at most kMaxKServeCallsInFlight).
 #ifndef GANTRY_GATEWAY_KSERVE_SERVICE_H_
 #define GANTRY_GATEWAY_KSERVE_SERVICE_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -58,6 +60,7 @@ class KServeService final : public inference::GRPCInferenceService::Service {
   const DeadlineForwardFn forward_;
   const std::function<bool()> ready_;
   const std::uint64_t max_message_bytes_;
+  std::atomic<int> infer_calls_in_flight_{0};
 };
 
 }  // namespace gantry::internal

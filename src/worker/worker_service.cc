@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "common/call_slot.h"
 #include "common/grpc_options.h"
 #include "core/limits.h"
 #include "jina/jina.grpc.pb.h"
@@ -22,39 +23,13 @@ grpc::Status NotParsed(const char* method, const char* message_type) {
                           " (or nests deeper than protobuf's 100-level limit)");
 }
 
-// Threads gRPC may run for the worker's sync services: the data calls it
-// admits, plus room to refuse the next ones with a message (and to answer
-// discovery, info and reflection) while those wait. Past it gRPC itself
-// answers RESOURCE_EXHAUSTED ("Server Threadpool Exhausted").
-constexpr int kSpareServerThreads = 32;
-
-// One data call counted against kMaxWorkerCallsInFlight for as long as it
-// lives; a call that is not admitted returns Busy() at once.
-// Thread safety: one object per call; the shared counter is atomic.
-class CallSlot {
- public:
-  CallSlot(std::atomic<int>* in_flight, const RequestHandler& handler)
-      : in_flight_(in_flight),
-        handler_(handler),
-        admitted_(in_flight->fetch_add(1, std::memory_order_relaxed) < kMaxWorkerCallsInFlight) {}
-  ~CallSlot() { in_flight_->fetch_sub(1, std::memory_order_relaxed); }
-  CallSlot(const CallSlot&) = delete;
-  CallSlot& operator=(const CallSlot&) = delete;
-
-  bool admitted() const { return admitted_; }
-  grpc::Status Busy(const char* method) const {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        std::string(method) + ": replica " + handler_.runtime_name() +
-                            " is busy: it already holds " +
-                            std::to_string(kMaxWorkerCallsInFlight) +
-                            " calls, the most it takes at once; retry later");
-  }
-
- private:
-  std::atomic<int>* in_flight_;
-  const RequestHandler& handler_;
-  bool admitted_;
-};
+// RESOURCE_EXHAUSTED for a data call past kMaxWorkerCallsInFlight.
+grpc::Status Busy(const char* method, const RequestHandler& handler) {
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      std::string(method) + ": replica " + handler.runtime_name() +
+                          " is busy: it already holds " + std::to_string(kMaxWorkerCallsInFlight) +
+                          " calls, the most it takes at once; retry later");
+}
 
 class SingleDataService final : public jina::JinaSingleDataRequestRPC::StreamedUnaryService {
  public:
@@ -66,9 +41,9 @@ class SingleDataService final : public jina::JinaSingleDataRequestRPC::StreamedU
   grpc::Status Streamedprocess_single_data(
       grpc::ServerContext* context,
       grpc::ServerUnaryStreamer<jina::DataRequestProto, jina::DataRequestProto>* stream) override {
-    CallSlot slot(calls_in_flight_, *handler_);
+    CallSlot slot(*calls_in_flight_, kMaxWorkerCallsInFlight);
     if (!slot.admitted()) {
-      return slot.Busy("process_single_data");
+      return Busy("process_single_data", *handler_);
     }
     // A request its caller gave up on (cancelled, or past the deadline the
     // gateway passed on) does not run the handler, also after waiting for it.
@@ -116,9 +91,9 @@ class DataListService final : public jina::JinaDataRequestRPC::StreamedUnaryServ
       grpc::ServerContext* context,
       grpc::ServerUnaryStreamer<jina::DataRequestListProto, jina::DataRequestProto>* stream)
       override {
-    CallSlot slot(calls_in_flight_, *handler_);
+    CallSlot slot(*calls_in_flight_, kMaxWorkerCallsInFlight);
     if (!slot.admitted()) {
-      return slot.Busy("process_data");
+      return Busy("process_data", *handler_);
     }
     jina::DataRequestListProto list;
     if (!stream->Read(&list)) {
@@ -167,9 +142,9 @@ class StreamService final : public jina::JinaRPC::Service {
   grpc::Status Call(
       grpc::ServerContext* /*context*/,
       grpc::ServerReaderWriter<jina::DataRequestProto, jina::DataRequestProto>* stream) override {
-    CallSlot slot(calls_in_flight_, *handler_);
+    CallSlot slot(*calls_in_flight_, kMaxWorkerCallsInFlight);
     if (!slot.admitted()) {
-      return slot.Busy("Call");
+      return Busy("Call", *handler_);
     }
     jina::DataRequestProto request;
     while (stream->Read(&request)) {

@@ -23,6 +23,7 @@
 #include "core/limits.h"
 #include "docarray/docarray.pb.h"
 #include "jina/jina.pb.h"
+#include "kserve/grpc_predict_v2.pb.h"
 #include "testutil/testutil.h"
 
 namespace gantry_test {
@@ -43,23 +44,38 @@ class BigReplyExec final : public gantry::Executor {
 };
 GANTRY_REGISTER_EXECUTOR(BigReplyExec);
 
-// /hold waits until the file `parameters.release` exists (at most 120 s),
-// holding the worker's one handler thread, so that the calls behind it queue.
+// /hold and /encode wait until the file `parameters.release` (else
+// `with.release`) exists, at most 120 s, holding the worker's one handler
+// thread, so that the calls behind them queue. /encode answers an embedding
+// per document, as KServe's ModelInfer wants.
 class GateExec final : public gantry::Executor {
   GANTRY_EXECUTOR(GateExec);
-  explicit GateExec(const gantry::ExecutorContext& /*context*/) {}
+  explicit GateExec(const gantry::ExecutorContext& context)
+      : release_(context.with.GetString("release", "")) {}
   GANTRY_REQUESTS(Hold, "/hold");
   void Hold(gantry::DocList& docs, const gantry::Parameters& parameters) {
-    const std::string release = parameters.GetString("release", "");
+    Wait(parameters.GetString("release", release_));
+    for (gantry::Doc& doc : docs) {
+      doc.set_text("held:" + std::string(doc.text()));
+    }
+  }
+  GANTRY_REQUESTS(Encode, "/encode");
+  void Encode(gantry::DocList& docs, const gantry::Parameters& parameters) {
+    Wait(parameters.GetString("release", release_));
+    for (gantry::Doc& doc : docs) {
+      doc.set_embedding(gantry::Tensor::FromValues<float>({2}, std::vector<float>{1.0F, 2.0F}));
+    }
+  }
+
+ private:
+  static void Wait(const std::string& release) {
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (!release.empty() && !std::filesystem::exists(release) &&
            std::chrono::steady_clock::now() < give_up) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    for (gantry::Doc& doc : docs) {
-      doc.set_text("held:" + std::string(doc.text()));
-    }
   }
+  std::string release_;
 };
 GANTRY_REGISTER_EXECUTOR(GateExec);
 
@@ -292,21 +308,102 @@ TEST(HostileInputTest, GarbageBytesAreInvalidArgumentAndTheDeploymentKeepsServin
   EXPECT_EQ(good->size(), 3u);
 }
 
-// Outcomes of calls sent without waiting for each other.
-struct Flood {
-  std::mutex mutex;
-  std::condition_variable cv;
-  int done = 0;
-  int ok = 0;
-  int busy = 0;
-  std::string busy_message;
-  std::string other_errors;
+// `count` copies of one request sent at once on one channel, as a client
+// that never waits for its replies; counts how they end. The destructor
+// creates `release` (letting GateExec's held calls go), cancels what is left
+// after 30 s and waits for every callback.
+class Flood {
+ public:
+  Flood(const std::string& address, const std::string& method, const std::string& bytes, int count,
+        std::string release)
+      : count_(count), release_(std::move(release)) {
+    channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                         grpc::ChannelArguments());
+    stub_ = std::make_unique<grpc::GenericStub>(channel_);
+    for (int i = 0; i < count; ++i) {
+      contexts_.push_back(std::make_unique<grpc::ClientContext>());
+      contexts_.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(180));
+      replies_.push_back(std::make_unique<grpc::ByteBuffer>());
+      grpc::Slice slice(bytes);
+      grpc::ByteBuffer one(&slice, 1);
+      stub_->UnaryCall(contexts_.back().get(), method, grpc::StubOptions(), &one,
+                       replies_.back().get(), [this](const grpc::Status& status) { Done(status); });
+    }
+  }
+  ~Flood() {
+    testing::WriteFile(release_, "go");
+    std::unique_lock lock(mutex_);
+    if (!cv_.wait_for(lock, std::chrono::seconds(30), [&] { return done_ == count_; })) {
+      for (auto& context : contexts_) {
+        context->TryCancel();
+      }
+      cv_.wait(lock, [&] { return done_ == count_; });
+    }
+  }
+  Flood(const Flood&) = delete;
+  Flood& operator=(const Flood&) = delete;
+
+  // Waits until `busy` calls were refused with RESOURCE_EXHAUSTED (or any
+  // other error came), then checks that exactly those were refused.
+  void ExpectRefused(int busy, const std::string& message_part) {
+    std::unique_lock lock(mutex_);
+    ASSERT_TRUE(cv_.wait_for(lock, std::chrono::seconds(60),
+                             [&] { return busy_ + !other_errors_.empty() >= busy; }))
+        << "refused " << busy_ << " of " << count_ << " calls; errors: " << other_errors_;
+    EXPECT_EQ(busy_, busy);
+    EXPECT_EQ(ok_, 0);
+    EXPECT_EQ(other_errors_, "");
+    EXPECT_THAT(busy_message_, HasSubstr(message_part));
+  }
+  // Releases the held calls and checks that all the others were served.
+  void ExpectServedOnRelease() {
+    testing::WriteFile(release_, "go");
+    std::unique_lock lock(mutex_);
+    ASSERT_TRUE(cv_.wait_for(lock, std::chrono::seconds(90), [&] { return done_ == count_; }))
+        << done_ << " of " << count_ << " calls answered";
+    EXPECT_EQ(ok_ + busy_, count_) << other_errors_;
+  }
+
+ private:
+  void Done(const grpc::Status& status) {
+    std::lock_guard lock(mutex_);
+    ++done_;
+    if (status.ok()) {
+      ++ok_;
+    } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++busy_;
+      busy_message_ = status.error_message();
+    } else {
+      other_errors_ += status.error_message() + "\n";
+    }
+    cv_.notify_all();
+  }
+
+  const int count_;
+  const std::string release_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<grpc::GenericStub> stub_;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;
+  std::vector<std::unique_ptr<grpc::ByteBuffer>> replies_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int done_ = 0;
+  int ok_ = 0;
+  int busy_ = 0;
+  std::string busy_message_;
+  std::string other_errors_;
 };
 
-// A flood of concurrent requests (a client that never waits for its
-// replies) must not grow a worker thread per call: past
-// kMaxWorkerCallsInFlight the replica refuses with RESOURCE_EXHAUSTED naming
-// itself, over gRPC and HTTP (429), and serves what it took.
+// Threads of process `pid` now.
+long ThreadCount(pid_t pid) {
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  return static_cast<long>(std::distance(std::filesystem::directory_iterator(tasks),
+                                         std::filesystem::directory_iterator()));
+}
+
+// A flood of concurrent requests must not grow a worker thread per call:
+// past kMaxWorkerCallsInFlight the replica refuses with RESOURCE_EXHAUSTED
+// naming itself, over gRPC and HTTP (429), and serves what it took.
 TEST(HostileInputTest, AFloodOfCallsIsRefusedPastTheWorkersBoundAndTheRestAreServed) {
   Deployment dep({.uses = "GateExec", .replicas = 1, .http_port = 0});
   ASSERT_TRUE(dep.ok()) << dep.status();
@@ -315,76 +412,19 @@ TEST(HostileInputTest, AFloodOfCallsIsRefusedPastTheWorkersBoundAndTheRestAreSer
   jina::DataRequestProto request = Request("/hold");
   (*request.mutable_parameters()->mutable_fields())["release"].set_string_value(release);
   AddDocField(&request, "d", "text")->set_text("x");
-  const std::string bytes = request.SerializeAsString();
 
   constexpr int kRefused = 40;
-  constexpr int kCalls = internal::kMaxWorkerCallsInFlight + kRefused;
-  grpc::ChannelArguments args;
-  auto channel = grpc::CreateCustomChannel(dep.address(), grpc::InsecureChannelCredentials(), args);
-  grpc::GenericStub stub(channel);
-  Flood flood;
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<std::unique_ptr<grpc::ByteBuffer>> replies;
-  for (int i = 0; i < kCalls; ++i) {
-    contexts.push_back(std::make_unique<grpc::ClientContext>());
-    contexts.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(180));
-    replies.push_back(std::make_unique<grpc::ByteBuffer>());
-    grpc::Slice slice(bytes);
-    grpc::ByteBuffer one(&slice, 1);
-    stub.UnaryCall(contexts.back().get(), kSingleMethod, grpc::StubOptions(), &one,
-                   replies.back().get(), [&flood](const grpc::Status& status) {
-                     std::lock_guard lock(flood.mutex);
-                     ++flood.done;
-                     if (status.ok()) {
-                       ++flood.ok;
-                     } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-                       ++flood.busy;
-                       flood.busy_message = status.error_message();
-                     } else {
-                       flood.other_errors += status.error_message() + "\n";
-                     }
-                     flood.cv.notify_all();
-                   });
-  }
-  // However the test leaves: release the held calls, cancel what is left
-  // and wait for every callback, since they write to `flood`.
-  struct Cleanup {
-    const std::string& release;
-    std::vector<std::unique_ptr<grpc::ClientContext>>& contexts;
-    Flood& flood;
-    ~Cleanup() {
-      testing::WriteFile(release, "go");
-      std::unique_lock lock(flood.mutex);
-      if (!flood.cv.wait_for(lock, std::chrono::seconds(30),
-                             [&] { return flood.done == kCalls; })) {
-        for (auto& context : contexts) {
-          context->TryCancel();
-        }
-        flood.cv.wait(lock, [&] { return flood.done == kCalls; });
-      }
-    }
-  } cleanup{release, contexts, flood};
-  {
-    std::unique_lock lock(flood.mutex);
-    ASSERT_TRUE(
-        flood.cv.wait_for(lock, std::chrono::seconds(60),
-                          [&] { return flood.busy + !flood.other_errors.empty() >= kRefused; }))
-        << "refused " << flood.busy << " of " << kCalls << " calls; errors: " << flood.other_errors;
-    EXPECT_EQ(flood.busy, kRefused);
-    EXPECT_EQ(flood.ok, 0);
-    EXPECT_EQ(flood.other_errors, "");
-    EXPECT_THAT(flood.busy_message,
-                AllOf(HasSubstr("process_single_data: replica executor/rep-0 is busy"),
-                      HasSubstr("already holds 1024 calls")));
-  }
-  // The replica's threads stay bounded: the calls it holds, gRPC's pollers
-  // and the spare room, not one per call sent.
+  Flood flood(dep.address(), kSingleMethod, request.SerializeAsString(),
+              internal::kMaxWorkerCallsInFlight + kRefused, release);
+  flood.ExpectRefused(kRefused,
+                      "process_single_data: replica executor/rep-0 is busy: it "
+                      "already holds 1024 calls");
+  // The replica's threads: the calls it holds, gRPC's pollers and the spare
+  // room, not one per call sent.
   std::vector<ReplicaInfo> replicas = dep.replicas();
   ASSERT_EQ(replicas.size(), 1u);
-  const std::string tasks = "/proc/" + std::to_string(replicas[0].pid) + "/task";
-  const auto threads = std::distance(std::filesystem::directory_iterator(tasks),
-                                     std::filesystem::directory_iterator());
-  EXPECT_LE(threads, internal::kMaxWorkerCallsInFlight + 64);
+  const long threads = ThreadCount(replicas[0].pid);
+  EXPECT_LE(threads, internal::kMaxWorkerCallsInFlight + internal::kSpareServerThreads + 32);
   EXPECT_GE(threads, internal::kMaxWorkerCallsInFlight);
 
   // Over HTTP a busy replica is 429, retry later (not 413: the size was fine).
@@ -400,18 +440,40 @@ TEST(HostileInputTest, AFloodOfCallsIsRefusedPastTheWorkersBoundAndTheRestAreSer
   EXPECT_EQ(res->status, 429) << res->body;
   EXPECT_THAT(res->body, HasSubstr("is busy"));
 
-  testing::WriteFile(release, "go");
-  {
-    std::unique_lock lock(flood.mutex);
-    ASSERT_TRUE(
-        flood.cv.wait_for(lock, std::chrono::seconds(90), [&] { return flood.done == kCalls; }))
-        << flood.done << " of " << kCalls << " calls answered";
-    EXPECT_EQ(flood.ok, internal::kMaxWorkerCallsInFlight);
-    EXPECT_EQ(flood.busy, kRefused);
-  }
+  flood.ExpectServedOnRelease();
   auto after = dep.Post("/hold", Docs(2));
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ((*after)[1].text(), "held:doc 1");
+}
+
+// KServe's ModelInfer is a sync service on the gateway: each call holds a
+// gateway thread until its replica answers. Past kMaxKServeCallsInFlight the
+// gateway refuses with RESOURCE_EXHAUSTED and serves what it took.
+TEST(HostileInputTest, AFloodOfModelInferCallsIsRefusedPastTheGatewaysBound) {
+  testing::TempDir dir;
+  const std::string release = dir.File("release");
+  Deployment dep({.uses = "GateExec", .uses_with = {{"release", Value(release)}}, .replicas = 1});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  inference::ModelInferRequest infer;
+  infer.set_model_name("executor");
+  auto* input = infer.add_inputs();
+  input->set_name("text");
+  input->set_datatype("BYTES");
+  input->add_shape(1);
+  input->add_shape(1);
+  input->mutable_contents()->add_bytes_contents("x");
+
+  constexpr int kRefused = 40;
+  const long threads_before = ThreadCount(::getpid());
+  Flood flood(dep.address(), "/inference.GRPCInferenceService/ModelInfer",
+              infer.SerializeAsString(), internal::kMaxKServeCallsInFlight + kRefused, release);
+  flood.ExpectRefused(kRefused,
+                      "ModelInfer: the gateway is busy: it already holds 1024 "
+                      "ModelInfer calls");
+  // This process runs the gateway: its new threads are bounded the same way.
+  EXPECT_LE(ThreadCount(::getpid()) - threads_before,
+            internal::kMaxKServeCallsInFlight + internal::kSpareServerThreads + 32);
+  flood.ExpectServedOnRelease();
 }
 
 TEST(HostileInputTest, GarbageAndPoisonToAFlowAreInvalidArgumentNamingTheStep) {
