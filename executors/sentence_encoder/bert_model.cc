@@ -321,7 +321,8 @@ void BertModel::To(at::Device device, at::ScalarType dtype) {
   fused_cpu_linear_ = device.is_cpu() && OneDnnLinearWorks(dtype);
 }
 
-at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask) const {
+at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                              std::optional<bool> padded) const {
   const std::int64_t batch = input_ids.size(0);
   const std::int64_t length = input_ids.size(1);
   const std::int64_t hidden = config_.hidden_size;
@@ -343,7 +344,9 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
   // ExplicitAttention. None when nothing is padded, as transformers does,
   // which lets SDPA pick its fastest kernel.
   std::optional<at::Tensor> mask;
-  if (!attention_mask.all().item<bool>()) {
+  // Not value_or: its argument, a device sync on CUDA, would run anyway.
+  const bool any_padding = padded.has_value() ? *padded : !attention_mask.all().item<bool>();
+  if (any_padding) {
     mask = attention_mask.to(at::kBool).view({batch, 1, 1, length});
     if (explicit_attention) {
       mask = at::zeros({batch, 1, 1, length}, x.options().dtype(at::kFloat))

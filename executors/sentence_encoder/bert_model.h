@@ -76,8 +76,11 @@ class BertModel {
   bool fused_cpu_linear() const { return fused_cpu_linear_; }
 
   // ids, mask: int64 [B, L] on the model's device. Returns the last hidden
-  // state [B, L, hidden] in the model's dtype.
-  at::Tensor Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask) const;
+  // state [B, L, hidden] in the model's dtype. `padded`: whether any mask
+  // entry is 0, when the caller knows it; else it is read from the mask,
+  // which on CUDA waits for the device.
+  at::Tensor Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                     std::optional<bool> padded = std::nullopt) const;
 
   // Mask-weighted mean over tokens (incl. [CLS]/[SEP]) then L2 normalize, in
   // float32: [B, hidden].

@@ -202,6 +202,27 @@ TEST(CudaShapesTest, FillerRowsAndPaddedTokensLeaveTheRealRowsUnchanged) {
   EXPECT_LT((got.slice(0, 0, 2) - want).abs().max().item<double>(), 1e-5);
 }
 
+// The caller's `padded` hint stands in for reading the mask (a device sync
+// on CUDA): right hints give what the mask gives, and a wrong one is obeyed.
+TEST(BertModelTest, PaddedHintReplacesReadingTheMask) {
+  const BertConfig config = TinyConfig();
+  const Weights w = RandomWeights(config);
+  BertModel model(config);
+  ASSERT_TRUE(LoadInto(model, w).ok());
+  const at::Tensor ids = at::tensor({2, 7, 9, 11, 3, 2, 5, 3, 0, 0}, at::kLong).view({2, 5});
+  const at::Tensor mask = at::tensor({1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, at::kLong).view({2, 5});
+  const at::Tensor full = at::ones({2, 5}, at::kLong);
+  auto max_diff = [](const at::Tensor& a, const at::Tensor& b) {
+    return (a - b).abs().max().item<double>();
+  };
+  EXPECT_EQ(max_diff(model.Forward(ids, mask, true), model.Forward(ids, mask)), 0.0);
+  EXPECT_EQ(max_diff(model.Forward(ids, full, false), model.Forward(ids, full)), 0.0);
+  // "Not padded" for a padded batch lets the second row attend to its pads.
+  EXPECT_GT(
+      max_diff(model.Forward(ids, mask, false).select(0, 1), model.Forward(ids, mask).select(0, 1)),
+      1e-4);
+}
+
 TEST(BertModelTest, MatchesPlainAtenReference) {
   const BertConfig config = TinyConfig();
   const Weights w = RandomWeights(config);

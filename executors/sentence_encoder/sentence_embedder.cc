@@ -399,10 +399,13 @@ at::Tensor SentenceEmbedder::EncodeIds(const std::vector<std::vector<std::int64_
     at::Tensor batch_mask = at::zeros({rows, length}, at::TensorOptions().dtype(at::kLong));
     auto* id_ptr = batch_ids.data_ptr<std::int64_t>();
     auto* mask_ptr = batch_mask.data_ptr<std::int64_t>();
+    // Known here, so that Forward need not read it back from the device.
+    bool padded = rows > count && length > 1;
     for (std::int64_t row = 0; row < count; ++row) {
       const auto& seq = ids[static_cast<std::size_t>(order[start + row])];
       std::copy(seq.begin(), seq.end(), id_ptr + row * length);
       std::fill_n(mask_ptr + row * length, seq.size(), 1);
+      padded = padded || static_cast<std::int64_t>(seq.size()) < length;
     }
     for (std::int64_t row = count; row < rows; ++row) {
       mask_ptr[row * length] = 1;
@@ -411,7 +414,7 @@ at::Tensor SentenceEmbedder::EncodeIds(const std::vector<std::vector<std::int64_
     // pooled result stays on the device until the single copy back below.
     batch_ids = ToDeviceAsync(batch_ids, device_);
     batch_mask = ToDeviceAsync(batch_mask, device_);
-    const at::Tensor hidden = model_.Forward(batch_ids, batch_mask);
+    const at::Tensor hidden = model_.Forward(batch_ids, batch_mask, padded);
     const at::Tensor pooled = BertModel::MeanPoolNormalize(hidden, batch_mask, normalize_)
                                   .narrow(0, 0, count)
                                   .to(at::kCPU)
