@@ -62,24 +62,15 @@ int Usage(const char* argv0) {
   return 2;
 }
 
-// Parses a positive integer no larger than `max`; false for anything else.
-bool ParsePositive(const char* text, long max, long* out) {
+// Parses an integer in [min, max]; false for anything else.
+bool ParseInRange(const char* text, long min, long max, long* out) {
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
-  if (end == text || *end != '\0' || value < 1 || value > max) {
+  if (end == text || *end != '\0' || value < min || value > max) {
     return false;
   }
   *out = value;
   return true;
-}
-
-// Parses an integer in [0, max]; false for anything else.
-bool ParseNonNegative(const char* text, long max, long* out) {
-  if (std::string_view(text) == "0") {
-    *out = 0;
-    return true;
-  }
-  return ParsePositive(text, max, out);
 }
 
 bool ParseArgs(int argc, char** argv, Options* options) {
@@ -100,15 +91,15 @@ bool ParseArgs(int argc, char** argv, Options* options) {
       options->dtype = value;
     } else if (arg == "--model-path") {
       options->model_path = value;
-    } else if (arg == "--replicas" && ParsePositive(value, 64, &number)) {
+    } else if (arg == "--replicas" && ParseInRange(value, 1, 64, &number)) {
       options->replicas = static_cast<int>(number);
-    } else if (arg == "--docs" && ParsePositive(value, 100000000, &number)) {
+    } else if (arg == "--docs" && ParseInRange(value, 1, 100000000, &number)) {
       options->docs = number;
-    } else if (arg == "--request-size" && ParsePositive(value, 100000, &number)) {
+    } else if (arg == "--request-size" && ParseInRange(value, 1, 100000, &number)) {
       options->request_size = static_cast<int>(number);
-    } else if (arg == "--batch-size" && ParsePositive(value, 100000, &number)) {
+    } else if (arg == "--batch-size" && ParseInRange(value, 1, 100000, &number)) {
       options->batch_size = number;
-    } else if (arg == "--repeat" && ParsePositive(value, 1000, &number)) {
+    } else if (arg == "--repeat" && ParseInRange(value, 1, 1000, &number)) {
       options->repeat = number;
     } else if (arg == "--dynamic-batching" && std::string_view(value) == "off") {
       options->batching_off = true;
@@ -118,8 +109,8 @@ bool ParseArgs(int argc, char** argv, Options* options) {
       long preferred = 0;
       long timeout_ms = 0;
       if (colon == std::string_view::npos ||
-          !ParsePositive(std::string(text.substr(0, colon)).c_str(), 100000, &preferred) ||
-          !ParseNonNegative(std::string(text.substr(colon + 1)).c_str(), 60000, &timeout_ms)) {
+          !ParseInRange(std::string(text.substr(0, colon)).c_str(), 1, 100000, &preferred) ||
+          !ParseInRange(std::string(text.substr(colon + 1)).c_str(), 0, 60000, &timeout_ms)) {
         return false;
       }
       options->preferred_batch_size = static_cast<int>(preferred);
