@@ -56,8 +56,14 @@ if [[ "${GANTRY_SKIP_SANITIZE:-0}" != 1 ]]; then
   step "TSan build and tests (unit, integration)"
   GANTRY_BUILD_DIR="$root/build-tsan" scripts/build.sh -DGANTRY_SANITIZE=thread \
     -DGANTRY_BUILD_BENCH=OFF
-  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1 suppressions=$root/tests/tsan.supp" \
+  tsan_options="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1 suppressions=$root/tests/tsan.supp"
+  TSAN_OPTIONS="$tsan_options" \
     ctest --test-dir "$root/build-tsan" -L "unit|integration" -j 2 --output-on-failure --timeout 600 \
-    -E "^(RoutingTest.ClientDeadlineReachesTheWorkerAndIsNotRetried|HostileInputTest.PoisonTensorIsInvalidArgumentAndBothReplicasKeepServing)$"
+    -E "^(RoutingTest.ClientDeadlineReachesTheWorkerAndIsNotRetried|HostileInputTest.PoisonTensorIsInvalidArgumentAndBothReplicasKeepServing|HostileInputTest.AFlood.*)$"
+  # The flood tests' thousand concurrent calls outrun TSan's default
+  # per-thread history: the writer's side of gRPC's own hand-offs is lost, so
+  # tsan.supp's entries for it cannot match. The longest history keeps them.
+  TSAN_OPTIONS="$tsan_options history_size=7" \
+    ctest --test-dir "$root/build-tsan" -R "^HostileInputTest.AFlood" --output-on-failure --timeout 600
 fi
 step "done"
