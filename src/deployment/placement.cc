@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/cpu_quota.h"
 #include "core/deployment_rules.h"
 
 namespace gantry::internal {
@@ -399,13 +400,19 @@ int IntraOpThreadsPerReplica(int cores, int replicas) {
   return std::max(1, cores / std::max(1, replicas));
 }
 
-int AvailableCpuCores() {
+int AffinityCpuCores() {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (::sched_getaffinity(0, sizeof(set), &set) != 0) {
     return 1;
   }
   return std::max(1, CPU_COUNT(&set));
+}
+
+int AvailableCpuCores() {
+  const int affinity = AffinityCpuCores();
+  const std::optional<int> quota = CgroupCpuQuotaCores();
+  return quota ? std::min(affinity, *quota) : affinity;
 }
 
 bool ThreadPoolsSizedByUser(const std::map<std::string, std::string>& env) {

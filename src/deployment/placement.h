@@ -75,6 +75,10 @@ inline constexpr const char* kThreadCountVariables[] = {"OMP_NUM_THREADS", "MKL_
 int IntraOpThreadsPerReplica(int cores, int replicas);
 
 // CPU cores this process may run on (its affinity mask), at least 1.
+int AffinityCpuCores();
+
+// AffinityCpuCores, or fewer when this process's cgroup has a CPU quota of
+// fewer cores (common/cpu_quota.h): what its thread pools should use.
 int AvailableCpuCores();
 
 // Whether the user sized the thread pools: `env` (a replica's extra

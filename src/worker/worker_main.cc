@@ -32,6 +32,7 @@
 #include "core/registry.h"
 #include "core/value_json.h"
 #include "core/worker_mode.h"
+#include "deployment/placement.h"
 #include "worker/plugin_loader.h"
 #include "worker/request_handler.h"
 #include "worker/worker_metrics.h"
@@ -258,6 +259,26 @@ int RunWorker(const WorkerFlags& flags) {
   if (Status s = InitProcessLogger(spec->runtime_name, spec->log_level); !s.ok()) {
     InitProcessLogger(spec->runtime_name, "info").IgnoreError();
     return report_error(s);
+  }
+
+  // libgomp and libtorch would start a thread per CPU the process may run
+  // on and ignore its cgroup's CPU quota (a container's --cpus, a pod's cpu
+  // limit), then be throttled. Set before the executor's first torch op, which
+  // reads these variables, and before any thread of ours could read the
+  // environment.
+  if (!ThreadPoolsSizedByUser({})) {
+    const int affinity = AffinityCpuCores();
+    const int usable = AvailableCpuCores();
+    if (usable < affinity) {
+      const std::string threads = std::to_string(usable);
+      for (const char* variable : kThreadCountVariables) {
+        ::setenv(variable, threads.c_str(), 1);
+      }
+      spdlog::info(
+          "the CPU quota of this process's cgroup allows {} of the {} cores it may run on: "
+          "OMP_NUM_THREADS={} (set OMP_NUM_THREADS to choose)",
+          usable, affinity, usable);
+    }
   }
 
   // The parent's death closes the lifeline: leave at once, nobody is

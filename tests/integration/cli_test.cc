@@ -7,14 +7,18 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <optional>
 #include <thread>
 #include <vector>
 
 #include "deployment/child_process.h"
+#include "deployment/placement.h"
 #include "testutil/testutil.h"
 
 namespace gantry {
@@ -120,6 +124,106 @@ TEST(CliTest, ExecutorFromYamlServesDirectly) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->size(), 10u);
   EXPECT_THAT(testing::ReadFile(dir.File("cli.log")), HasSubstr("encoder/rep-0@"));
+}
+
+// A cgroup of its own with a CPU quota of one core (v2 `cpu.max`, or v1's
+// cpu controller), removed by the destructor; `path` empty when none could
+// be made (no writable cgroup file system: not root, or a container).
+class OneCoreCgroup {
+ public:
+  OneCoreCgroup() {
+    const std::string name = "gantry-test-" + std::to_string(::getpid());
+    std::error_code error;
+    if (std::filesystem::exists("/sys/fs/cgroup/cgroup.controllers") &&
+        std::filesystem::create_directory("/sys/fs/cgroup/" + name, error) && !error) {
+      path_ = "/sys/fs/cgroup/" + name;
+      if (!Write("cpu.max", "100000 100000")) {
+        Remove();
+      }
+    } else if (std::filesystem::is_directory("/sys/fs/cgroup/cpu") &&
+               std::filesystem::create_directory("/sys/fs/cgroup/cpu/" + name, error) && !error) {
+      path_ = "/sys/fs/cgroup/cpu/" + name;
+      if (!Write("cpu.cfs_period_us", "100000") || !Write("cpu.cfs_quota_us", "100000")) {
+        Remove();
+      }
+    }
+  }
+  ~OneCoreCgroup() { Remove(); }
+  OneCoreCgroup(const OneCoreCgroup&) = delete;
+  OneCoreCgroup& operator=(const OneCoreCgroup&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  bool Write(const std::string& file, const std::string& text) {
+    std::ofstream out(path_ + "/" + file);
+    out << text;
+    out.close();
+    return static_cast<bool>(out);
+  }
+  void Remove() {
+    if (!path_.empty()) {
+      ::rmdir(path_.c_str());  // empty once its processes are gone
+      path_.clear();
+    }
+  }
+  std::string path_;
+};
+
+// `gantry executor` started inside `cgroup` (by a shell that moves itself
+// there and then execs the CLI), with `env` added.
+ChildProcessPtr StartExecutorInCgroup(const std::string& cgroup, const std::string& port_file,
+                                      const std::string& log,
+                                      std::map<std::string, std::string> env = {}) {
+  internal::ChildProcessOptions options;
+  options.program = "/bin/sh";
+  options.args = {"-c", "echo $$ > '" + cgroup + "/cgroup.procs' && exec '" + testing::GantryCli() +
+                            "' executor --uses '" + testing::SourceDir() +
+                            "/examples/seed/executor.yml' --host 127.0.0.1 --port 0 "
+                            "--port-file '" +
+                            port_file + "'"};
+  options.output_file = log;
+  options.env = std::move(env);
+  options.env["GANTRY_WORKER_PROGRAM"] = testing::GantryWorker();
+  auto child = ChildProcess::Spawn(options);
+  return child.ok() ? std::move(child).value() : nullptr;
+}
+
+// libgomp and libtorch ignore a CPU quota; the worker sizes its thread pools
+// by it (unless the user set OMP_NUM_THREADS), as a container or pod with a
+// cpu limit needs.
+TEST(CliTest, AWorkerInACgroupWithACpuQuotaSizesItsThreadPoolsByIt) {
+  if (internal::AffinityCpuCores() < 2) {
+    GTEST_SKIP() << "needs 2 or more cores to put a 1-core quota below them";
+  }
+  OneCoreCgroup cgroup;
+  if (cgroup.path().empty()) {
+    GTEST_SKIP() << "no writable cgroup cpu controller here (needs root outside a container)";
+  }
+  const std::string quota_line = "the CPU quota of this process's cgroup allows 1 of the";
+  for (const bool user_sized : {false, true}) {
+    SCOPED_TRACE(user_sized ? "OMP_NUM_THREADS set" : "left to the worker");
+    testing::TempDir dir;
+    std::map<std::string, std::string> env;
+    if (user_sized) {
+      env["OMP_NUM_THREADS"] = "2";
+    }
+    ChildProcessPtr cli =
+        StartExecutorInCgroup(cgroup.path(), dir.File("port"), dir.File("cli.log"), env);
+    ASSERT_NE(cli, nullptr);
+    auto port = testing::WaitForFile(dir.File("port"), kReadyTimeout);
+    ASSERT_TRUE(port.has_value()) << testing::ReadFile(dir.File("cli.log"));
+    Client client("127.0.0.1:" + std::to_string(std::stoi(*port)));
+    auto result = client.Post("/encode", MakeDocs(4), {.request_size = 2});
+    ASSERT_TRUE(result.ok()) << result.status();
+    const std::string log = testing::ReadFile(dir.File("cli.log"));
+    if (user_sized) {
+      EXPECT_THAT(log, ::testing::Not(HasSubstr(quota_line)));
+    } else {
+      EXPECT_THAT(log, HasSubstr(quota_line + " " + std::to_string(internal::AffinityCpuCores()) +
+                                 " cores it may run on: OMP_NUM_THREADS=1"));
+    }
+    cli->Terminate(std::chrono::seconds(10));
+  }
 }
 
 TEST(CliTest, BadYamlIsReportedWithFileAndLine) {
