@@ -270,6 +270,10 @@ class Gateway::Impl {
   // Null without monitoring. Shared with each request's completion, which
   // may in principle run after the gateway is gone.
   std::shared_ptr<GatewayMetrics> metrics_;
+  // Request bytes forwarded and not yet answered (kGatewayMessagesInFlight);
+  // shared with each request's completion, as metrics_ is.
+  std::shared_ptr<std::atomic<std::int64_t>> request_bytes_in_flight_ =
+      std::make_shared<std::atomic<std::int64_t>>(0);
   std::unique_ptr<MetricsServer> metrics_server_;
   int port_ = 0;
   std::once_flag shutdown_once_;
@@ -1007,6 +1011,30 @@ std::shared_ptr<ForwardHandle> Gateway::Impl::Forward(const grpc::ByteBuffer& re
       done(std::move(result));
     };
   }
+  // Counted by the metrics above when refused here.
+  const auto size = static_cast<std::int64_t>(request.Length());
+  const std::int64_t budget = kGatewayMessagesInFlight * options_.max_message_bytes;
+  const std::int64_t before = request_bytes_in_flight_->fetch_add(size);
+  // One request alone always goes, whatever its size (up to the cap).
+  if (before > 0 && before + size > budget) {
+    request_bytes_in_flight_->fetch_sub(size);
+    auto refused = std::make_shared<ForwardCall>();
+    refused->done_ = std::move(done);
+    Finish(refused,
+           grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "gateway of deployment '" + options_.deployment_name +
+                            "' is busy: " + std::to_string(before) +
+                            " bytes of requests are in flight and this " + std::to_string(size) +
+                            "-byte request would pass the " + std::to_string(budget) +
+                            " it holds at once (" + std::to_string(kGatewayMessagesInFlight) +
+                            " x max_message_bytes); retry later"));
+    return refused;
+  }
+  done = [in_flight = request_bytes_in_flight_, size,
+          done = std::move(done)](ForwardResult result) {
+    in_flight->fetch_sub(size);
+    done(std::move(result));
+  };
   if (options_.upstream) {
     return options_.upstream->Forward(request, deadline, std::move(done));
   }

@@ -476,6 +476,32 @@ TEST(HostileInputTest, AFloodOfModelInferCallsIsRefusedPastTheGatewaysBound) {
   flood.ExpectServedOnRelease();
 }
 
+// The gateway's Jina services are callbacks: a waiting request holds no
+// thread but keeps its bytes. Past kGatewayMessagesInFlight x
+// max_message_bytes of requests in flight the gateway refuses the next one.
+TEST(HostileInputTest, RequestBytesInFlightAtTheGatewayAreBounded) {
+  constexpr std::int64_t kCap = std::int64_t{64} * 1024;
+  Deployment dep({.uses = "GateExec", .replicas = 1, .max_message_bytes = kCap});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  testing::TempDir dir;
+  const std::string release = dir.File("release");
+  jina::DataRequestProto request = Request("/hold");
+  (*request.mutable_parameters()->mutable_fields())["release"].set_string_value(release);
+  AddDocField(&request, "d", "text")->set_text(std::string(60000, 'x'));
+  const std::string bytes = request.SerializeAsString();
+  ASSERT_LT(bytes.size(), static_cast<std::size_t>(kCap));
+
+  constexpr int kCalls = 40;
+  const auto budget = internal::kGatewayMessagesInFlight * kCap;
+  const int admitted = static_cast<int>(budget / static_cast<std::int64_t>(bytes.size()));
+  ASSERT_LT(admitted, kCalls);
+  Flood flood(dep.address(), kSingleMethod, bytes, kCalls, release);
+  flood.ExpectRefused(kCalls - admitted, "gateway of deployment 'executor' is busy: ");
+  flood.ExpectServedOnRelease();
+  auto after = dep.Post("/hold", Docs(2));
+  ASSERT_TRUE(after.ok()) << after.status();
+}
+
 TEST(HostileInputTest, GarbageAndPoisonToAFlowAreInvalidArgumentNamingTheStep) {
   FlowOptions options;
   for (const char* name : {"a", "b", "c", "d"}) {
