@@ -18,11 +18,12 @@ void HandlerThread::Run(const std::function<void()>& task) {
     task();  // already on it: queueing would wait for itself
     return;
   }
-  Task queued{&task};
+  Task queued;
+  queued.run = &task;
   std::unique_lock lock(mutex_);
   queue_.push_back(&queued);
   wake_.notify_one();
-  done_.wait(lock, [&] { return queued.done; });
+  queued.done_cv.wait(lock, [&] { return queued.done; });
 }
 
 void HandlerThread::Loop() {
@@ -38,7 +39,9 @@ void HandlerThread::Loop() {
     (*task->run)();
     lock.lock();
     task->done = true;
-    done_.notify_all();
+    // Under the lock: the caller cannot return and destroy `task` before
+    // this notify has finished.
+    task->done_cv.notify_one();
   }
 }
 
