@@ -66,7 +66,8 @@ HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching
   if (docs.empty()) {
     return {};
   }
-  Pending pending{&docs, {}, false};
+  Pending pending;
+  pending.docs = &docs;
   std::unique_lock lock(mutex_);
   if (stopping_) {
     return {UnavailableError("the executor is shutting down"), ""};
@@ -121,7 +122,7 @@ HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching
   queue.queued_docs += docs.size();
   ++queue.users;
   wake_.notify_all();
-  queue.done.wait(lock, [&] { return pending.done; });
+  pending.done_cv.wait(lock, [&] { return pending.done; });
   --queue.users;
   queue.last_used = Clock::now();
   if (queue.users == 0) {
@@ -170,8 +171,8 @@ void BatchQueueSet::Run() {
       lock.lock();
       for (Pending* pending : batch) {
         pending->done = true;
+        pending->done_cv.notify_one();
       }
-      ready->done.notify_all();
       continue;
     }
     if (stopping_) {

@@ -93,10 +93,14 @@ class BatchQueueSet {
   std::uint64_t overflow_requests() const;
 
  private:
+  // Lives on its caller's stack until `done`. Each caller waits on its own
+  // condition variable, so a flush wakes only the callers it served, not
+  // every request still queued (see HandlerThread::Task).
   struct Pending {
-    DocList* docs;
+    DocList* docs = nullptr;
     HandlerOutcome outcome;
-    bool done = false;
+    bool done = false;                // guarded by mutex_
+    std::condition_variable done_cv;  // notified under mutex_, so it outlives the notify
   };
   struct Queue {
     DynamicBatching config;
@@ -110,7 +114,6 @@ class BatchQueueSet {
     std::chrono::steady_clock::time_point last_used{};
     // Callers between queueing and return; the queue is not freed meanwhile.
     int users = 0;
-    std::condition_variable done;  // its callers: a flush finished
   };
 
   void Run();
