@@ -17,7 +17,10 @@
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -30,6 +33,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace gantry::sentence_encoder {
 namespace {
@@ -88,6 +92,53 @@ at::Tensor OneDnnLinearAdd(const at::Tensor& x, const at::Tensor& w, const at::T
   torch::jit::Stack stack{x, residual, w, b, std::string("add")};
   FindOneDnnLinear(/*binary=*/true)->callBoxed(&stack);
   return stack[0].toTensor();
+}
+
+// A linear weight in oneDNN's own blocked layout (mkldnn::_reorder_linear_weight,
+// as Inductor's weight prepacking does), or an undefined tensor when this
+// libtorch lacks the op or it fails. Packed once instead of handed to the op
+// in the plain [out, in] layout on every call, the bare model ran 6.5%
+// faster in bfloat16 and float32 (whole process, 2 cores). The row count it
+// is packed for only picks the layout: outputs are bitwise equal for any row
+// count, and none measured (8 to 16,384 rows) ran slower.
+at::Tensor PrepackOneDnnLinearWeight(const at::Tensor& w) {
+  constexpr std::int64_t kRowsHint = std::int64_t{32} * 14;  // 32 seed documents' tokens
+  static const std::optional<c10::OperatorHandle> reorder =
+      c10::Dispatcher::singleton().findSchema({"mkldnn::_reorder_linear_weight", ""});
+  if (!reorder.has_value()) {
+    return {};
+  }
+  try {
+    torch::jit::Stack stack{w, std::optional<std::int64_t>(kRowsHint)};
+    reorder->callBoxed(&stack);
+    return stack[0].toTensor();
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+// Hands the pages under a plain weight back to the kernel once its packed
+// copy is made: Forward no longer reads it, and only another To() would.
+// Over the weight file's mapping that takes the file's pages out of this
+// process (read again from the file if touched); MADV_PAGEOUT never loses
+// data, so on other memory it swaps or does nothing.
+void PageOutUnusedWeight(const at::Tensor& w) {
+#ifdef MADV_PAGEOUT
+  if (!w.defined() || !w.is_cpu() || w.is_mkldnn() || !w.is_contiguous()) {
+    return;
+  }
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  char* const data = static_cast<char*>(w.data_ptr());
+  const auto start = reinterpret_cast<std::uintptr_t>(data);
+  // Whole pages only: the bytes around them may belong to other tensors.
+  char* const begin = data + (page - start % page) % page;
+  char* const end = data + w.nbytes() - (start + w.nbytes()) % page;
+  if (end > begin) {
+    ::madvise(begin, static_cast<std::size_t>(end - begin), MADV_PAGEOUT);  // a hint: no error
+  }
+#else
+  (void)w;
+#endif
 }
 
 // Whether oneDNN has kernels for `dtype` on this CPU: float16, for one,
@@ -319,6 +370,34 @@ void BertModel::To(at::Device device, at::ScalarType dtype) {
     *slot.tensor = slot.tensor->to(device, dtype);
   }
   fused_cpu_linear_ = device.is_cpu() && OneDnnLinearWorks(dtype);
+  // Packed copies beside the plain weights, which stay what NamedParameters
+  // shows. The copies are each replica's own (the plain weights of a weight
+  // file are shared between replicas in the page cache).
+  prepacked_cpu_linear_ = fused_cpu_linear_;
+  for (Layer& l : layers_) {
+    for (auto [plain, packed] : l.Linears()) {
+      *packed = fused_cpu_linear_ ? PrepackOneDnnLinearWeight(*plain) : at::Tensor();
+      prepacked_cpu_linear_ = prepacked_cpu_linear_ && packed->defined();
+    }
+  }
+  for (Layer& l : layers_) {
+    for (const auto& [plain, packed] : l.Linears()) {
+      if (prepacked_cpu_linear_) {
+        PageOutUnusedWeight(*plain);
+      } else {
+        *packed = at::Tensor();
+      }
+    }
+  }
+}
+
+std::array<std::pair<const at::Tensor*, at::Tensor*>, 6> BertModel::Layer::Linears() {
+  return {{{&query_w, &query_packed},
+           {&key_w, &key_packed},
+           {&value_w, &value_packed},
+           {&attn_out_w, &attn_out_packed},
+           {&inter_w, &inter_packed},
+           {&out_w, &out_packed}}};
 }
 
 at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
@@ -368,20 +447,28 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
                             const at::Tensor& residual) {
     return fused ? OneDnnLinearAdd(in, w, b, residual) : at::linear(in, w, b) + residual;
   };
+  const bool packed = prepacked_cpu_linear_;
   for (const Layer& l : layers_) {
-    const at::Tensor q = split_heads(linear(x, l.query_w, l.query_b));
-    const at::Tensor k = split_heads(linear(x, l.key_w, l.key_b));
-    const at::Tensor v = split_heads(linear(x, l.value_w, l.value_b));
+    auto weight = [packed](const at::Tensor& plain,
+                           const at::Tensor& prepacked) -> const at::Tensor& {
+      return packed ? prepacked : plain;
+    };
+    const at::Tensor q = split_heads(linear(x, weight(l.query_w, l.query_packed), l.query_b));
+    const at::Tensor k = split_heads(linear(x, weight(l.key_w, l.key_packed), l.key_b));
+    const at::Tensor v = split_heads(linear(x, weight(l.value_w, l.value_packed), l.value_b));
     const at::Tensor context =
         (explicit_attention ? ExplicitAttention(q, k, v, mask, scale)
                             : at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0,
                                                                /*is_causal=*/false, scale))
             .transpose(1, 2)
             .reshape({batch, length, hidden});
-    const at::Tensor a = at::layer_norm(linear_add(context, l.attn_out_w, l.attn_out_b, x),
-                                        norm_shape, l.attn_ln_w, l.attn_ln_b, eps);
-    const at::Tensor i = linear_gelu(a, l.inter_w, l.inter_b);  // exact erf GELU
-    x = at::layer_norm(linear_add(i, l.out_w, l.out_b, a), norm_shape, l.out_ln_w, l.out_ln_b, eps);
+    const at::Tensor a = at::layer_norm(
+        linear_add(context, weight(l.attn_out_w, l.attn_out_packed), l.attn_out_b, x), norm_shape,
+        l.attn_ln_w, l.attn_ln_b, eps);
+    const at::Tensor i =
+        linear_gelu(a, weight(l.inter_w, l.inter_packed), l.inter_b);  // exact erf GELU
+    x = at::layer_norm(linear_add(i, weight(l.out_w, l.out_packed), l.out_b, a), norm_shape,
+                       l.out_ln_w, l.out_ln_b, eps);
   }
   return x;
 }

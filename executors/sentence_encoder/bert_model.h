@@ -13,6 +13,7 @@
 #include <ATen/core/Tensor.h>
 #include <gantry/status.h>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -74,6 +75,9 @@ class BertModel {
   // adds fused in, when this libtorch has oneDNN (see fused_cpu_linear()).
   void To(at::Device device, at::ScalarType dtype);
   bool fused_cpu_linear() const { return fused_cpu_linear_; }
+  // Whether those layers also run on weights prepacked into oneDNN's layout
+  // at To() (a private copy of each linear weight, for speed).
+  bool prepacked_cpu_linear() const { return prepacked_cpu_linear_; }
 
   // ids, mask: int64 [B, L] on the model's device. Returns the last hidden
   // state [B, L, hidden] in the model's dtype. `padded`: whether any mask
@@ -92,6 +96,10 @@ class BertModel {
     at::Tensor query_w, query_b, key_w, key_b, value_w, value_b;
     at::Tensor attn_out_w, attn_out_b, attn_ln_w, attn_ln_b;
     at::Tensor inter_w, inter_b, out_w, out_b, out_ln_w, out_ln_b;
+    // The six linear weights above in oneDNN's layout, when prepacked.
+    at::Tensor query_packed, key_packed, value_packed, attn_out_packed, inter_packed, out_packed;
+    // (plain weight, its packed copy) for each linear layer.
+    std::array<std::pair<const at::Tensor*, at::Tensor*>, 6> Linears();
   };
   struct Slot {
     std::string name;
@@ -106,6 +114,7 @@ class BertModel {
   std::vector<Layer> layers_;
   at::Tensor pooler_w_, pooler_b_;
   bool fused_cpu_linear_ = false;
+  bool prepacked_cpu_linear_ = false;
 };
 
 }  // namespace gantry::sentence_encoder

@@ -242,7 +242,51 @@ TEST(BertModelTest, FusedOneDnnLinearMatchesPlainAtenReference) {
   ASSERT_TRUE(LoadInto(model, w).ok());
   model.To(at::Device(at::kCPU), at::kFloat);
   EXPECT_EQ(model.fused_cpu_linear(), at::hasMKLDNN());
+  EXPECT_EQ(model.prepacked_cpu_linear(), at::hasMKLDNN());
   ExpectMatchesReference(model, w, config);
+}
+
+// The prepacked weights are copies made by To(), which then hands the plain
+// weights' pages back to the kernel. Here they lie in a mapped weight file,
+// with linear weights of several pages each: moving the model again (to
+// bfloat16 and back) reads them again and packs anew, and the parameters a
+// caller sees stay plain tensors.
+TEST(BertModelTest, ToAgainRepacksFromThePlainWeightsOfAMappedFile) {
+  BertConfig config = TinyConfig();
+  config.hidden_size = 64;
+  config.num_attention_heads = 4;
+  config.intermediate_size = 256;  // 64 KiB float32 weights
+  const Weights w = RandomWeights(config);
+  const fs::path path =
+      fs::temp_directory_path() / ("gantry_prepack_" + std::to_string(::getpid()) + ".safetensors");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << ToSafetensors(w, config.max_position_embeddings);
+  }
+  StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path.string());
+  ASSERT_TRUE(file.ok()) << file.status();
+  BertModel model(config);
+  ASSERT_TRUE(model.LoadWeights(*file).ok());
+  fs::remove(path);  // the mapping stays valid
+
+  const at::Tensor ids = at::randint(1, config.vocab_size, {2, 5}, at::kLong);
+  const at::Tensor mask = at::ones({2, 5}, at::kLong);
+  const at::Tensor want = ReferenceEmbedding(w, config, ids, mask);
+  model.To(at::Device(at::kCPU), at::kFloat);
+  EXPECT_EQ(model.prepacked_cpu_linear(), at::hasMKLDNN());
+  const at::Tensor first = BertModel::MeanPoolNormalize(model.Forward(ids, mask), mask);
+  EXPECT_LT((first - want).abs().max().item<double>(), 1e-5);
+
+  model.To(at::Device(at::kCPU), at::kBFloat16);
+  model.To(at::Device(at::kCPU), at::kFloat);
+  EXPECT_EQ(model.prepacked_cpu_linear(), at::hasMKLDNN());
+  for (const auto& [name, tensor] : model.NamedParameters()) {
+    EXPECT_FALSE(tensor.is_mkldnn()) << name;
+    EXPECT_EQ(tensor.scalar_type(), at::kFloat) << name;
+  }
+  // Within bfloat16's rounding of the weights it went through.
+  const at::Tensor again = BertModel::MeanPoolNormalize(model.Forward(ids, mask), mask);
+  EXPECT_GT(at::cosine_similarity(again, want, 1).min().item<double>(), 0.999);
 }
 
 // ExplicitAttention against ATen's SDPA on the same inputs: strided q, k, v
