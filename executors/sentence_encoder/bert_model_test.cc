@@ -180,15 +180,25 @@ TEST(CudaShapesTest, RowsAndLengthsRoundUpToFewShapes) {
   EXPECT_EQ(CudaPaddedLength(509, 510), 509);  // no position past the model's
 }
 
+// The tiny model on random weights, and two rows of five tokens of which
+// the second ends in two pads.
+struct TinyPaddedBatch {
+  BertConfig config = TinyConfig();
+  Weights weights = RandomWeights(config);
+  BertModel model{config};
+  at::Tensor ids = at::tensor({2, 7, 9, 11, 3, 2, 5, 3, 0, 0}, at::kLong).view({2, 5});
+  at::Tensor mask = at::tensor({1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, at::kLong).view({2, 5});
+  Status Load() { return LoadInto(model, weights); }
+};
+
 // What that padding relies on, checked on the CPU: extra pad tokens and
 // filler rows (one attended pad token each) leave the real rows unchanged.
 TEST(CudaShapesTest, FillerRowsAndPaddedTokensLeaveTheRealRowsUnchanged) {
-  const BertConfig config = TinyConfig();
-  const Weights w = RandomWeights(config);
-  BertModel model(config);
-  ASSERT_TRUE(LoadInto(model, w).ok());
-  const at::Tensor ids = at::tensor({2, 7, 9, 11, 3, 2, 5, 3, 0, 0}, at::kLong).view({2, 5});
-  const at::Tensor mask = at::tensor({1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, at::kLong).view({2, 5});
+  TinyPaddedBatch batch;
+  ASSERT_TRUE(batch.Load().ok());
+  const BertModel& model = batch.model;
+  const at::Tensor& ids = batch.ids;
+  const at::Tensor& mask = batch.mask;
   const at::Tensor want = BertModel::MeanPoolNormalize(model.Forward(ids, mask), mask);
   // Two rows as four, five tokens as eight.
   at::Tensor padded_ids = at::zeros({4, 8}, at::kLong);
@@ -205,12 +215,11 @@ TEST(CudaShapesTest, FillerRowsAndPaddedTokensLeaveTheRealRowsUnchanged) {
 // The caller's `padded` hint stands in for reading the mask (a device sync
 // on CUDA): right hints give what the mask gives, and a wrong one is obeyed.
 TEST(BertModelTest, PaddedHintReplacesReadingTheMask) {
-  const BertConfig config = TinyConfig();
-  const Weights w = RandomWeights(config);
-  BertModel model(config);
-  ASSERT_TRUE(LoadInto(model, w).ok());
-  const at::Tensor ids = at::tensor({2, 7, 9, 11, 3, 2, 5, 3, 0, 0}, at::kLong).view({2, 5});
-  const at::Tensor mask = at::tensor({1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, at::kLong).view({2, 5});
+  TinyPaddedBatch batch;
+  ASSERT_TRUE(batch.Load().ok());
+  const BertModel& model = batch.model;
+  const at::Tensor& ids = batch.ids;
+  const at::Tensor& mask = batch.mask;
   const at::Tensor full = at::ones({2, 5}, at::kLong);
   auto max_diff = [](const at::Tensor& a, const at::Tensor& b) {
     return (a - b).abs().max().item<double>();
