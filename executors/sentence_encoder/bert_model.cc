@@ -371,8 +371,8 @@ void BertModel::To(at::Device device, at::ScalarType dtype) {
   }
   fused_cpu_linear_ = device.is_cpu() && OneDnnLinearWorks(dtype);
   // Packed copies beside the plain weights, which stay what NamedParameters
-  // shows. The copies are each replica's own (the plain weights of a weight
-  // file are shared between replicas in the page cache).
+  // shows and what another To() reads. Unlike a weight file's pages, which
+  // replicas share through the page cache, each replica's copies are its own.
   prepacked_cpu_linear_ = fused_cpu_linear_;
   for (Layer& l : layers_) {
     for (auto [plain, packed] : l.Linears()) {
