@@ -34,11 +34,13 @@ inline constexpr int kMaxWorkerCallsInFlight = 1024;
 // RESOURCE_EXHAUSTED.
 inline constexpr int kMaxKServeCallsInFlight = 1024;
 
-// Bytes of requests a gateway holds in flight at once, in messages of the
-// cap (`max_message_bytes`): 1 GiB at the default. A request that would pass
-// it is refused with RESOURCE_EXHAUSTED, except when nothing else is in
-// flight. Each holds its bytes until its replica answers, and a callback
-// service has no thread per call to bound them otherwise.
+// Bytes of requests in flight and of replies not yet written to their
+// clients that a gateway holds at once, in messages of the cap
+// (`max_message_bytes`): 1 GiB at the default. A request that would pass it
+// is refused with RESOURCE_EXHAUSTED, except when nothing else is held. A
+// request holds its bytes until its replica answers, a reply until it is
+// written, and a callback service has no thread per call to bound them
+// otherwise.
 inline constexpr std::int64_t kGatewayMessagesInFlight = 16;
 
 // Threads gRPC may run for a server's sync services beyond the calls

@@ -225,6 +225,8 @@ class Gateway::Impl {
   // gateway is draining (the call is then refused). A registered reactor
   // calls Unregister when it is done.
   bool Register(DataReactor* reactor);
+  // Where data calls count the bytes of the replies they hold.
+  std::shared_ptr<std::atomic<std::int64_t>> bytes_in_flight() const { return bytes_in_flight_; }
   void Unregister(DataReactor* reactor);
   std::string ShuttingDownMessage() const {
     return "deployment '" + options_.deployment_name +
@@ -270,9 +272,10 @@ class Gateway::Impl {
   // Null without monitoring. Shared with each request's completion, which
   // may in principle run after the gateway is gone.
   std::shared_ptr<GatewayMetrics> metrics_;
-  // Request bytes forwarded and not yet answered (kGatewayMessagesInFlight);
-  // shared with each request's completion, as metrics_ is.
-  std::shared_ptr<std::atomic<std::int64_t>> request_bytes_in_flight_ =
+  // Bytes of requests forwarded and not yet answered, and of replies not yet
+  // written to their clients (kGatewayMessagesInFlight); shared with each
+  // request's completion and each data call, as metrics_ is.
+  std::shared_ptr<std::atomic<std::int64_t>> bytes_in_flight_ =
       std::make_shared<std::atomic<std::int64_t>>(0);
   std::unique_ptr<MetricsServer> metrics_server_;
   int port_ = 0;
@@ -321,6 +324,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
       return;
     }
     registered_ = true;
+    gateway_bytes_ = gateway->bytes_in_flight();
     unary_ = method == kSingleMethod;
     prefetch_ = gateway->prefetch();
     const auto& metadata = context->client_metadata();
@@ -383,12 +387,16 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     {
       std::lock_guard lock(mutex_);
       writing_ = false;
+      current_write_.Clear();
+      ReleaseReplyBytesLocked(current_write_bytes_);
+      current_write_bytes_ = 0;
       if (!ok) {
         // The client is gone: drop what is queued, stop its requests on the
         // workers and wind down.
         failed_ = true;
         write_queue_.clear();
         pending_in_order_.clear();
+        ReleaseReplyBytesLocked(reply_bytes_held_);
         to_cancel = TakeCallsLocked();
       }
       StartWriteLocked();
@@ -419,6 +427,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     {
       std::lock_guard lock(mutex_);
       registered = registered_;
+      ReleaseReplyBytesLocked(reply_bytes_held_);  // replies a failed call never wrote
     }
     if (registered) {
       gateway_->Unregister(this);
@@ -445,6 +454,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
         if (unary_ && result.is_error) {
           context_->AddTrailingMetadata("is-error", "true");
         }
+        HoldReplyBytesLocked(result.reply);
         if (in_order_) {
           pending_in_order_.emplace(sequence, std::move(result.reply));
           while (!pending_in_order_.empty() &&
@@ -481,12 +491,35 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     }
   }
 
+  // Reads the next request while fewer than prefetch_ are unanswered or
+  // answered and not yet written: a client that reads no replies must stop
+  // being read, or its replies pile up here without bound.
   void StartReadLocked() {
-    if (reading_ || reads_done_ || failed_ || draining_ || in_flight_ >= prefetch_) {
+    if (reading_ || reads_done_ || failed_ || draining_ ||
+        UndeliveredLocked() >= static_cast<std::size_t>(prefetch_)) {
       return;
     }
     reading_ = true;
     StartRead(&read_buffer_);
+  }
+
+  // Replies held until written count against the gateway's bytes in flight,
+  // so that clients slow to read them hold back new requests everywhere.
+  void HoldReplyBytesLocked(const grpc::ByteBuffer& reply) {
+    const auto bytes = static_cast<std::int64_t>(reply.Length());
+    reply_bytes_held_ += bytes;
+    gateway_bytes_->fetch_add(bytes);
+  }
+  void ReleaseReplyBytesLocked(std::int64_t bytes) {
+    if (bytes > 0) {
+      reply_bytes_held_ -= bytes;
+      gateway_bytes_->fetch_sub(bytes);
+    }
+  }
+
+  std::size_t UndeliveredLocked() const {
+    return static_cast<std::size_t>(in_flight_) + pending_in_order_.size() + write_queue_.size() +
+           (writing_ ? 1 : 0);
   }
 
   void StartWriteLocked() {
@@ -495,6 +528,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     }
     writing_ = true;
     current_write_ = write_queue_.front();
+    current_write_bytes_ = static_cast<std::int64_t>(current_write_.Length());
     write_queue_.erase(write_queue_.begin());
     StartWrite(&current_write_);
   }
@@ -524,6 +558,11 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
   std::mutex mutex_;
   grpc::ByteBuffer read_buffer_;
   grpc::ByteBuffer current_write_;
+  std::int64_t current_write_bytes_ = 0;
+  // Bytes of the replies queued or being written, also counted in
+  // gateway_bytes_ (null for a call refused at construction).
+  std::int64_t reply_bytes_held_ = 0;
+  std::shared_ptr<std::atomic<std::int64_t>> gateway_bytes_;
   std::vector<grpc::ByteBuffer> write_queue_;
   std::map<std::uint64_t, grpc::ByteBuffer> pending_in_order_;
   // Requests in flight, by sequence; null until Forward has returned.
@@ -1014,24 +1053,25 @@ std::shared_ptr<ForwardHandle> Gateway::Impl::Forward(const grpc::ByteBuffer& re
   // Counted by the metrics above when refused here.
   const auto size = static_cast<std::int64_t>(request.Length());
   const std::int64_t budget = kGatewayMessagesInFlight * options_.max_message_bytes;
-  const std::int64_t before = request_bytes_in_flight_->fetch_add(size);
+  const std::int64_t before = bytes_in_flight_->fetch_add(size);
   // One request alone always goes, whatever its size (up to the cap).
   if (before > 0 && before + size > budget) {
-    request_bytes_in_flight_->fetch_sub(size);
+    bytes_in_flight_->fetch_sub(size);
     auto refused = std::make_shared<ForwardCall>();
     refused->done_ = std::move(done);
     Finish(refused,
            grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                         "gateway of deployment '" + options_.deployment_name +
                             "' is busy: " + std::to_string(before) +
-                            " bytes of requests are in flight and this " + std::to_string(size) +
-                            "-byte request would pass the " + std::to_string(budget) +
-                            " it holds at once (" + std::to_string(kGatewayMessagesInFlight) +
+                            " bytes of requests in flight and of replies not yet delivered are "
+                            "held, and this " +
+                            std::to_string(size) + "-byte request would pass the " +
+                            std::to_string(budget) + " it holds at once (" +
+                            std::to_string(kGatewayMessagesInFlight) +
                             " x max_message_bytes); retry later"));
     return refused;
   }
-  done = [in_flight = request_bytes_in_flight_, size,
-          done = std::move(done)](ForwardResult result) {
+  done = [in_flight = bytes_in_flight_, size, done = std::move(done)](ForwardResult result) {
     in_flight->fetch_sub(size);
     done(std::move(result));
   };

@@ -3,8 +3,9 @@
 // requests travel as the bytes the client sent (Jina's own gateway leaves
 // field 4 opaque too), so the gateway costs a few copies of pointers.
 //
-// Served: /jina.JinaRPC/Call (bidi; up to `prefetch` requests in flight per
-// stream, replies as they complete unless the client sent metadata
+// Served: /jina.JinaRPC/Call (bidi; up to `prefetch` requests per stream in
+// flight or answered and not yet written, replies as they complete unless
+// the client sent metadata
 // `__results_in_order__: true`), /jina.JinaSingleDataRequestRPC/
 // process_single_data (unary; trailing `is-error: true` on executor errors),
 // /jina.JinaGatewayDryRunRPC/dry_run, /jina.JinaInfoRPC/_status,

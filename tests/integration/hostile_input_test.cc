@@ -10,6 +10,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -19,9 +20,12 @@
 #include <iostream>
 #include <mutex>
 #include <string>
+#include <thread>
 
+#include "common/grpc_options.h"
 #include "core/limits.h"
 #include "docarray/docarray.pb.h"
+#include "jina/jina.grpc.pb.h"
 #include "jina/jina.pb.h"
 #include "kserve/grpc_predict_v2.pb.h"
 #include "testutil/testutil.h"
@@ -178,17 +182,20 @@ std::string PoisonRequest() {
   return request.SerializeAsString();
 }
 
-// Peak resident memory of `pid` in kB (VmHWM), or -1.
-long PeakRssKb(pid_t pid) {
+// A figure of /proc/PID/status in kB ("VmHWM:", "VmRSS:"), or -1.
+long StatusKb(pid_t pid, const std::string& field) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) {
-      return std::stol(line.substr(6));
+    if (line.rfind(field, 0) == 0) {
+      return std::stol(line.substr(field.size()));
     }
   }
   return -1;
 }
+
+// Peak resident memory of `pid` in kB, or -1.
+long PeakRssKb(pid_t pid) { return StatusKb(pid, "VmHWM:"); }
 
 DocList Docs(int n) {
   DocList docs;
@@ -499,6 +506,124 @@ TEST(HostileInputTest, RequestBytesInFlightAtTheGatewayAreBounded) {
   flood.ExpectRefused(kCalls - admitted, "gateway of deployment 'executor' is busy: ");
   flood.ExpectServedOnRelease();
   auto after = dep.Post("/hold", Docs(2));
+  ASSERT_TRUE(after.ok()) << after.status();
+}
+
+// A client may send on a Call stream and never read a reply. The gateway
+// must then stop reading its requests once `__prefetch__` of them are
+// unanswered or answered and not yet written, instead of holding every
+// reply, and must deliver them all when the client reads.
+TEST(HostileInputTest, AClientThatReadsNoRepliesIsNotReadPastItsPrefetch) {
+  constexpr int kPrefetch = 4;
+  constexpr int kRequests = 100;
+  constexpr std::int64_t kReplyBytes = std::int64_t{1} << 20;
+  Deployment dep({.uses = "BigReplyExec", .replicas = 1});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  auto stub = jina::JinaRPC::NewStub(internal::MakeChannel(dep.address(), 4 * kReplyBytes));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  context.AddMetadata("__prefetch__", std::to_string(kPrefetch));
+  auto stream = stub->Call(&context);
+  jina::DataRequestProto request = Request("/grow");
+  (*request.mutable_parameters()->mutable_fields())["bytes"].set_number_value(
+      static_cast<double>(kReplyBytes));
+  AddDocField(&request, "d", "text")->set_text("x");
+  // The requests are small: all of them fit in the connection's window, so
+  // these writes finish whether or not the gateway reads them.
+  std::thread writer([&] {
+    for (int i = 0; i < kRequests && stream->Write(request); ++i) {
+    }
+    stream->WritesDone();
+  });
+  // What the replica answered, once it stops growing (at most 30 s).
+  auto answered = [&] { return dep.replicas().at(0).requests; };
+  const long rss_before_kb = StatusKb(::getpid(), "VmRSS:");
+  std::uint64_t before = answered();
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (before < kRequests && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    const std::uint64_t now = answered();
+    if (now == before && now >= kPrefetch) {
+      break;
+    }
+    before = now;
+  }
+  // A few more than the window may be written into the transport's buffers.
+  std::printf(
+      "[ measured ] %llu of %d requests answered while the client read nothing; this "
+      "process (gateway and client) grew by %ld kB\n",
+      static_cast<unsigned long long>(before), kRequests,
+      StatusKb(::getpid(), "VmRSS:") - rss_before_kb);
+  EXPECT_LE(before, static_cast<std::uint64_t>(2 * kPrefetch + 4));
+  EXPECT_GE(before, static_cast<std::uint64_t>(kPrefetch));
+  int replies = 0;
+  jina::DataRequestProto reply;
+  while (stream->Read(&reply)) {
+    ++replies;
+    EXPECT_EQ(reply.data().docs().docs_size(), 1);
+  }
+  writer.join();
+  grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(replies, kRequests);
+  EXPECT_EQ(answered(), static_cast<std::uint64_t>(kRequests));
+}
+
+// Replies that wait for a slow client count against the same budget as
+// requests in flight: past kGatewayMessagesInFlight x max_message_bytes of
+// both, the gateway refuses new requests, from that client and from others,
+// until the replies are read.
+TEST(HostileInputTest, RepliesNotYetReadCountAgainstTheGatewaysBytesInFlight) {
+  constexpr std::int64_t kCap = std::int64_t{3} << 19;  // 1.5 MiB
+  constexpr std::int64_t kReplyBytes = std::int64_t{1} << 20;
+  // 40 MiB of replies, past the budget of 16 x 1.5 MiB even after what the
+  // transport takes before the client's window is full.
+  constexpr int kHeld = 40;
+  Deployment dep({.uses = "BigReplyExec", .replicas = 1, .max_message_bytes = kCap});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  auto stub = jina::JinaRPC::NewStub(internal::MakeChannel(dep.address(), kCap));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  auto stream = stub->Call(&context);  // the gateway's prefetch: 1000
+  jina::DataRequestProto request = Request("/grow");
+  (*request.mutable_parameters()->mutable_fields())["bytes"].set_number_value(
+      static_cast<double>(kReplyBytes));
+  AddDocField(&request, "d", "text")->set_text("x");
+  // Small requests: these writes finish whether or not the gateway reads.
+  for (int i = 0; i < kHeld; ++i) {
+    ASSERT_TRUE(stream->Write(request));
+  }
+  auto answered = [&] { return dep.replicas().at(0).requests; };
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (answered() < kHeld && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(answered(), static_cast<std::uint64_t>(kHeld));
+  // Another client is refused while those replies wait, and told why.
+  DocList one;
+  one.emplace_back("other");
+  const Parameters small(Value::Dict{{"bytes", Value(10)}});
+  auto other = dep.Post("/grow", one, {.parameters = small});
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), StatusCode::kResourceExhausted) << other.status();
+  EXPECT_THAT(other.status().message(),
+              AllOf(HasSubstr("gateway of deployment 'executor' is busy: "),
+                    HasSubstr("replies not yet delivered are held, and this ")));
+  // So is the slow client's next request, which ends its stream; it still
+  // gets every reply it was owed, then the refusal.
+  ASSERT_TRUE(stream->Write(request));
+  stream->WritesDone();
+  int replies = 0;
+  jina::DataRequestProto reply;
+  while (stream->Read(&reply)) {
+    ++replies;
+  }
+  grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_EQ(replies, kHeld);
+  EXPECT_EQ(answered(), static_cast<std::uint64_t>(kHeld));
+  // Once they are read, the gateway takes requests again.
+  auto after = dep.Post("/grow", one, {.parameters = small});
   ASSERT_TRUE(after.ok()) << after.status();
 }
 
