@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "common/grpc_options.h"
+#include "common/shutdown_wait.h"
 #include "common/tls.h"
 #include "core/deployment_rules.h"
 #include "core/logging.h"
@@ -159,17 +160,6 @@ bool EndsWith(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
 }
 
-// Self-pipe for Block(): written by the signal handler and by Stop().
-std::atomic<int> g_block_write_fd{-1};
-
-void OnShutdownSignal(int /*signal*/) {
-  int fd = g_block_write_fd.load();
-  if (fd >= 0) {
-    char byte = 1;
-    (void)!::write(fd, &byte, 1);
-  }
-}
-
 }  // namespace
 
 namespace internal {
@@ -235,7 +225,7 @@ class Deployment::Impl {
   // Held for the whole of Stop, so a second Stop waits for the first.
   std::mutex stop_mutex_;
   bool stopped_ = false;
-  Pipe block_pipe_;
+  internal::ShutdownWait block_wait_;  // Block() waits on it; Stop() wakes it
   internal::PlacementPlan plan_;
 
  private:
@@ -847,14 +837,11 @@ void Deployment::Impl::Stop() {
     std::lock_guard state_lock(state_mutex_);
     gateway_.reset();
   }
-  if (block_pipe_.write_fd >= 0) {
-    char byte = 1;
-    (void)!::write(block_pipe_.write_fd, &byte, 1);
-  }
+  block_wait_.Wake();
 }
 
 void Deployment::Impl::Block() {
-  if (!block_pipe_.ok()) {
+  if (!block_wait_.ok()) {
     return;
   }
   {
@@ -863,20 +850,7 @@ void Deployment::Impl::Block() {
       return;
     }
   }
-  g_block_write_fd.store(block_pipe_.write_fd);
-  struct sigaction action {};
-  action.sa_handler = OnShutdownSignal;
-  sigemptyset(&action.sa_mask);
-  struct sigaction old_int {};
-  struct sigaction old_term {};
-  sigaction(SIGINT, &action, &old_int);
-  sigaction(SIGTERM, &action, &old_term);
-  char byte;
-  while (::read(block_pipe_.read_fd, &byte, 1) < 0 && errno == EINTR) {
-  }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
-  g_block_write_fd.store(-1);
+  block_wait_.Wait();
   spdlog::info("shutting down deployment '{}'", options_.name);
 }
 

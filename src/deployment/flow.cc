@@ -1,17 +1,14 @@
 #include <gantry/flow.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <csignal>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/grpc_options.h"
+#include "common/shutdown_wait.h"
 #include "core/deployment_rules.h"
 #include "core/flow_graph.h"
 #include "core/logging.h"
@@ -20,37 +17,12 @@
 #include "gateway/gateway.h"
 
 namespace gantry {
-namespace {
-
-// Block() of a Flow whose steps are all external (no step Deployment to
-// wait on): a self-pipe written by the signal handler and by Stop().
-std::atomic<int> g_flow_block_write_fd{-1};
-
-void OnFlowShutdownSignal(int /*signal*/) {
-  int fd = g_flow_block_write_fd.load();
-  if (fd >= 0) {
-    char byte = 1;
-    (void)!::write(fd, &byte, 1);
-  }
-}
-
-}  // namespace
+namespace {}  // namespace
 
 class Flow::Impl {
  public:
-  explicit Impl(FlowOptions options) : options_(std::move(options)) {
-    if (::pipe(block_pipe_) != 0) {
-      block_pipe_[0] = block_pipe_[1] = -1;
-    }
-  }
-  ~Impl() {
-    Stop();
-    for (int fd : block_pipe_) {
-      if (fd >= 0) {
-        ::close(fd);
-      }
-    }
-  }
+  explicit Impl(FlowOptions options) : options_(std::move(options)) {}
+  ~Impl() { Stop(); }
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
 
@@ -85,8 +57,8 @@ class Flow::Impl {
   mutable std::mutex state_mutex_;
   std::mutex stop_mutex_;
   bool stopped_ = false;  // guarded by stop_mutex_
-  // Read by BlockOnSignals, written by Stop and the signal handler.
-  int block_pipe_[2] = {-1, -1};
+  // BlockOnSignals waits on it (a Flow of external steps only); Stop wakes it.
+  internal::ShutdownWait block_wait_;
 };
 
 // The replicas of all local steps share this machine's cores, as one
@@ -271,10 +243,7 @@ void Flow::Impl::Stop() {
     return;
   }
   stopped_ = true;
-  if (block_pipe_[1] >= 0) {
-    char byte = 1;
-    (void)!::write(block_pipe_[1], &byte, 1);
-  }
+  block_wait_.Wake();
   std::shared_ptr<internal::Gateway> gateway;
   {
     std::lock_guard state_lock(state_mutex_);
@@ -361,7 +330,7 @@ StatusOr<DocList> Flow::Post(std::string_view endpoint, const DocList& docs,
 }
 
 void Flow::Impl::BlockOnSignals() {
-  if (block_pipe_[0] < 0) {
+  if (!block_wait_.ok()) {
     return;
   }
   {
@@ -370,20 +339,7 @@ void Flow::Impl::BlockOnSignals() {
       return;
     }
   }
-  g_flow_block_write_fd.store(block_pipe_[1]);
-  struct sigaction action {};
-  action.sa_handler = OnFlowShutdownSignal;
-  sigemptyset(&action.sa_mask);
-  struct sigaction old_int {};
-  struct sigaction old_term {};
-  sigaction(SIGINT, &action, &old_int);
-  sigaction(SIGTERM, &action, &old_term);
-  char byte;
-  while (::read(block_pipe_[0], &byte, 1) < 0 && errno == EINTR) {
-  }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
-  g_flow_block_write_fd.store(-1);
+  block_wait_.Wait();
 }
 
 // The first local step's Deployment waits for the signal (Stop() stops it
