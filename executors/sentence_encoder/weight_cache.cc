@@ -1,6 +1,7 @@
 #include "weight_cache.h"
 
 #include <ATen/ops/empty.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef __GLIBC__
@@ -36,14 +37,28 @@ StatusOr<at::ScalarType> FloatType(std::string_view dtype) {
   return InvalidArgumentError("dtype " + std::string(dtype) + " is not a floating dtype");
 }
 
-// What a cached copy must say about its source to be reused.
+// What a cached copy must say about its source to be reused. Size and
+// modification time alone missed a checkpoint replaced by one of the same
+// size whose mtime was kept or set (cp -p, tar, image layers built with a
+// fixed SOURCE_DATE_EPOCH): the stale copy was served. The kernel sets the
+// status-change time on every write and rename, and no one can set it back;
+// a file renamed into place is also a new inode.
 std::map<std::string, std::string> SourceIdentity(const fs::path& source, std::string_view dtype) {
   std::error_code ec;
   const auto size = fs::file_size(source, ec);
   const auto mtime = fs::last_write_time(source, ec).time_since_epoch().count();
+  struct stat st {};
+  std::string ctime = "unknown";
+  std::string inode = "unknown";
+  if (::stat(source.c_str(), &st) == 0) {
+    ctime = std::to_string(st.st_ctim.tv_sec) + "." + std::to_string(st.st_ctim.tv_nsec);
+    inode = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  }
   return {{"gantry_source", source.string()},
           {"gantry_source_size", std::to_string(size)},
           {"gantry_source_mtime", std::to_string(mtime)},
+          {"gantry_source_ctime", ctime},
+          {"gantry_source_inode", inode},
           {"gantry_dtype", std::string(dtype)}};
 }
 

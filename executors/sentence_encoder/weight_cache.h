@@ -4,8 +4,8 @@
 // that replicas which run the model in that dtype on CPU map one shared copy
 // from the page cache instead of each converting the float32 weights into
 // memory of its own. Written once, atomically (a temporary file renamed into
-// place), and checked against the source's path, size and modification time
-// before it is used again.
+// place), and checked against the source's path, size, modification time,
+// status-change time and inode before it is used again.
 //
 // Thread safety: the functions may be called from any thread and from
 // several processes at once (each writes its own temporary file).

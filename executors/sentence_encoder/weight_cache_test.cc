@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "safetensors.h"
@@ -97,6 +99,33 @@ TEST_F(WeightCacheTest, ACopyIsReusedUntilItsSourceChanges) {
   ASSERT_TRUE(converted.ok()) << converted.status();
   const SafetensorsEntry* w = converted->Find("w");
   EXPECT_EQ(w->shape, (std::vector<std::int64_t>{4, 2}));
+  EXPECT_EQ(std::string(converted->Data(*w), w->end - w->begin), Bytes(weight_.to(at::kBFloat16)));
+}
+
+// The same size and the old modification time put back (as cp -p, tar or
+// an image layer with a fixed SOURCE_DATE_EPOCH leave them): still a new
+// checkpoint, converted again.
+TEST_F(WeightCacheTest, ACheckpointOfTheSameSizeAndMtimeIsConvertedAgain) {
+  StatusOr<SafetensorsFile> source = SafetensorsFile::Open(source_path());
+  ASSERT_TRUE(source.ok()) << source.status();
+  StatusOr<std::string> first = ConvertedWeights(*source, "BF16", cache_dir());
+  ASSERT_TRUE(first.ok()) << first.status();
+  const auto mtime = fs::last_write_time(source_path());
+  const auto size = fs::file_size(source_path());
+  // Past the kernel's timestamp granularity (a clock tick), so that the
+  // rewrite's status-change time differs even on the same inode.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  WriteSource(at::linspace(30.0, 40.0, 6, at::kFloat).view({3, 2}));
+  fs::last_write_time(source_path(), mtime);
+  ASSERT_EQ(fs::file_size(source_path()), size);
+  StatusOr<SafetensorsFile> changed = SafetensorsFile::Open(source_path());
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  StatusOr<std::string> fresh = ConvertedWeights(*changed, "BF16", cache_dir());
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  StatusOr<SafetensorsFile> converted = SafetensorsFile::Open(*fresh);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  const SafetensorsEntry* w = converted->Find("w");
+  ASSERT_NE(w, nullptr);
   EXPECT_EQ(std::string(converted->Data(*w), w->end - w->begin), Bytes(weight_.to(at::kBFloat16)));
 }
 
