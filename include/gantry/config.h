@@ -15,6 +15,7 @@
 //     gpus: 0.5                   # or 1, all, "0,2"
 //     uses_dynamic_batching: {/encode: {preferred_batch_size: 32, timeout: 10}}
 //     max_message_bytes: 67108864 # cap on one request or reply (default 64 MiB)
+//     max_concurrent_requests: 512 # requests the gateway forwards at once
 //
 //   jtype: Flow                   # flow YAML (docs/flow.md)
 //   with: {port: 12345, protocol: grpc}

@@ -116,6 +116,11 @@ struct DeploymentOptions {
   // larger request is refused with RESOURCE_EXHAUSTED before it is read
   // whole. Default: 64 MiB.
   std::int64_t max_message_bytes = std::int64_t{64} << 20;
+  // Requests the gateway forwards at once, over every protocol, as TEI's
+  // --max-concurrent-requests: the next one is refused with
+  // RESOURCE_EXHAUSTED (HTTP 429) rather than left to wait. 0: no bound of
+  // its own (its byte budget and each replica's 1,024 calls still hold).
+  int max_concurrent_requests = 0;
   // Respawning a replica whose process died: the first restart waits
   // `restart_backoff_initial`, each further one twice as long as the one
   // before, at most `restart_backoff_max` (>= initial, both >= 1 ms). The

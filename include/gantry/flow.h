@@ -77,6 +77,9 @@ struct FlowOptions {
   int http_port = -1;
   // Cap on one request or reply at the Flow's gateway and Post()'s client.
   std::int64_t max_message_bytes = std::int64_t{64} << 20;
+  // Requests the Flow's gateway forwards at once (see DeploymentOptions);
+  // 0: no bound of its own.
+  int max_concurrent_requests = 0;
   // On Stop: how long requests in flight may take to finish (>= 0).
   std::chrono::milliseconds timeout_drain{10000};
   // Prometheus metrics (docs/metrics.md), as Jina's Flow-level

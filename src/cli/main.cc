@@ -5,13 +5,14 @@
 //                     F
 //                     [--ssl-client-cafile F]] [--restart-backoff-initial MS]
 //                     [--restart-backoff-max MS] [--max-init-failures N] [--timeout-drain MS]
+//                     [--max-concurrent-requests N]
 //   gantry flow --uses flow.yml [--port N] [--http-port N] [--port-file F] [--http-port-file F]
 //               [--log-level L]
 //   gantry executor --uses executor.yml|JTYPE [--lib PLUGIN.so]... [--port N] [--port-file F]
 //                   [--max-message-bytes N]
 //   gantry gateway --replica-addresses H:P,H:P [--port N] [--http-port N] [--http-port-file F]
 //                  [--max-message-bytes N] [--ssl-certfile F --ssl-keyfile F
-//                  [--ssl-client-cafile F]] [--timeout-drain MS]
+//                  [--ssl-client-cafile F]] [--timeout-drain MS] [--max-concurrent-requests N]
 //   gantry export kubernetes|docker-compose FLOW_OR_DEPLOYMENT.yml OUT [--namespace NS]
 //                 [--image IMAGE] [--gpu-image IMAGE]
 //   gantry new NAME [--dir DIR]
@@ -137,8 +138,9 @@ struct MonitoringFlags {
 };
 
 int RunDeployment(const std::string& uses, const ListenFlags& listen, const std::string& log_level,
-                  std::int64_t max_message_bytes, const gantry::ServerTlsOptions& tls,
-                  const LifecycleFlags& lifecycle, const MonitoringFlags& monitoring) {
+                  std::int64_t max_message_bytes, int max_concurrent_requests,
+                  const gantry::ServerTlsOptions& tls, const LifecycleFlags& lifecycle,
+                  const MonitoringFlags& monitoring) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   auto options = gantry::LoadDeploymentConfig(uses);
   if (!options.ok()) {
@@ -152,6 +154,9 @@ int RunDeployment(const std::string& uses, const ListenFlags& listen, const std:
   }
   if (max_message_bytes > 0) {
     options->max_message_bytes = max_message_bytes;
+  }
+  if (max_concurrent_requests >= 0) {
+    options->max_concurrent_requests = max_concurrent_requests;
   }
   // The flags replace the YAML's TLS files as a set.
   if (tls.enabled() || !tls.client_ca_file.empty()) {
@@ -306,8 +311,8 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
 
 int RunGateway(const std::string& addresses, const std::string& host, const ListenFlags& listen,
                const std::string& name, const std::string& log_level,
-               std::int64_t max_message_bytes, const gantry::ServerTlsOptions& tls,
-               std::int64_t timeout_drain) {
+               std::int64_t max_message_bytes, int max_concurrent_requests,
+               const gantry::ServerTlsOptions& tls, std::int64_t timeout_drain) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   gantry::internal::GatewayOptions options;
   options.host = host;
@@ -324,6 +329,7 @@ int RunGateway(const std::string& addresses, const std::string& host, const List
   if (max_message_bytes > 0) {
     options.max_message_bytes = max_message_bytes;
   }
+  options.max_concurrent_requests = std::max(max_concurrent_requests, 0);
   std::string rest = addresses;
   while (!rest.empty()) {
     std::size_t comma = rest.find(',');
@@ -437,6 +443,15 @@ int main(int argc, char** argv) try {
       ->add_option("--max-message-bytes", max_message_bytes,
                    std::string(kMaxMessageHelp) + "; overrides the YAML's")
       ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
+  // -1: not given (the YAML's, or no bound of the gateway's own).
+  int max_concurrent_requests = -1;
+  constexpr const char* kMaxConcurrentHelp =
+      "requests the gateway forwards at once; the next gets RESOURCE_EXHAUSTED / HTTP 429 "
+      "(default 0: no bound of its own)";
+  deployment
+      ->add_option("--max-concurrent-requests", max_concurrent_requests,
+                   std::string(kMaxConcurrentHelp) + "; overrides the YAML's")
+      ->check(RangeOf(gantry::internal::kMaxConcurrentRequestsRule));
   gantry::ServerTlsOptions tls;
   // TLS on the gateway's gRPC and HTTP ports (`deployment` and `gateway`).
   const auto add_tls_options = [&tls](CLI::App* command) {
@@ -520,6 +535,8 @@ int main(int argc, char** argv) try {
   gateway->add_option("--log-level", log_level, "debug, info, warning or error");
   gateway->add_option("--max-message-bytes", max_message_bytes, kMaxMessageHelp)
       ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
+  gateway->add_option("--max-concurrent-requests", max_concurrent_requests, kMaxConcurrentHelp)
+      ->check(RangeOf(gantry::internal::kMaxConcurrentRequestsRule));
   add_tls_options(gateway);
   std::int64_t gateway_timeout_drain = 10000;
   gateway
@@ -585,7 +602,8 @@ int main(int argc, char** argv) try {
 
   if (deployment->parsed()) {
     monitoring.monitoring = monitoring.monitoring || !monitoring.targets_file.empty();
-    return RunDeployment(uses, listen, log_level, max_message_bytes, tls, lifecycle, monitoring);
+    return RunDeployment(uses, listen, log_level, max_message_bytes, max_concurrent_requests, tls,
+                         lifecycle, monitoring);
   }
   if (flow->parsed()) {
     return RunFlow(uses, listen, log_level);
@@ -596,8 +614,8 @@ int main(int argc, char** argv) try {
   }
   if (gateway->parsed()) {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    return RunGateway(addresses, host, listen, gateway_name, log_level, max_message_bytes, tls,
-                      gateway_timeout_drain);
+    return RunGateway(addresses, host, listen, gateway_name, log_level, max_message_bytes,
+                      max_concurrent_requests, tls, gateway_timeout_drain);
   }
   if (ping->parsed()) {
     // A CA or client certificate only makes sense over TLS.

@@ -54,6 +54,7 @@ constexpr std::string_view kDeploymentWithKeys[] = {"uses",
                                                     "uses_dynamic_batching",
                                                     "http_port",
                                                     "max_message_bytes",
+                                                    "max_concurrent_requests",
                                                     "models",
                                                     "ssl_certfile",
                                                     "ssl_keyfile",
@@ -67,9 +68,17 @@ constexpr std::string_view kDeploymentWithKeys[] = {"uses",
                                                     "monitoring_targets_file",
                                                     "volumes"};
 constexpr std::string_view kFlowKeys[] = {"jtype", "version", "with", "executors", "gateway"};
-constexpr std::string_view kFlowWithKeys[] = {
-    "name",          "port", "protocol",   "host",           "http_port", "max_message_bytes",
-    "timeout_drain", "env",  "monitoring", "port_monitoring"};
+constexpr std::string_view kFlowWithKeys[] = {"name",
+                                              "port",
+                                              "protocol",
+                                              "host",
+                                              "http_port",
+                                              "max_message_bytes",
+                                              "timeout_drain",
+                                              "env",
+                                              "monitoring",
+                                              "port_monitoring",
+                                              "max_concurrent_requests"};
 // Keys of a Flow's `executors:` entries that Jina has and a Deployment has
 // not; all but `needs` (and `shards: 1`) are refused as not supported.
 constexpr std::string_view kFlowStepOnlyKeys[] = {
@@ -600,6 +609,10 @@ class Parser {
       } else if (e.key == "max_message_bytes") {
         GANTRY_ASSIGN_OR_RETURN(options->max_message_bytes,
                                 ReadInt(e, path, internal::kMaxMessageBytesRule));
+      } else if (e.key == "max_concurrent_requests") {
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t limit,
+                                ReadInt(e, path, internal::kMaxConcurrentRequestsRule));
+        options->max_concurrent_requests = static_cast<int>(limit);
       } else if (e.key == "timeout_drain") {
         GANTRY_ASSIGN_OR_RETURN(std::int64_t ms, ReadInt(e, path, internal::kTimeoutDrainRule));
         options->timeout_drain = std::chrono::milliseconds(ms);
@@ -1027,6 +1040,10 @@ class Parser {
       } else if (e.key == "max_message_bytes") {
         GANTRY_ASSIGN_OR_RETURN(options.max_message_bytes,
                                 ReadInt(e, path, internal::kMaxMessageBytesRule));
+      } else if (e.key == "max_concurrent_requests") {
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t limit,
+                                ReadInt(e, path, internal::kMaxConcurrentRequestsRule));
+        options.max_concurrent_requests = static_cast<int>(limit);
       } else if (e.key == "models") {
         GANTRY_RETURN_IF_ERROR(ParseServedModels(e, path, &options.models));
       } else if (e.key == "ssl_certfile") {

@@ -170,6 +170,8 @@ Status ValidateDeploymentOptions(const DeploymentOptions& options) {
         CheckIntOption(kPortRule, "port", options.port),
         CheckIntOption(kPortRule, "port_monitoring", options.port_monitoring),
         CheckIntOption(kMaxMessageBytesRule, "max_message_bytes", options.max_message_bytes),
+        CheckIntOption(kMaxConcurrentRequestsRule, "max_concurrent_requests",
+                       options.max_concurrent_requests),
         CheckIntOption(kRestartBackoffRule, "restart_backoff_initial",
                        options.restart_backoff_initial.count()),
         CheckIntOption(kRestartBackoffRule, "restart_backoff_max",

@@ -50,6 +50,10 @@ inline constexpr IntRule kPortRule{0, 65535, "an integer from 0 to 65535", true}
 inline constexpr IntRule kMaxMessageBytesRule{1, std::numeric_limits<std::int32_t>::max(),
                                               "a size in bytes from 1 to 2147483647 (gRPC's limit)",
                                               true};
+// `max_concurrent_requests`: requests a gateway forwards at once (0: no
+// bound of its own; the byte budget and each replica's 1,024 calls remain).
+inline constexpr IntRule kMaxConcurrentRequestsRule{0, kIntMax, "an integer >= 0 (0: no limit)",
+                                                    false};
 // `timeout_ready` in YAML, in milliseconds.
 inline constexpr IntRule kTimeoutReadyRule{-1, std::numeric_limits<std::int64_t>::max(),
                                            "milliseconds >= 0, or -1 to wait forever", false};

@@ -367,6 +367,7 @@ Status Deployment::Impl::Start() {
   gateway_options.http_port = options_.http_port;
   gateway_options.models = options_.models;
   gateway_options.max_message_bytes = options_.max_message_bytes;
+  gateway_options.max_concurrent_requests = options_.max_concurrent_requests;
   gateway_options.tls = options_.tls;
   gateway_options.monitoring_port = options_.monitoring ? options_.port_monitoring : -1;
   for (const Replica& replica : replicas_) {

@@ -100,11 +100,14 @@ Status Flow::Impl::Start() {
   if (options_.executors.empty()) {
     return InvalidArgumentError(Where() + ": `executors` is empty; a Flow needs at least one step");
   }
-  for (const Status& s : {internal::CheckIntOption(internal::kPortRule, "port", options_.port),
-                          internal::CheckIntOption(internal::kMaxMessageBytesRule,
-                                                   "max_message_bytes", options_.max_message_bytes),
-                          internal::CheckIntOption(internal::kTimeoutDrainRule, "timeout_drain",
-                                                   options_.timeout_drain.count())}) {
+  for (const Status& s :
+       {internal::CheckIntOption(internal::kPortRule, "port", options_.port),
+        internal::CheckIntOption(internal::kMaxMessageBytesRule, "max_message_bytes",
+                                 options_.max_message_bytes),
+        internal::CheckIntOption(internal::kMaxConcurrentRequestsRule, "max_concurrent_requests",
+                                 options_.max_concurrent_requests),
+        internal::CheckIntOption(internal::kTimeoutDrainRule, "timeout_drain",
+                                 options_.timeout_drain.count())}) {
     if (!s.ok()) {
       return InvalidArgumentError(Where() + ": " + s.message());
     }
@@ -189,6 +192,7 @@ Status Flow::Impl::Start() {
   gateway_options.deployment_name = options_.name;
   gateway_options.http_port = options_.http_port;
   gateway_options.max_message_bytes = options_.max_message_bytes;
+  gateway_options.max_concurrent_requests = options_.max_concurrent_requests;
   gateway_options.monitoring_port = options_.monitoring ? options_.port_monitoring : -1;
   // The Flow is ready while every step has a replica in rotation (the
   // gateway's prober asks every 250 ms; it stops before the steps do).

@@ -66,6 +66,7 @@ struct Topology {
   int gateway_port = kDefaultGatewayPort;
   int http_port = -1;
   std::int64_t max_message_bytes = internal::kDefaultMaxMessageBytes;
+  int max_concurrent_requests = 0;
   std::int64_t timeout_drain_ms = 10000;
   std::string log_level;
   std::vector<Step> steps;
@@ -184,6 +185,12 @@ Status CheckExportable(const Topology& t, const Step& step) {
   if (!d.models.empty()) {
     return Refuse(t, step.key_path + ".models", "served model names are not exported yet");
   }
+  // A Deployment's bound goes to the exported gateway; a Flow step has no
+  // gateway of its own there, so its bound would be lost.
+  if (t.is_flow && d.max_concurrent_requests > 0) {
+    return Refuse(t, step.key_path + ".max_concurrent_requests",
+                  "a step's own bound is not exported (set it in the Flow's `with:`)");
+  }
   if (internal::IsDockerUses(d.uses)) {
     // The exported pod runs `gantry executor --uses executor.yml`, whose
     // jtype must be a type: the one the Deployment would find in the image
@@ -263,6 +270,7 @@ StatusOr<Topology> LoadTopology(const std::string& path) {
     t.gateway_port = flow.port != 0 ? flow.port : kDefaultGatewayPort;
     t.http_port = flow.http_port;
     t.max_message_bytes = flow.max_message_bytes;
+    t.max_concurrent_requests = flow.max_concurrent_requests;
     t.timeout_drain_ms = flow.timeout_drain.count();
     if (flow.monitoring) {
       return Refuse(t, "with.monitoring", "metrics are not exported yet");
@@ -281,6 +289,7 @@ StatusOr<Topology> LoadTopology(const std::string& path) {
     t.gateway_port = deployment.port != 0 ? deployment.port : kDefaultGatewayPort;
     t.http_port = deployment.http_port;
     t.max_message_bytes = deployment.max_message_bytes;
+    t.max_concurrent_requests = deployment.max_concurrent_requests;
     t.timeout_drain_ms = deployment.timeout_drain.count();
     t.log_level = deployment.log_level;
     std::string name = deployment.name;
@@ -449,6 +458,9 @@ Value GatewayFlowDoc(const Topology& t, const std::function<std::string(const St
     with.emplace("http_port", Int(t.http_port));
   }
   with.emplace("max_message_bytes", Int(t.max_message_bytes));
+  if (t.max_concurrent_requests > 0) {
+    with.emplace("max_concurrent_requests", Int(t.max_concurrent_requests));
+  }
   with.emplace("timeout_drain", Int(t.timeout_drain_ms));
   Value::List executors;
   for (const Step& step : t.steps) {
@@ -512,6 +524,10 @@ Value::List GatewayArgs(const Topology& t, std::string_view replica_addresses) {
   if (t.http_port >= 0) {
     args.push_back(Text("--http-port"));
     args.push_back(Text(std::to_string(t.http_port)));
+  }
+  if (t.max_concurrent_requests > 0) {
+    args.push_back(Text("--max-concurrent-requests"));
+    args.push_back(Text(std::to_string(t.max_concurrent_requests)));
   }
   return args;
 }

@@ -277,6 +277,9 @@ class Gateway::Impl {
   // request's completion and each data call, as metrics_ is.
   std::shared_ptr<std::atomic<std::int64_t>> bytes_in_flight_ =
       std::make_shared<std::atomic<std::int64_t>>(0);
+  // Data requests forwarded and not yet answered, when
+  // max_concurrent_requests bounds them; shared as bytes_in_flight_ is.
+  std::shared_ptr<std::atomic<int>> requests_in_flight_ = std::make_shared<std::atomic<int>>(0);
   std::unique_ptr<MetricsServer> metrics_server_;
   int port_ = 0;
   std::once_flag shutdown_once_;
@@ -1051,6 +1054,24 @@ std::shared_ptr<ForwardHandle> Gateway::Impl::Forward(const grpc::ByteBuffer& re
     };
   }
   // Counted by the metrics above when refused here.
+  if (const int limit = options_.max_concurrent_requests; limit > 0) {
+    const int before = requests_in_flight_->fetch_add(1);
+    if (before >= limit) {
+      requests_in_flight_->fetch_sub(1);
+      auto refused = std::make_shared<ForwardCall>();
+      refused->done_ = std::move(done);
+      Finish(refused,
+             grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "gateway of deployment '" + options_.deployment_name +
+                              "' is busy: max_concurrent_requests is " + std::to_string(limit) +
+                              " and that many requests are in flight; retry later"));
+      return refused;
+    }
+    done = [in_flight = requests_in_flight_, done = std::move(done)](ForwardResult result) {
+      in_flight->fetch_sub(1);
+      done(std::move(result));
+    };
+  }
   const auto size = static_cast<std::int64_t>(request.Length());
   const std::int64_t budget = kGatewayMessagesInFlight * options_.max_message_bytes;
   const std::int64_t before = bytes_in_flight_->fetch_add(size);

@@ -86,6 +86,10 @@ struct GatewayOptions {
   std::chrono::milliseconds timeout_send{0};
   // Cap on one request or reply message, to clients and to workers.
   std::int64_t max_message_bytes = kDefaultMaxMessageBytes;
+  // Data requests forwarded at once, from every client and protocol, until
+  // each is answered; the next is refused with RESOURCE_EXHAUSTED. 0: no
+  // bound of its own.
+  int max_concurrent_requests = 0;
   // HTTP/JSON port next to the gRPC one: -1 for none, 0 for any free port.
   int http_port = -1;
   // Model names -> executor endpoints, for the OpenAI API (HTTP port) and

@@ -487,6 +487,49 @@ TEST(CliTest, DeploymentRespawnsAWorkerAndDrainsOnSigterm) {
   EXPECT_THAT(testing::ReadFile(dir.File("cli.log")), HasSubstr("drained"));
 }
 
+// --max-concurrent-requests overrides the YAML's bound on what the gateway
+// forwards at once: with 1, a second request while one runs is refused.
+TEST(CliTest, MaxConcurrentRequestsFlagBoundsTheGateway) {
+  testing::TempDir dir;
+  const std::string log = dir.File("calls.log");
+  const std::string yaml = dir.File("dep.yml");
+  testing::WriteFile(yaml,
+                     "jtype: Deployment\nwith:\n  uses: ChaosExec\n  name: bounded\n"
+                     "  max_concurrent_requests: 50\n  uses_with:\n    log: " +
+                         log + "\n");
+  const std::string port_file = dir.File("port");
+  ChildProcessPtr cli = StartCli({"deployment", "--uses", yaml, "--port", "0", "--port-file",
+                                  port_file, "--max-concurrent-requests", "1"},
+                                 dir.File("cli.log"), ThisProgram());
+  ASSERT_NE(cli, nullptr);
+  auto port = testing::WaitForFile(port_file, kReadyTimeout);
+  ASSERT_TRUE(port.has_value()) << testing::ReadFile(dir.File("cli.log"));
+  const std::string address = "127.0.0.1:" + std::to_string(std::stoi(*port));
+  StatusOr<DocList> slow = InternalError("not run");
+  std::thread poster([&] {
+    slow = Client(address).Post("/work", {Doc("slow")},
+                                {.parameters = Parameters(Value::Dict{{"sleep_ms", Value(3000.0)}}),
+                                 .timeout = std::chrono::seconds(60)});
+  });
+  // No ASSERT while the poster runs: it is joined (bounded) first.
+  EXPECT_TRUE(
+      testing::WaitUntil([&] { return testing::CountLines(log) >= 1; }, std::chrono::seconds(20)));
+  auto refused =
+      Client(address).Post("/work", {Doc("second")}, {.timeout = std::chrono::seconds(5)});
+  std::vector<std::thread> posters;
+  posters.push_back(std::move(poster));
+  testing::JoinWithin(posters, std::chrono::seconds(30), "the slow post");
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("gateway of deployment 'bounded' is busy: max_concurrent_requests is 1 "
+                        "and that many requests are in flight; retry later"));
+  auto after = Client(address).Post("/work", {Doc("after")}, {.timeout = std::chrono::seconds(10)});
+  EXPECT_TRUE(after.ok()) << after.status();
+  cli->Signal(SIGTERM);
+  EXPECT_TRUE(cli->WaitFor(std::chrono::seconds(30)));
+}
+
 TEST(CliTest, SigkillOfTheParentLeavesNoWorkerBehind) {
   // Become the subreaper so that orphaned workers are re-parented to this
   // test and can be observed (and reaped) here, not by init.

@@ -2,6 +2,7 @@
 // to a Deployment's gateway over gRPC (raw bytes, as an attacker would) and
 // over HTTP. Each must be refused with INVALID_ARGUMENT / 400 / 413 and a
 // message, and the deployment must keep serving.
+#include <gantry/config.h>
 #include <gantry/deployment.h>
 #include <gantry/executor.h>
 #include <gantry/flow.h>
@@ -451,6 +452,52 @@ TEST(HostileInputTest, AFloodOfCallsIsRefusedPastTheWorkersBoundAndTheRestAreSer
   auto after = dep.Post("/hold", Docs(2));
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ((*after)[1].text(), "held:doc 1");
+}
+
+// `max_concurrent_requests` in a Deployment's YAML bounds the requests its
+// gateway forwards at once, as TEI's --max-concurrent-requests: the next is
+// refused at once over gRPC and HTTP (429), naming the key, and the held
+// ones are served.
+TEST(HostileInputTest, MaxConcurrentRequestsFromYamlRefusesTheNextOverGrpcAndHttp) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.File("dep.yml"), R"(jtype: Deployment
+with:
+  uses: GateExec
+  http_port: 0
+  max_concurrent_requests: 3
+)");
+  StatusOr<DeploymentOptions> options = LoadDeploymentConfig(dir.File("dep.yml"));
+  ASSERT_TRUE(options.ok()) << options.status();
+  Deployment dep(*options);
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  const std::string release = dir.File("release");
+  jina::DataRequestProto request = Request("/hold");
+  (*request.mutable_parameters()->mutable_fields())["release"].set_string_value(release);
+  AddDocField(&request, "d", "text")->set_text("x");
+
+  constexpr int kCalls = 8;
+  constexpr char kBusy[] =
+      "gateway of deployment 'executor' is busy: max_concurrent_requests is 3 and that many "
+      "requests are in flight; retry later";
+  Flood flood(dep.address(), kSingleMethod, request.SerializeAsString(), kCalls, release);
+  flood.ExpectRefused(kCalls - 3, kBusy);
+
+  httplib::Client http("127.0.0.1", dep.http_port());
+  http.set_connection_timeout(std::chrono::seconds(10));
+  http.set_read_timeout(std::chrono::seconds(60));
+  auto res = http.Post(
+      "/post",
+      R"({"execEndpoint": "/hold", "data": [{"text": "y"}], "parameters": {"release": ")" +
+          release + R"("}})",
+      "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 429) << res->body;
+  EXPECT_THAT(res->body, HasSubstr("max_concurrent_requests is 3"));
+
+  flood.ExpectServedOnRelease();
+  auto after = dep.Post("/hold", Docs(3));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ((*after)[2].text(), "held:doc 2");
 }
 
 // KServe's ModelInfer is a sync service on the gateway: each call holds a

@@ -422,6 +422,20 @@ TEST(DeploymentConfigTest, MaxMessageBytesIsBounded) {
       HasSubstr("dep.yml:4:22: with.max_message_bytes: " + expected));
 }
 
+TEST(DeploymentConfigTest, MaxConcurrentRequestsIsANonNegativeCount) {
+  StatusOr<DeploymentOptions> options = ParseDeploymentConfig(
+      "jtype: Deployment\nwith:\n  uses: MyExec\n  max_concurrent_requests: 512\n", "dep.yml");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->max_concurrent_requests, 512);
+  EXPECT_EQ(DeploymentOptions().max_concurrent_requests, 0);
+  EXPECT_EQ(
+      DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  max_concurrent_requests: -1\n"),
+      "dep.yml:4:28: with.max_concurrent_requests: expected an integer >= 0 (0: no limit), got -1");
+  EXPECT_THAT(DeploymentError(
+                  "jtype: Deployment\nwith:\n  uses: MyExec\n  max_concurrent_requests: many\n"),
+              HasSubstr("dep.yml:4:28: with.max_concurrent_requests: expected an integer >= 0"));
+}
+
 TEST(DeploymentConfigTest, ReadsTlsFilesRelativeToTheDeploymentFile) {
   TempDir dir;
   std::string dep = dir.Write("conf/dep.yml", R"(jtype: Deployment
@@ -643,7 +657,8 @@ TEST(DeploymentConfigTest, RejectsUnknownKeys) {
       DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  replica: 2\n"),
       "dep.yml:4:3: with.replica: unknown key; allowed keys: uses, uses_with, uses_metas, "
       "name, replicas, port, host, env, timeout_ready, log_level, gpus, uses_dynamic_batching, "
-      "http_port, max_message_bytes, models, ssl_certfile, ssl_keyfile, ssl_client_cafile, "
+      "http_port, max_message_bytes, max_concurrent_requests, models, ssl_certfile, "
+      "ssl_keyfile, ssl_client_cafile, "
       "restart_backoff_initial, restart_backoff_max, max_init_failures, timeout_drain, "
       "monitoring, port_monitoring, monitoring_targets_file, volumes");
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  uses_metas: {size: 1}\n"),

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -240,6 +241,31 @@ TEST(ExportComposeTest, DeploymentGatewayUsesTheServiceName) {
   EXPECT_FALSE(services["encoder"]["environment"]["CUDA_VISIBLE_DEVICES"]);
   EXPECT_THAT(Strings(services["gateway"]["command"]),
               ::testing::IsSupersetOf({"gateway", "--replica-addresses", "dns:///encoder:8081"}));
+}
+
+// The gateway's bound travels to the exported gateway; a Flow step's own
+// would have no gateway there and is refused by name.
+TEST(ExportTest, MaxConcurrentRequestsGoesToTheGatewayOrIsRefusedForAStep) {
+  TempDir dir;
+  WriteFile(dir.File("dep.yml"),
+            "jtype: Deployment\nwith: {name: encoder, uses: NoOpExec, max_concurrent_requests: "
+            "16}\n");
+  auto written = ExportDockerCompose(dir.File("dep.yml"), dir.File("c.yml"));
+  ASSERT_TRUE(written.ok()) << written.status();
+  const std::vector<std::string> command =
+      Strings(YAML::LoadFile(dir.File("c.yml"))["services"]["gateway"]["command"]);
+  auto flag = std::find(command.begin(), command.end(), "--max-concurrent-requests");
+  ASSERT_NE(flag, command.end());
+  ASSERT_NE(flag + 1, command.end());
+  EXPECT_EQ(*(flag + 1), "16");
+
+  WriteFile(dir.File("flow.yml"),
+            "jtype: Flow\nexecutors:\n  - {name: a, uses: NoOpExec, max_concurrent_requests: 4}\n");
+  auto step = ExportKubernetes(dir.File("flow.yml"), dir.File("out"));
+  ASSERT_FALSE(step.ok());
+  EXPECT_THAT(step.status().message(),
+              HasSubstr("executors[0].max_concurrent_requests: a step's own bound is not "
+                        "exported (set it in the Flow's `with:`)"));
 }
 
 constexpr char kDockerStepYaml[] = R"(jtype: Deployment

@@ -123,6 +123,19 @@ TEST(FlowConfigTest, OtherMistakesNameTheirKey) {
               HasSubstr("jtype: expected \"Flow\", got \"Deployment\""));
 }
 
+TEST(FlowConfigTest, MaxConcurrentRequestsIsTheGatewaysAndBounded) {
+  auto flow = ParseFlowConfig(
+      "jtype: Flow\nwith: {max_concurrent_requests: 64}\nexecutors:\n  - {uses: NoOp}\n", "f.yml");
+  ASSERT_TRUE(flow.ok()) << flow.status();
+  EXPECT_EQ(flow->max_concurrent_requests, 64);
+  EXPECT_EQ(flow->executors[0].deployment.max_concurrent_requests, 0);
+  EXPECT_THAT(ErrorOf(ParseFlowConfig("jtype: Flow\nwith: {max_concurrent_requests: -3}\n"
+                                      "executors:\n  - {uses: NoOp}\n",
+                                      "f.yml")),
+              HasSubstr("f.yml:2:33: with.max_concurrent_requests: expected an integer >= 0 (0: "
+                        "no limit), got -3"));
+}
+
 TEST(FlowConfigTest, ExternalStepsNameWhereTheyRun) {
   auto flow = ParseFlowConfig(R"(jtype: Flow
 executors:
