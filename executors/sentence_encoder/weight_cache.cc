@@ -52,7 +52,9 @@ std::map<std::string, std::string> SourceIdentity(const fs::path& source, std::s
   std::string inode = "unknown";
   if (::stat(source.c_str(), &st) == 0) {
     ctime = std::to_string(st.st_ctim.tv_sec) + "." + std::to_string(st.st_ctim.tv_nsec);
-    inode = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+    // Not st_dev: each container's overlay mount has its own, and replicas
+    // in several containers would then keep rewriting a shared cache.
+    inode = std::to_string(st.st_ino);
   }
   return {{"gantry_source", source.string()},
           {"gantry_source_size", std::to_string(size)},
