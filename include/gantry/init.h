@@ -21,8 +21,11 @@ void Init(int argc, char** argv);
 // True if argv asks for worker mode (used by Init; exposed for tests).
 bool IsWorkerInvocation(int argc, char** argv);
 
-// Runs a worker from argv (the worker flags) and returns its exit code.
-// Init calls this; the `gantry-worker` program's main is just this.
+// Runs a worker from argv (the worker flags) and returns its exit code when
+// it does not serve (bad flags, --list-executors, a failed start). A worker
+// that served ends the process itself once stopped, with code 0 (outside
+// the ASan build). Init calls this; the `gantry-worker` program's main is
+// just this.
 int RunWorkerMain(int argc, char** argv);
 
 }  // namespace gantry

@@ -674,6 +674,44 @@ TEST(HostileInputTest, RepliesNotYetReadCountAgainstTheGatewaysBytesInFlight) {
   ASSERT_TRUE(after.ok()) << after.status();
 }
 
+// A worker that served many large replies at once must still exit by
+// itself once stopped. Its gRPC server's destructor was seen to wait 10 s for
+// one of gRPC's own threads, past the Deployment's 8 s stop grace, so that
+// the worker was killed (in about one stop of four).
+TEST(HostileInputTest, AWorkerThatServedLargeRepliesExitsWithinTheStopGrace) {
+  constexpr int kStops = 6;
+  constexpr int kRequests = 40;
+  jina::DataRequestProto request = Request("/grow");
+  (*request.mutable_parameters()->mutable_fields())["bytes"].set_number_value(1 << 20);
+  AddDocField(&request, "d", "text")->set_text("x");
+  for (int round = 0; round < kStops; ++round) {
+    Deployment dep({.uses = "BigReplyExec", .replicas = 1});
+    ASSERT_TRUE(dep.ok()) << dep.status();
+    auto stub = jina::JinaRPC::NewStub(internal::MakeChannel(dep.address(), 4 << 20));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto stream = stub->Call(&context);
+    for (int i = 0; i < kRequests; ++i) {
+      ASSERT_TRUE(stream->Write(request));
+    }
+    stream->WritesDone();
+    int replies = 0;
+    jina::DataRequestProto reply;
+    while (stream->Read(&reply)) {
+      ++replies;
+    }
+    ASSERT_TRUE(stream->Finish().ok());
+    ASSERT_EQ(replies, kRequests);
+    const auto stopping = std::chrono::steady_clock::now();
+    dep.Stop();
+    const auto took = std::chrono::steady_clock::now() - stopping;
+    EXPECT_LT(took, std::chrono::seconds(5))
+        << "stop " << round << " took "
+        << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+        << " ms: the worker did not exit by itself within the 8 s grace";
+  }
+}
+
 TEST(HostileInputTest, GarbageAndPoisonToAFlowAreInvalidArgumentNamingTheStep) {
   FlowOptions options;
   for (const char* name : {"a", "b", "c", "d"}) {
