@@ -241,6 +241,8 @@ class Gateway::Impl {
   void Attempt(std::shared_ptr<ForwardCall> call);
   void OnAttemptDone(std::shared_ptr<ForwardCall> call, grpc::Status status);
   void Finish(const std::shared_ptr<ForwardCall>& call, grpc::Status status);
+  // A request refused before any call: `done` runs now with RESOURCE_EXHAUSTED.
+  std::shared_ptr<ForwardHandle> Refuse(ForwardDone done, const std::string& why);
   // Refuses new calls, tells every data call to finish once its requests in
   // flight are answered, and waits up to `grace` for them all to be done.
   void Drain(std::chrono::milliseconds grace);
@@ -1043,6 +1045,27 @@ void Gateway::Impl::ProbeAll() {
   }
 }
 
+namespace {
+
+// `done`, which first hands `amount` back to `counter`: what an admitted
+// request took of a gateway-wide bound.
+template <typename T>
+ForwardDone Releasing(std::shared_ptr<std::atomic<T>> counter, T amount, ForwardDone done) {
+  return [counter = std::move(counter), amount, done = std::move(done)](ForwardResult result) {
+    counter->fetch_sub(amount);
+    done(std::move(result));
+  };
+}
+
+}  // namespace
+
+std::shared_ptr<ForwardHandle> Gateway::Impl::Refuse(ForwardDone done, const std::string& why) {
+  auto refused = std::make_shared<ForwardCall>();
+  refused->done_ = std::move(done);
+  Finish(refused, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, why));
+  return refused;
+}
+
 std::shared_ptr<ForwardHandle> Gateway::Impl::Forward(const grpc::ByteBuffer& request,
                                                       Clock::time_point deadline,
                                                       ForwardDone done) {
@@ -1055,22 +1078,14 @@ std::shared_ptr<ForwardHandle> Gateway::Impl::Forward(const grpc::ByteBuffer& re
   }
   // Counted by the metrics above when refused here.
   if (const int limit = options_.max_concurrent_requests; limit > 0) {
-    const int before = requests_in_flight_->fetch_add(1);
-    if (before >= limit) {
+    if (requests_in_flight_->fetch_add(1) >= limit) {
       requests_in_flight_->fetch_sub(1);
-      auto refused = std::make_shared<ForwardCall>();
-      refused->done_ = std::move(done);
-      Finish(refused,
-             grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          "gateway of deployment '" + options_.deployment_name +
-                              "' is busy: max_concurrent_requests is " + std::to_string(limit) +
-                              " and that many requests are in flight; retry later"));
-      return refused;
+      return Refuse(std::move(done), "gateway of deployment '" + options_.deployment_name +
+                                         "' is busy: max_concurrent_requests is " +
+                                         std::to_string(limit) +
+                                         " and that many requests are in flight; retry later");
     }
-    done = [in_flight = requests_in_flight_, done = std::move(done)](ForwardResult result) {
-      in_flight->fetch_sub(1);
-      done(std::move(result));
-    };
+    done = Releasing(requests_in_flight_, 1, std::move(done));
   }
   const auto size = static_cast<std::int64_t>(request.Length());
   const std::int64_t budget = kGatewayMessagesInFlight * options_.max_message_bytes;
@@ -1078,24 +1093,17 @@ std::shared_ptr<ForwardHandle> Gateway::Impl::Forward(const grpc::ByteBuffer& re
   // One request alone always goes, whatever its size (up to the cap).
   if (before > 0 && before + size > budget) {
     bytes_in_flight_->fetch_sub(size);
-    auto refused = std::make_shared<ForwardCall>();
-    refused->done_ = std::move(done);
-    Finish(refused,
-           grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        "gateway of deployment '" + options_.deployment_name +
-                            "' is busy: " + std::to_string(before) +
-                            " bytes of requests in flight and of replies not yet delivered are "
-                            "held, and this " +
-                            std::to_string(size) + "-byte request would pass the " +
-                            std::to_string(budget) + " it holds at once (" +
-                            std::to_string(kGatewayMessagesInFlight) +
-                            " x max_message_bytes); retry later"));
-    return refused;
+    return Refuse(std::move(done),
+                  "gateway of deployment '" + options_.deployment_name +
+                      "' is busy: " + std::to_string(before) +
+                      " bytes of requests in flight and of replies not yet delivered are "
+                      "held, and this " +
+                      std::to_string(size) + "-byte request would pass the " +
+                      std::to_string(budget) + " it holds at once (" +
+                      std::to_string(kGatewayMessagesInFlight) +
+                      " x max_message_bytes); retry later");
   }
-  done = [in_flight = bytes_in_flight_, size, done = std::move(done)](ForwardResult result) {
-    in_flight->fetch_sub(size);
-    done(std::move(result));
-  };
+  done = Releasing(bytes_in_flight_, size, std::move(done));
   if (options_.upstream) {
     return options_.upstream->Forward(request, deadline, std::move(done));
   }

@@ -175,6 +175,35 @@ void SetDense(docarray::NodeProto* node, const std::string& dtype,
   node->set_type("ndarray");
 }
 
+// GateExec's /hold, released by the file `release`.
+jina::DataRequestProto HoldRequest(const std::string& release) {
+  jina::DataRequestProto request = Request("/hold");
+  (*request.mutable_parameters()->mutable_fields())["release"].set_string_value(release);
+  AddDocField(&request, "d", "text")->set_text("x");
+  return request;
+}
+
+// BigReplyExec's /grow: one document whose reply holds `bytes` bytes.
+jina::DataRequestProto GrowRequest(std::int64_t bytes) {
+  jina::DataRequestProto request = Request("/grow");
+  (*request.mutable_parameters()->mutable_fields())["bytes"].set_number_value(
+      static_cast<double>(bytes));
+  AddDocField(&request, "d", "text")->set_text("x");
+  return request;
+}
+
+// GateExec's /hold over the HTTP gateway on `port`.
+httplib::Result PostHoldOverHttp(int port, const std::string& release) {
+  httplib::Client http("127.0.0.1", port);
+  http.set_connection_timeout(std::chrono::seconds(10));
+  http.set_read_timeout(std::chrono::seconds(60));
+  return http.Post(
+      "/post",
+      R"({"execEndpoint": "/hold", "data": [{"text": "y"}], "parameters": {"release": ")" +
+          release + R"("}})",
+      "application/json");
+}
+
 // The 90-byte poison request: a float32 tensor of shape [1000000000] and no
 // buffer, which used to be expanded to 4 GB of zeros.
 std::string PoisonRequest() {
@@ -417,9 +446,7 @@ TEST(HostileInputTest, AFloodOfCallsIsRefusedPastTheWorkersBoundAndTheRestAreSer
   ASSERT_TRUE(dep.ok()) << dep.status();
   testing::TempDir dir;
   const std::string release = dir.File("release");
-  jina::DataRequestProto request = Request("/hold");
-  (*request.mutable_parameters()->mutable_fields())["release"].set_string_value(release);
-  AddDocField(&request, "d", "text")->set_text("x");
+  const jina::DataRequestProto request = HoldRequest(release);
 
   constexpr int kRefused = 40;
   Flood flood(dep.address(), kSingleMethod, request.SerializeAsString(),
@@ -436,14 +463,7 @@ TEST(HostileInputTest, AFloodOfCallsIsRefusedPastTheWorkersBoundAndTheRestAreSer
   EXPECT_GE(threads, internal::kMaxWorkerCallsInFlight);
 
   // Over HTTP a busy replica is 429, retry later (not 413: the size was fine).
-  httplib::Client http("127.0.0.1", dep.http_port());
-  http.set_connection_timeout(std::chrono::seconds(10));
-  http.set_read_timeout(std::chrono::seconds(60));
-  auto res = http.Post(
-      "/post",
-      R"({"execEndpoint": "/hold", "data": [{"text": "y"}], "parameters": {"release": ")" +
-          release + R"("}})",
-      "application/json");
+  auto res = PostHoldOverHttp(dep.http_port(), release);
   ASSERT_TRUE(res) << httplib::to_string(res.error());
   EXPECT_EQ(res->status, 429) << res->body;
   EXPECT_THAT(res->body, HasSubstr("is busy"));
@@ -471,9 +491,7 @@ with:
   Deployment dep(*options);
   ASSERT_TRUE(dep.ok()) << dep.status();
   const std::string release = dir.File("release");
-  jina::DataRequestProto request = Request("/hold");
-  (*request.mutable_parameters()->mutable_fields())["release"].set_string_value(release);
-  AddDocField(&request, "d", "text")->set_text("x");
+  const jina::DataRequestProto request = HoldRequest(release);
 
   constexpr int kCalls = 8;
   constexpr char kBusy[] =
@@ -482,14 +500,7 @@ with:
   Flood flood(dep.address(), kSingleMethod, request.SerializeAsString(), kCalls, release);
   flood.ExpectRefused(kCalls - 3, kBusy);
 
-  httplib::Client http("127.0.0.1", dep.http_port());
-  http.set_connection_timeout(std::chrono::seconds(10));
-  http.set_read_timeout(std::chrono::seconds(60));
-  auto res = http.Post(
-      "/post",
-      R"({"execEndpoint": "/hold", "data": [{"text": "y"}], "parameters": {"release": ")" +
-          release + R"("}})",
-      "application/json");
+  auto res = PostHoldOverHttp(dep.http_port(), release);
   ASSERT_TRUE(res) << httplib::to_string(res.error());
   EXPECT_EQ(res->status, 429) << res->body;
   EXPECT_THAT(res->body, HasSubstr("max_concurrent_requests is 3"));
@@ -571,10 +582,7 @@ TEST(HostileInputTest, AClientThatReadsNoRepliesIsNotReadPastItsPrefetch) {
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
   context.AddMetadata("__prefetch__", std::to_string(kPrefetch));
   auto stream = stub->Call(&context);
-  jina::DataRequestProto request = Request("/grow");
-  (*request.mutable_parameters()->mutable_fields())["bytes"].set_number_value(
-      static_cast<double>(kReplyBytes));
-  AddDocField(&request, "d", "text")->set_text("x");
+  const jina::DataRequestProto request = GrowRequest(kReplyBytes);
   // The requests are small: all of them fit in the connection's window, so
   // these writes finish whether or not the gateway reads them.
   std::thread writer([&] {
@@ -632,10 +640,7 @@ TEST(HostileInputTest, RepliesNotYetReadCountAgainstTheGatewaysBytesInFlight) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
   auto stream = stub->Call(&context);  // the gateway's prefetch: 1000
-  jina::DataRequestProto request = Request("/grow");
-  (*request.mutable_parameters()->mutable_fields())["bytes"].set_number_value(
-      static_cast<double>(kReplyBytes));
-  AddDocField(&request, "d", "text")->set_text("x");
+  const jina::DataRequestProto request = GrowRequest(kReplyBytes);
   // Small requests: these writes finish whether or not the gateway reads.
   for (int i = 0; i < kHeld; ++i) {
     ASSERT_TRUE(stream->Write(request));
@@ -681,9 +686,7 @@ TEST(HostileInputTest, RepliesNotYetReadCountAgainstTheGatewaysBytesInFlight) {
 TEST(HostileInputTest, AWorkerThatServedLargeRepliesExitsWithinTheStopGrace) {
   constexpr int kStops = 6;
   constexpr int kRequests = 40;
-  jina::DataRequestProto request = Request("/grow");
-  (*request.mutable_parameters()->mutable_fields())["bytes"].set_number_value(1 << 20);
-  AddDocField(&request, "d", "text")->set_text("x");
+  const jina::DataRequestProto request = GrowRequest(std::int64_t{1} << 20);
   for (int round = 0; round < kStops; ++round) {
     Deployment dep({.uses = "BigReplyExec", .replicas = 1});
     ASSERT_TRUE(dep.ok()) << dep.status();
