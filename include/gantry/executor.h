@@ -31,6 +31,20 @@
 // A batched handler gets the documents of several requests in one DocList
 // and must leave exactly as many documents as it got, in order.
 //
+// A handler may have a validator, which sees each request's documents on
+// its own before they are queued or merged with other requests (Triton
+// checks inputs against the model configuration the same way), so one
+// client's malformed document fails only that client's request:
+//
+//     GANTRY_VALIDATE(Encode, CheckInputs);
+//     gantry::Status CheckInputs(const gantry::DocList& docs,
+//                                const gantry::Parameters& parameters) const;
+//
+// A non-OK status is the request's gRPC status (INVALID_ARGUMENT: HTTP 400),
+// prefixed with executor and endpoint; the handler never sees the request.
+// Validators run on the worker's gRPC threads, concurrently with each other
+// and with handlers: they must only read what the constructor set.
+//
 // A handler returns void or gantry::Status and takes `DocList&`, optionally
 // followed by `const Parameters&`; it edits the documents in place. It may
 // throw: the exception becomes an error reply naming executor, endpoint and
@@ -77,6 +91,14 @@ struct ExecutorContext {
   int replicas = 1;
   // A directory this replica may write to; empty if none was configured.
   std::string workspace{};
+  // The folder of the YAML file that configured this executor (absolute);
+  // empty when it was configured from code. Relative paths in `with:`
+  // resolve against it: see ResolvePath.
+  std::string config_dir{};
+
+  // `path` as the executor should open it: absolute paths unchanged,
+  // relative ones under config_dir (or the working directory without one).
+  std::string ResolvePath(std::string_view path) const;
 };
 
 // Base class of every executor.
@@ -104,6 +126,9 @@ struct Route {
   // Set by GANTRY_DYNAMIC_BATCHING_ON_GPU: replaces `batching` on a CUDA
   // device; YAML may override it per endpoint.
   std::optional<DynamicBatching> gpu_batching{};
+  // Set by GANTRY_VALIDATE: checks one request's documents before they are
+  // queued; empty when the handler has none.
+  std::function<Status(const Executor&, const DocList&, const Parameters&)> validate{};
 };
 
 template <typename T>
@@ -153,6 +178,24 @@ class RouteCollector {
     for (Route& route : *routes_) {
       if (route.method_name == method_name) {
         route.batching = batching;
+      }
+    }
+  }
+
+  // Attaches the const member `kValidator` to the handler `method_name`.
+  template <auto kValidator>
+  void SetValidator(std::string_view method_name) {
+    static_assert(std::is_same_v<decltype(kValidator),
+                                 Status (T::*)(const DocList&, const Parameters&) const>,
+                  "GANTRY_VALIDATE: a validator must be declared as "
+                  "`gantry::Status Name(const gantry::DocList& docs, "
+                  "const gantry::Parameters& parameters) const`");
+    for (Route& route : *routes_) {
+      if (route.method_name == method_name) {
+        route.validate = [](const Executor& executor, const DocList& docs,
+                            const Parameters& parameters) -> Status {
+          return (static_cast<const T&>(executor).*kValidator)(docs, parameters);
+        };
       }
     }
   }
@@ -320,6 +363,18 @@ bool IsExecutorRegistered(std::string_view name);
   inline static const ::gantry::internal::BatchingHook<GantrySelf>                                 \
       gantry_gpu_batching_hook_##method {                                                          \
     &GantrySelf::GantryGpuBatching_##method                                                        \
+  }
+
+// Beside a handler's GANTRY_REQUESTS line: `validator`, a const member
+// `Status validator(const DocList&, const Parameters&) const`, checks each
+// request's documents before they reach the handler (see above).
+#define GANTRY_VALIDATE(method, validator)                                                         \
+  static void GantryValidate_##method(::gantry::internal::RouteCollector<GantrySelf>& routes) {    \
+    static_cast<void>(&GantrySelf::method); /* names a member handler */                           \
+    routes.template SetValidator<&GantrySelf::validator>(#method);                                 \
+  }                                                                                                \
+  inline static const ::gantry::internal::BatchingHook<GantrySelf> gantry_validate_hook_##method { \
+    &GantrySelf::GantryValidate_##method                                                           \
   }
 
 // In one .cc file per executor: adds the type to the registry at start-up

@@ -6,11 +6,21 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <utility>
 
 namespace gantry {
+
+std::string ExecutorContext::ResolvePath(std::string_view path) const {
+  const std::filesystem::path file(path);
+  if (file.is_absolute() || config_dir.empty() || path.empty()) {
+    return std::string(path);
+  }
+  return (std::filesystem::path(config_dir) / file).lexically_normal().string();
+}
+
 namespace internal {
 namespace {
 

@@ -380,6 +380,21 @@ RequestHandler::Result RequestHandler::Handle(jina::DataRequestProto* request,
     }
   }
 
+  // The request on its own, before it can share a call with anyone else's.
+  if (route.validate) {
+    Status valid;
+    try {
+      valid = route.validate(*executor_, *docs, parameters);
+    } catch (const std::exception& e) {
+      valid = InternalError(std::string("validator threw: ") + e.what());
+    }
+    if (!valid.ok()) {
+      result.status = valid.WithPrefix(where);
+      failed(valid.code() == StatusCode::kInvalidArgument ? "invalid_argument" : "validator");
+      return result;
+    }
+  }
+
   HandlerOutcome outcome;
   const std::size_t doc_count = docs->size();
   if (batching_.contains(bound)) {

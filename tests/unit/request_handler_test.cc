@@ -77,6 +77,33 @@ class GpuBatchedUnitExec final : public gantry::Executor {
 };
 GANTRY_REGISTER_EXECUTOR(GpuBatchedUnitExec);
 
+// A batched handler with a validator: documents without a tensor "x" are
+// refused per request; the handler counts its calls and documents.
+class ValidatedUnitExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(ValidatedUnitExec);
+  explicit ValidatedUnitExec(const gantry::ExecutorContext& /*context*/) {}
+  GANTRY_REQUESTS(Sum, "/sum");
+  GANTRY_VALIDATE(Sum, CheckX);
+  GANTRY_DYNAMIC_BATCHING(Sum, {.preferred_batch_size = 64, .timeout_ms = 200});
+  void Sum(gantry::DocList& docs) {
+    for (gantry::Doc& doc : docs) {
+      if (doc.tensor("x") == nullptr) {
+        throw std::logic_error("the validator let a document without x through");
+      }
+      doc.set_text("seen in a call of " + std::to_string(docs.size()));
+    }
+  }
+  gantry::Status CheckX(const gantry::DocList& docs, const gantry::Parameters& /*params*/) const {
+    for (std::size_t i = 0; i < docs.size(); ++i) {
+      if (docs[i].tensor("x") == nullptr) {
+        return gantry::InvalidArgumentError("document " + std::to_string(i) + " has no x");
+      }
+    }
+    return gantry::OkStatus();
+  }
+};
+GANTRY_REGISTER_EXECUTOR(ValidatedUnitExec);
+
 }  // namespace handler_test
 
 namespace gantry::internal {
@@ -135,6 +162,42 @@ TEST(RequestHandlerTest, GpuBatchingAppliesOnCudaDevicesOnlyAndYamlOverridesIt) 
   EXPECT_FALSE(off->BatchingFor("/encode").has_value());
   ASSERT_TRUE(off->BatchingFor("/tag").has_value());
   EXPECT_EQ(off->BatchingFor("/tag")->preferred_batch_size, 3);
+}
+
+// A request the validator refuses fails alone, before it can join a batch;
+// requests queued at the same time are merged and served.
+TEST(RequestHandlerTest, ValidatorRefusesOneRequestBeforeItJoinsABatch) {
+  ExecutorContext context;
+  context.name = "val";
+  auto handler = RequestHandler::Create("ValidatedUnitExec", context, "val/rep-0");
+  ASSERT_TRUE(handler.ok()) << handler.status();
+  DocList good;
+  good.emplace_back().set_tensor("x", Tensor::FromValues<float>({1}, std::vector<float>{1.0F}));
+  DocList bad = good;
+  bad.emplace_back("no tensor");
+
+  std::vector<jina::DataRequestProto> requests = {
+      MakeRequest("/sum", good), MakeRequest("/sum", bad), MakeRequest("/sum", good)};
+  std::vector<RequestHandler::Result> results(requests.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = (*handler)->Handle(&requests[i]); });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(results[1].status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(results[1].status.message(),
+              HasSubstr("executor 'ValidatedUnitExec' (val/rep-0) endpoint '/sum': document 1 "
+                        "has no x"));
+  for (std::size_t i : {0u, 2u}) {
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status;
+    ASSERT_FALSE(results[i].is_error) << requests[i].header().status().description();
+    DocList out = ReplyDocs(requests[i]);
+    ASSERT_EQ(out.size(), 1u);
+    // Both good requests went through one merged call (the bad one did not).
+    EXPECT_EQ(out[0].text(), "seen in a call of 2");
+  }
 }
 
 TEST(RequestHandlerTest, RoutesToTheBoundHandler) {
