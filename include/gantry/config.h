@@ -48,6 +48,10 @@ struct ExecutorConfig {
   Value::Dict metas{};
   // `dynamic_batching:` keyed by endpoint or handler name.
   std::map<std::string, DynamicBatching> dynamic_batching{};
+  // The file's folder (absolute), against which the executor resolves
+  // relative paths in `with:` (ExecutorContext::ResolvePath); empty for
+  // text that did not come from a file.
+  std::string config_dir{};
 };
 
 // `source` names the text in errors (a file path or "<inline>").

@@ -64,6 +64,11 @@ struct DeploymentOptions {
   Value::Dict uses_with{};
   // Override the YAML's `metas:`.
   Value::Dict uses_metas{};
+  // The folder relative paths in `uses_with` resolve against (the
+  // executor's ExecutorContext::config_dir). The YAML loader sets it to the
+  // folder of the executor file `uses` names, else of the Deployment file;
+  // empty: the working directory. Not passed to container replicas.
+  std::string config_dir{};
   // Deployment name: replicas log as "<name>/rep-<i>".
   std::string name = "executor";
   int replicas = 1;

@@ -247,6 +247,7 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
       return Fail(config.status());
     }
     spec.jtype = config->jtype;
+    spec.config_dir = config->config_dir;
     spec.with = config->with;
     spec.metas = config->metas;
     spec.dynamic_batching = config->dynamic_batching;

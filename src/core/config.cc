@@ -346,6 +346,7 @@ class Parser {
     }
     GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(node, path, kExecutorKeys));
     ExecutorConfig config;
+    config.config_dir = ConfigDir();
     bool has_jtype = false;
     for (const Entry& e : entries) {
       std::string key_path = Join(path, e.key);
@@ -947,6 +948,12 @@ class Parser {
           Entry item{m.key, m.key_node, *it, it->IsNull() ? m.mark : it->Mark()};
           GANTRY_ASSIGN_OR_RETURN(std::string text,
                                   ReadText(item, key_path + "[" + std::to_string(index) + "]"));
+          // Plugin paths, like `uses:`, are relative to this file's folder;
+          // a bare name that is no file there is left to dlopen's search.
+          if (m.key == "libs" && std::filesystem::path(text).is_relative() && !base_dir_.empty() &&
+              (text.find('/') != std::string::npos || std::filesystem::exists(base_dir_ / text))) {
+            text = (base_dir_ / text).string();
+          }
           items.emplace_back(std::move(text));
         }
         metas.emplace(m.key, Value(std::move(items)));
@@ -980,6 +987,7 @@ class Parser {
     GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries,
                             Entries(with.value, prefix, kDeploymentWithKeys));
     DeploymentOptions options;
+    options.config_dir = ConfigDir();
     Value::Dict base_with;
     Value::Dict base_metas;
     std::map<std::string, DynamicBatching> base_batching;
@@ -1008,6 +1016,8 @@ class Parser {
         if (!internal::IsDockerUses(uses) && (uses.ends_with(".yml") || uses.ends_with(".yaml"))) {
           GANTRY_ASSIGN_OR_RETURN(ExecutorConfig config, LoadUsesFile(e, uses, prefix));
           options.uses = std::move(config.jtype);
+          // The executor file's `with:` paths are relative to its folder.
+          options.config_dir = std::move(config.config_dir);
           base_with = std::move(config.with);
           base_metas = std::move(config.metas);
           base_batching = std::move(config.dynamic_batching);
@@ -1299,6 +1309,18 @@ class Parser {
 
   // Far above any hand-written file; see ToValue.
   static constexpr std::size_t kMaxValuesPerFile = 100000;
+
+  // The folder relative paths in `with:` resolve against (absolute); empty
+  // for text that did not come from a file.
+  std::string ConfigDir() const {
+    if (source_.empty() || source_.front() == '<') {
+      return {};
+    }
+    std::error_code error;
+    std::filesystem::path dir = std::filesystem::absolute(
+        base_dir_.empty() ? std::filesystem::path(".") : base_dir_, error);
+    return error ? base_dir_.string() : dir.lexically_normal().string();
+  }
 
   std::string source_;
   std::filesystem::path base_dir_;

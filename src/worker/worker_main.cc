@@ -66,6 +66,9 @@ std::string WorkerSpecToJson(const WorkerSpec& spec) {
                      {"enabled", b.enabled}};
   }
   j["dynamic_batching"] = std::move(batching);
+  if (!spec.config_dir.empty()) {
+    j["config_dir"] = spec.config_dir;
+  }
   j["max_message_bytes"] = spec.max_message_bytes;
   j["monitoring_port"] = spec.monitoring_port;
   return j.dump();
@@ -92,6 +95,7 @@ StatusOr<WorkerSpec> WorkerSpecFromJson(std::string_view json) {
     spec.port = j.value("port", 0);
     spec.log_level = j.value("log_level", "");
     spec.port_file = j.value("port_file", "");
+    spec.config_dir = j.value("config_dir", "");
     spec.max_message_bytes = j.value("max_message_bytes", kDefaultMaxMessageBytes);
     spec.monitoring_port = j.value("monitoring_port", -1);
     GANTRY_RETURN_IF_ERROR(
@@ -234,6 +238,9 @@ Status TakeExecutorFromImage(WorkerSpec& spec) {
     return config.status().WithPrefix("GANTRY_EXECUTOR");
   }
   spec.jtype = config->jtype;
+  if (spec.config_dir.empty()) {
+    spec.config_dir = config->config_dir;
+  }
   spec.with.merge(config->with);  // keys the spec has win
   spec.metas.merge(config->metas);
   spec.dynamic_batching.merge(config->dynamic_batching);
@@ -314,6 +321,7 @@ int RunWorker(const WorkerFlags& flags) {
   context.replicas = spec->replicas;
   context.metas = spec->metas;
   context.with = Parameters(spec->with);
+  context.config_dir = spec->config_dir;
   std::string device_text = spec->device;
   if (const Value* d = context.with.Find("device"); d != nullptr && d->AsText() != nullptr) {
     device_text = *d->AsText();

@@ -26,6 +26,8 @@ struct WorkerSpec {
   std::string runtime_name = "executor/rep-0";
   int replica_id = 0;
   int replicas = 1;
+  // ExecutorContext::config_dir: where relative `with:` paths resolve.
+  std::string config_dir;
   // Used when `with` has no "device" key.
   std::string device = "cpu";
   std::string host = "127.0.0.1";

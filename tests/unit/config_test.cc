@@ -1,4 +1,5 @@
 #include <gantry/config.h>
+#include <gantry/executor.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -745,6 +746,55 @@ TEST(DeploymentConfigTest, ReportsSyntaxErrorsAndMissingFiles) {
             "dep.yml:3:1: end of map flow not found");
   EXPECT_EQ(ErrorOf(LoadDeploymentConfig("/nonexistent/gantry/dep.yml"), StatusCode::kNotFound),
             "/nonexistent/gantry/dep.yml: cannot open: No such file or directory");
+}
+
+}  // namespace
+}  // namespace gantry
+
+namespace gantry {
+namespace {
+
+// Relative paths in `with:` resolve against the folder of the file that
+// wrote them (ExecutorContext::config_dir), and plugin paths in
+// metas.libs against their file's folder, not the worker's directory.
+TEST(ConfigDirTest, WithPathsResolveAgainstTheFileThatWroteThem) {
+  TempDir dir;
+  const std::string exec = dir.Write("models/exec.yml",
+                                     "jtype: TorchModel\n"
+                                     "with: {model: m.pt2}\n"
+                                     "metas: {libs: [plugins/libx.so, libsystem.so]}\n");
+  StatusOr<ExecutorConfig> config = LoadExecutorConfig(exec);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const std::string models = std::filesystem::path(dir.path()) / "models";
+  EXPECT_EQ(config->config_dir, models);
+  ExecutorContext context;
+  context.config_dir = config->config_dir;
+  EXPECT_EQ(context.ResolvePath("m.pt2"), models + "/m.pt2");
+  EXPECT_EQ(context.ResolvePath("../w/m.pt2"), dir.path() + "/w/m.pt2");
+  EXPECT_EQ(context.ResolvePath("/abs/m.pt2"), "/abs/m.pt2");
+  EXPECT_EQ(ExecutorContext{}.ResolvePath("m.pt2"), "m.pt2");
+  const Value::List& libs = *config->metas.at("libs").AsList();
+  EXPECT_EQ(*libs[0].AsText(), models + "/plugins/libx.so");
+  // A bare name that is no file beside the YAML is left to dlopen's search.
+  EXPECT_EQ(*libs[1].AsText(), "libsystem.so");
+
+  // A Deployment that `uses:` the executor file takes that file's folder;
+  // one with the executor inline takes its own.
+  const std::string by_file =
+      dir.Write("deploy/a.yml", "jtype: Deployment\nwith: {uses: ../models/exec.yml}\n");
+  StatusOr<DeploymentOptions> a = LoadDeploymentConfig(by_file);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->config_dir, models);
+  const std::string inline_uses = dir.Write(
+      "deploy/b.yml", "jtype: Deployment\nwith: {uses: {jtype: TorchModel, with: {model: m}}}\n");
+  StatusOr<DeploymentOptions> b = LoadDeploymentConfig(inline_uses);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->config_dir, std::filesystem::path(dir.path()) / "deploy");
+  // Text that came from no file resolves against the working directory.
+  StatusOr<DeploymentOptions> c =
+      ParseDeploymentConfig("jtype: Deployment\nwith: {uses: X}\n", "<inline>");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->config_dir, "");
 }
 
 }  // namespace
