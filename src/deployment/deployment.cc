@@ -1,6 +1,7 @@
 #include <fcntl.h>
 #include <gantry/config.h>
 #include <gantry/deployment.h>
+#include <gantry/tensor_signature.h>
 #include <poll.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -257,6 +258,25 @@ class Deployment::Impl {
   std::atomic<bool> stop_supervising_{false};
 };
 
+namespace {
+
+// The signature KServe v2 reports for this Deployment: the executor's
+// declared `inputs` and `outputs` (TorchModel's), unless it reads text
+// (`tokenizer`), which the text-embedding signature describes. A
+// declaration that does not parse is left to the executor to refuse.
+std::optional<TensorSignature> KServeSignatureOf(const Value::Dict& with) {
+  if (!with.contains("inputs") || !with.contains("outputs") || with.contains("tokenizer")) {
+    return std::nullopt;
+  }
+  StatusOr<TensorSignature> signature = ParseTensorSignature(with);
+  if (!signature.ok() || signature->inputs.empty() || signature->outputs.empty()) {
+    return std::nullopt;
+  }
+  return std::move(signature).value();
+}
+
+}  // namespace
+
 Status Deployment::Impl::Validate() {
   // The rules live in core/deployment_rules.h, shared with the YAML loader.
   GANTRY_RETURN_IF_ERROR(internal::ValidateDeploymentOptions(options_));
@@ -280,6 +300,9 @@ Status Deployment::Impl::Validate() {
       (EndsWith(options_.uses, ".yml") || EndsWith(options_.uses, ".yaml"))) {
     GANTRY_ASSIGN_OR_RETURN(ExecutorConfig config, LoadExecutorConfig(options_.uses));
     options_.uses = config.jtype;
+    if (options_.config_dir.empty()) {
+      options_.config_dir = config.config_dir;
+    }
     for (auto& [key, value] : config.with) {
       options_.uses_with.emplace(key, value);  // uses_with wins
     }
@@ -366,6 +389,7 @@ Status Deployment::Impl::Start() {
   gateway_options.deployment_name = options_.name;
   gateway_options.http_port = options_.http_port;
   gateway_options.models = options_.models;
+  gateway_options.signature = KServeSignatureOf(options_.uses_with);
   gateway_options.max_message_bytes = options_.max_message_bytes;
   gateway_options.max_concurrent_requests = options_.max_concurrent_requests;
   gateway_options.tls = options_.tls;
@@ -431,6 +455,10 @@ Status Deployment::Impl::SpawnReplicas() {
     spec.jtype = internal::IsDockerUses(options_.uses) ? "" : options_.uses;
     spec.with = options_.uses_with;
     spec.metas = options_.uses_metas;
+    // A container sees its own file system, not this machine's folders.
+    if (!internal::IsDockerUses(options_.uses)) {
+      spec.config_dir = options_.config_dir;
+    }
     auto metas_name = spec.metas.find("name");
     spec.executor_name = metas_name != spec.metas.end() && metas_name->second.AsText()
                              ? *metas_name->second.AsText()

@@ -698,7 +698,7 @@ Status Gateway::Impl::Init() {
         return ForwardAndWait(request, deadline);
       },
       [this] { return AnyReplicaAvailable(); },
-      static_cast<std::uint64_t>(options_.max_message_bytes));
+      static_cast<std::uint64_t>(options_.max_message_bytes), options_.signature);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(builder, options_.max_message_bytes);
@@ -732,7 +732,7 @@ Status Gateway::Impl::Init() {
         [this](const std::string& request) { return ForwardAndWait(request); },
         {{"gantry", GANTRY_VERSION}, {"protocol", "jina-3.x/docarray-v2"}},
         options_.max_message_bytes, options_.tls, options_.models,
-        [this] { return AnyReplicaAvailable(); });
+        [this] { return AnyReplicaAvailable(); }, options_.signature);
     if (!http.ok()) {
       return http.status().WithPrefix("gateway");
     }

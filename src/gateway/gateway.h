@@ -50,6 +50,7 @@
 #define GANTRY_GATEWAY_GATEWAY_H_
 
 #include <gantry/status.h>
+#include <gantry/tensor_signature.h>
 #include <gantry/tls.h>
 
 #include <chrono>
@@ -57,6 +58,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -95,6 +97,9 @@ struct GatewayOptions {
   // Model names -> executor endpoints, for the OpenAI API (HTTP port) and
   // KServe v2 (gRPC port). Empty: `deployment_name` serves "/encode".
   std::map<std::string, std::string> models;
+  // The executor's declared inputs and outputs, which KServe v2 reports and
+  // maps tensors by (gateway/kserve.h); unset: the text-embedding signature.
+  std::optional<TensorSignature> signature;
   // TLS on the gRPC and HTTP ports (gantry/tls.h); replicas stay plaintext.
   ServerTlsOptions tls{};
   // Prometheus metrics (gateway/gateway_metrics.h) on this HTTP port of

@@ -97,11 +97,12 @@ class HttpGateway::Impl {
  public:
   Impl(HttpForwardFn forward, std::map<std::string, std::string> info,
        std::int64_t max_message_bytes, std::map<std::string, std::string> models,
-       std::function<bool()> ready)
+       std::function<bool()> ready, std::optional<TensorSignature> signature)
       : forward_(std::move(forward)),
         ready_(ready ? std::move(ready) : [] { return true; }),
         info_(std::move(info)),
         served_models_(std::move(models)),
+        signature_(std::move(signature)),
         started_at_(std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count()),
@@ -364,9 +365,11 @@ class HttpGateway::Impl {
       }
       return true;
     };
-    server_->Get(model_path, [model_of](const httplib::Request& req, httplib::Response& res) {
+    const TensorSignature* signature = signature_ ? &*signature_ : nullptr;
+    server_->Get(model_path, [model_of, signature](const httplib::Request& req,
+                                                   httplib::Response& res) {
       if (model_of(req, res, nullptr)) {
-        Reply(res, 200, KServeMetadataJson(KServeModelMetadata(req.matches[1].str())));
+        Reply(res, 200, KServeMetadataJson(KServeModelMetadata(req.matches[1].str(), signature)));
       }
     });
     server_->Get(model_path + "/ready",
@@ -375,14 +378,14 @@ class HttpGateway::Impl {
                      res.status = ready_() ? 200 : 400;
                    }
                  });
-    server_->Get(model_path + "/config",
-                 [model_of](const httplib::Request& req, httplib::Response& res) {
-                   if (model_of(req, res, nullptr)) {
-                     Reply(res, 200, KServeConfigJson(KServeModelConfig(req.matches[1].str())));
-                   }
-                 });
-    server_->Post(model_path + "/infer", [this, model_of, kserve_error](const httplib::Request& req,
-                                                                        httplib::Response& res) {
+    server_->Get(model_path + "/config", [model_of, signature](const httplib::Request& req,
+                                                               httplib::Response& res) {
+      if (model_of(req, res, nullptr)) {
+        Reply(res, 200, KServeConfigJson(KServeModelConfig(req.matches[1].str(), signature)));
+      }
+    });
+    server_->Post(model_path + "/infer", [this, model_of, kserve_error, signature](
+                                             const httplib::Request& req, httplib::Response& res) {
       std::string endpoint;
       if (!model_of(req, res, &endpoint)) {
         return;
@@ -401,9 +404,9 @@ class HttpGateway::Impl {
       StatusOr<inference::ModelInferRequest> request = ParseKServeHttpInfer(
           req.body, json_length, req.matches[1].str(), req.matches[2].str(), max_message_bytes_);
       StatusOr<jina::DataRequestProto> data_request =
-          request.ok()
-              ? KServeToDataRequest(*request, endpoint, RandomRequestId(), max_message_bytes_)
-              : StatusOr<jina::DataRequestProto>(request.status());
+          request.ok() ? KServeToDataRequest(*request, endpoint, RandomRequestId(),
+                                             max_message_bytes_, signature)
+                       : StatusOr<jina::DataRequestProto>(request.status());
       if (!data_request.ok()) {
         kserve_error(res, 400, std::string(data_request.status().message()));
         return;
@@ -429,7 +432,7 @@ class HttpGateway::Impl {
         return;
       }
       StatusOr<inference::ModelInferResponse> response =
-          DataReplyToKServe(*request, reply, max_message_bytes_);
+          DataReplyToKServe(*request, reply, max_message_bytes_, signature);
       StatusOr<KServeHttpReply> rendered = response.ok()
                                                ? RenderKServeHttpInfer(*request, *response)
                                                : StatusOr<KServeHttpReply>(response.status());
@@ -474,7 +477,8 @@ class HttpGateway::Impl {
   std::function<bool()> ready_;
   std::map<std::string, std::string> info_;
   std::map<std::string, std::string> served_models_;
-  std::int64_t started_at_;  // Unix seconds, for /v1/models' `created`
+  const std::optional<TensorSignature> signature_;  // set before serving
+  std::int64_t started_at_;                         // Unix seconds, for /v1/models' `created`
   std::uint64_t max_message_bytes_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
@@ -486,15 +490,13 @@ HttpGateway::HttpGateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpGateway::~HttpGateway() { Shutdown(); }
 
-StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(const std::string& host, int port,
-                                                          HttpForwardFn forward,
-                                                          std::map<std::string, std::string> info,
-                                                          std::int64_t max_message_bytes,
-                                                          const ServerTlsOptions& tls,
-                                                          std::map<std::string, std::string> models,
-                                                          std::function<bool()> ready) {
+StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(
+    const std::string& host, int port, HttpForwardFn forward,
+    std::map<std::string, std::string> info, std::int64_t max_message_bytes,
+    const ServerTlsOptions& tls, std::map<std::string, std::string> models,
+    std::function<bool()> ready, std::optional<TensorSignature> signature) {
   auto impl = std::make_unique<Impl>(std::move(forward), std::move(info), max_message_bytes,
-                                     std::move(models), std::move(ready));
+                                     std::move(models), std::move(ready), std::move(signature));
   GANTRY_RETURN_IF_ERROR(impl->Start(host, port, tls));
   return std::unique_ptr<HttpGateway>(new HttpGateway(std::move(impl)));
 }

@@ -27,12 +27,14 @@
 #define GANTRY_GATEWAY_HTTP_GATEWAY_H_
 
 #include <gantry/status.h>
+#include <gantry/tensor_signature.h>
 #include <gantry/tls.h>
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/limits.h"
@@ -62,12 +64,14 @@ class HttpGateway {
   // it requires client certificates signed by it; bad files are an error
   // naming the file. `models` maps model names to the executor endpoints
   // that serve them (none: no /v1 routes); `ready` answers
-  // /v2/health/ready (null: always ready).
+  // /v2/health/ready (null: always ready); `signature`, when set, is the
+  // models' KServe v2 signature (gateway/kserve.h).
   static StatusOr<std::unique_ptr<HttpGateway>> Start(
       const std::string& host, int port, HttpForwardFn forward,
       std::map<std::string, std::string> info,
       std::int64_t max_message_bytes = kDefaultMaxMessageBytes, const ServerTlsOptions& tls = {},
-      std::map<std::string, std::string> models = {}, std::function<bool()> ready = nullptr);
+      std::map<std::string, std::string> models = {}, std::function<bool()> ready = nullptr,
+      std::optional<TensorSignature> signature = std::nullopt);
   ~HttpGateway();
   HttpGateway(const HttpGateway&) = delete;
   HttpGateway& operator=(const HttpGateway&) = delete;

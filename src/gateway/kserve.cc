@@ -190,13 +190,52 @@ Status SetParameters(const google::protobuf::Map<std::string, inference::InferPa
   return OkStatus();
 }
 
+// What a declared tensor travels as: documents carry bfloat16 as float32.
+std::string KServeDatatypeOfSpec(const TensorSpec& spec) {
+  const std::string_view numpy = NumpyDTypeOfSignature(spec.dtype);
+  for (const DatatypeInfo& info : kDatatypes) {
+    if (info.numpy == numpy) {
+      return std::string(info.kserve);
+    }
+  }
+  return "FP32";
+}
+
+// The declared tensor named `name`, or nullptr.
+const TensorSpec* FindSpec(const std::vector<TensorSpec>& specs, const std::string& name) {
+  for (const TensorSpec& spec : specs) {
+    if (spec.name == name) {
+      return &spec;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
-inference::ModelMetadataResponse KServeModelMetadata(const std::string& name) {
+inference::ModelMetadataResponse KServeModelMetadata(const std::string& name,
+                                                     const TensorSignature* signature) {
   inference::ModelMetadataResponse metadata;
   metadata.set_name(name);
   metadata.add_versions(kKServeModelVersion);
   metadata.set_platform("gantry");
+  if (signature != nullptr) {
+    auto add = [](const TensorSpec& spec, auto* tensor) {
+      tensor->set_name(spec.name);
+      tensor->set_datatype(KServeDatatypeOfSpec(spec));
+      tensor->add_shape(-1);
+      for (std::int64_t dim : spec.shape) {
+        tensor->add_shape(dim);
+      }
+    };
+    for (const TensorSpec& spec : signature->inputs) {
+      add(spec, metadata.add_inputs());
+    }
+    for (const TensorSpec& spec : signature->outputs) {
+      add(spec, metadata.add_outputs());
+    }
+    return metadata;
+  }
   auto* input = metadata.add_inputs();
   input->set_name("text");
   input->set_datatype("BYTES");
@@ -210,12 +249,31 @@ inference::ModelMetadataResponse KServeModelMetadata(const std::string& name) {
   return metadata;
 }
 
-inference::ModelConfig KServeModelConfig(const std::string& name) {
+inference::ModelConfig KServeModelConfig(const std::string& name,
+                                         const TensorSignature* signature) {
   inference::ModelConfig config;
   config.set_name(name);
   config.set_platform("gantry");
   config.set_backend("gantry");
   config.set_max_batch_size(kKServeMaxBatchSize);
+  if (signature != nullptr) {
+    auto add = [](const TensorSpec& spec, auto* tensor) {
+      tensor->set_name(spec.name);
+      inference::DataType type = inference::TYPE_INVALID;
+      inference::DataType_Parse("TYPE_" + KServeDatatypeOfSpec(spec), &type);
+      tensor->set_data_type(type);
+      for (std::int64_t dim : spec.shape) {
+        tensor->add_dims(dim);
+      }
+    };
+    for (const TensorSpec& spec : signature->inputs) {
+      add(spec, config.add_input());
+    }
+    for (const TensorSpec& spec : signature->outputs) {
+      add(spec, config.add_output());
+    }
+    return config;
+  }
   auto* input = config.add_input();
   input->set_name("text");
   input->set_data_type(inference::TYPE_STRING);
@@ -239,7 +297,8 @@ std::string KServeDatatypeOf(const std::string& numpy_dtype) {
 StatusOr<jina::DataRequestProto> KServeToDataRequest(const inference::ModelInferRequest& request,
                                                      const std::string& endpoint,
                                                      const std::string& request_id,
-                                                     std::uint64_t max_bytes) {
+                                                     std::uint64_t max_bytes,
+                                                     const TensorSignature* signature) {
   const int num_inputs = request.inputs_size();
   if (num_inputs == 0) {
     return InvalidArgumentError("the request has no inputs");
@@ -346,6 +405,9 @@ StatusOr<jina::DataRequestProto> KServeToDataRequest(const inference::ModelInfer
                                   ": the name is a document field; name a tensor input "
                                   "otherwise");
     }
+    const TensorSpec* spec =
+        signature != nullptr ? FindSpec(signature->inputs, input.name()) : nullptr;
+    const std::string& field = spec != nullptr ? spec->field : input.name();
     const std::size_t row_bytes = rows == 0 ? 0 : data.size() / static_cast<std::size_t>(rows);
     for (std::int64_t r = 0; r < rows; ++r) {
       StatusOr<Tensor> tensor = Tensor::FromBytes(
@@ -354,7 +416,7 @@ StatusOr<jina::DataRequestProto> KServeToDataRequest(const inference::ModelInfer
       if (!tensor.ok()) {
         return tensor.status().WithPrefix(where);
       }
-      docs[static_cast<std::size_t>(r)].set_tensor(input.name(), std::move(tensor).value());
+      docs[static_cast<std::size_t>(r)].set_tensor(field, std::move(tensor).value());
     }
   }
   jina::DataRequestProto proto;
@@ -367,7 +429,7 @@ StatusOr<jina::DataRequestProto> KServeToDataRequest(const inference::ModelInfer
 
 StatusOr<inference::ModelInferResponse> DataReplyToKServe(
     const inference::ModelInferRequest& request, const jina::DataRequestProto& reply,
-    std::uint64_t max_bytes) {
+    std::uint64_t max_bytes, const TensorSignature* signature) {
   const DecodeLimits limits{.max_tensor_bytes = max_bytes};
   StatusOr<DocList> docs = DocList();
   if (reply.data().has_docs()) {
@@ -384,6 +446,11 @@ StatusOr<inference::ModelInferResponse> DataReplyToKServe(
   for (const auto& output : request.outputs()) {
     names.push_back(output.name());
   }
+  if (names.empty() && signature != nullptr) {
+    for (const TensorSpec& spec : signature->outputs) {
+      names.push_back(spec.name);
+    }
+  }
   if (names.empty()) {
     names.emplace_back("embedding");
   }
@@ -395,12 +462,14 @@ StatusOr<inference::ModelInferResponse> DataReplyToKServe(
     auto* output = response.add_outputs();
     output->set_name(name);
     std::string* buffer = response.add_raw_output_contents();
+    const TensorSpec* spec = signature != nullptr ? FindSpec(signature->outputs, name) : nullptr;
+    const std::string& field = spec != nullptr ? spec->field : name;
     const Tensor* first = nullptr;
     for (std::size_t i = 0; i < docs->size(); ++i) {
-      const Tensor* tensor = (*docs)[i].tensor(name);
+      const Tensor* tensor = (*docs)[i].tensor(field);
       const std::string where = "output '" + name + "', document " + std::to_string(i);
       if (tensor == nullptr) {
-        return InvalidArgumentError(where + ": the executor set no tensor '" + name + "'");
+        return InvalidArgumentError(where + ": the executor set no tensor '" + field + "'");
       }
       if (first == nullptr) {
         first = tensor;

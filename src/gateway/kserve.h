@@ -20,6 +20,7 @@
 #define GANTRY_GATEWAY_KSERVE_H_
 
 #include <gantry/status.h>
+#include <gantry/tensor_signature.h>
 
 #include <cstdint>
 #include <string>
@@ -39,27 +40,35 @@ inline constexpr int kKServeMaxBatchSize = 1024;
 // The version every model reports: Gantry serves one version of each.
 inline constexpr char kKServeModelVersion[] = "1";
 
-// The text-embedding signature every served model reports: input "text"
-// (BYTES [-1, 1]) and output "embedding" (FP32 [-1, -1]). Tensor inputs and
-// outputs of other names are accepted too (see above).
-inference::ModelMetadataResponse KServeModelMetadata(const std::string& name);
+// The model's signature: the executor's declared inputs and outputs
+// (`signature`, gantry/tensor_signature.h), each [-1] + its shape, or,
+// without one, the text-embedding signature: input "text" (BYTES [-1, 1])
+// and output "embedding" (FP32 [-1, -1]). Tensor inputs and outputs of
+// other names are accepted too (see above).
+inference::ModelMetadataResponse KServeModelMetadata(const std::string& name,
+                                                     const TensorSignature* signature = nullptr);
 // Triton's model configuration for the same signature (perf_analyzer reads
 // it): max_batch_size kKServeMaxBatchSize, dims without the batch.
-inference::ModelConfig KServeModelConfig(const std::string& name);
+inference::ModelConfig KServeModelConfig(const std::string& name,
+                                         const TensorSignature* signature = nullptr);
 
-// The Jina request for `request`, posted to `endpoint`.
+// The Jina request for `request`, posted to `endpoint`. With a signature,
+// an input it declares fills that input's document field.
 StatusOr<jina::DataRequestProto> KServeToDataRequest(const inference::ModelInferRequest& request,
                                                      const std::string& endpoint,
                                                      const std::string& request_id,
-                                                     std::uint64_t max_bytes);
+                                                     std::uint64_t max_bytes,
+                                                     const TensorSignature* signature = nullptr);
 
 // The inference response for the executor's `reply` to `request`: raw output
 // contents, one buffer per output, as tritonclient reads them.
 // InvalidArgument when a requested output is missing from a document, and
-// Internal when the reply is malformed.
+// Internal when the reply is malformed. With a signature, an output it
+// declares is read from that output's field, and a request that names no
+// outputs gets every declared one (as Triton answers).
 StatusOr<inference::ModelInferResponse> DataReplyToKServe(
     const inference::ModelInferRequest& request, const jina::DataRequestProto& reply,
-    std::uint64_t max_bytes);
+    std::uint64_t max_bytes, const TensorSignature* signature = nullptr);
 
 // The KServe datatype ("FP32") of a numpy dtype string ("<f4"), or "" when
 // KServe has none.

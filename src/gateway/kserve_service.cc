@@ -19,8 +19,10 @@ grpc::Status ToGrpc(const Status& status) {
 }  // namespace
 
 KServeService::KServeService(std::map<std::string, std::string> models, DeadlineForwardFn forward,
-                             std::function<bool()> ready, std::uint64_t max_message_bytes)
+                             std::function<bool()> ready, std::uint64_t max_message_bytes,
+                             std::optional<TensorSignature> signature)
     : models_(std::move(models)),
+      signature_(std::move(signature)),
       forward_(std::move(forward)),
       ready_(std::move(ready)),
       max_message_bytes_(max_message_bytes) {}
@@ -80,7 +82,7 @@ grpc::Status KServeService::ModelMetadata(grpc::ServerContext* /*context*/,
   if (grpc::Status s = CheckModel(request->name(), request->version()); !s.ok()) {
     return s;
   }
-  *response = KServeModelMetadata(request->name());
+  *response = KServeModelMetadata(request->name(), signature_ ? &*signature_ : nullptr);
   return grpc::Status::OK;
 }
 
@@ -90,7 +92,8 @@ grpc::Status KServeService::ModelConfig(grpc::ServerContext* /*context*/,
   if (grpc::Status s = CheckModel(request->name(), request->version()); !s.ok()) {
     return s;
   }
-  *response->mutable_config() = KServeModelConfig(request->name());
+  *response->mutable_config() =
+      KServeModelConfig(request->name(), signature_ ? &*signature_ : nullptr);
   return grpc::Status::OK;
 }
 
@@ -110,8 +113,9 @@ grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
   static std::atomic<std::uint64_t> next_id{0};
   const std::string request_id =
       request->id().empty() ? "kserve-" + std::to_string(next_id.fetch_add(1)) : request->id();
-  StatusOr<jina::DataRequestProto> data_request = KServeToDataRequest(
-      *request, models_.at(request->model_name()), request_id, max_message_bytes_);
+  StatusOr<jina::DataRequestProto> data_request =
+      KServeToDataRequest(*request, models_.at(request->model_name()), request_id,
+                          max_message_bytes_, signature_ ? &*signature_ : nullptr);
   if (!data_request.ok()) {
     return ToGrpc(data_request.status().WithPrefix("model '" + request->model_name() + "'"));
   }
@@ -127,7 +131,7 @@ grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
     return {grpc::StatusCode::INTERNAL, "executor error: " + reply.header().status().description()};
   }
   StatusOr<inference::ModelInferResponse> out =
-      DataReplyToKServe(*request, reply, max_message_bytes_);
+      DataReplyToKServe(*request, reply, max_message_bytes_, signature_ ? &*signature_ : nullptr);
   if (!out.ok()) {
     return ToGrpc(out.status().WithPrefix("model '" + request->model_name() + "'"));
   }

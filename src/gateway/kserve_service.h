@@ -11,11 +11,14 @@
 #ifndef GANTRY_GATEWAY_KSERVE_SERVICE_H_
 #define GANTRY_GATEWAY_KSERVE_SERVICE_H_
 
+#include <gantry/tensor_signature.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "gateway/http_gateway.h"
@@ -30,8 +33,11 @@ using DeadlineForwardFn = std::function<HttpForwardResult(
 
 class KServeService final : public inference::GRPCInferenceService::Service {
  public:
+  // `signature`, when set, is what every served model reports and how
+  // tensors map to document fields (gateway/kserve.h).
   KServeService(std::map<std::string, std::string> models, DeadlineForwardFn forward,
-                std::function<bool()> ready, std::uint64_t max_message_bytes);
+                std::function<bool()> ready, std::uint64_t max_message_bytes,
+                std::optional<TensorSignature> signature = std::nullopt);
 
   grpc::Status ServerLive(grpc::ServerContext* context, const inference::ServerLiveRequest* request,
                           inference::ServerLiveResponse* response) override;
@@ -57,6 +63,7 @@ class KServeService final : public inference::GRPCInferenceService::Service {
   grpc::Status CheckModel(const std::string& name, const std::string& version) const;
 
   const std::map<std::string, std::string> models_;
+  const std::optional<TensorSignature> signature_;
   const DeadlineForwardFn forward_;
   const std::function<bool()> ready_;
   const std::uint64_t max_message_bytes_;
