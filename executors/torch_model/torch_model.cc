@@ -1,0 +1,690 @@
+#include "torch_model.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+#include <gantry/tensor_signature.h>
+#include <gantry/torch_cuda.h>
+#include <gantry/torch_tensor.h>
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "loaded_model.h"
+#include "sentence_embedder.h"
+#include "tokenizer.h"
+
+namespace gantry {
+namespace {
+
+// `device` is read by the worker, but users pass it under `with:` too.
+constexpr std::string_view kKeys[] = {"model",   "device",   "dtype",     "batch_size",
+                                      "inputs",  "outputs",  "tokenizer", "max_seq_length",
+                                      "pooling", "normalize"};
+constexpr std::string_view kTextInputs[] = {"input_ids", "attention_mask", "token_type_ids"};
+// Padding never makes one forward pass's inputs larger than this: a pass
+// that would is split (documents are sorted by size first, so few are).
+constexpr std::int64_t kMaxPassBytes = std::int64_t{256} << 20;
+constexpr std::int64_t kCpuBatchSize = 64;
+constexpr std::int64_t kGpuBatchSize = 256;
+
+enum class Pooling { kMean, kCls, kNone };
+
+at::ScalarType ScalarTypeOfSpec(std::string_view dtype) {
+  if (dtype == "float32") return at::kFloat;
+  if (dtype == "float64") return at::kDouble;
+  if (dtype == "float16") return at::kHalf;
+  if (dtype == "bfloat16") return at::kBFloat16;
+  if (dtype == "int64") return at::kLong;
+  if (dtype == "int32") return at::kInt;
+  if (dtype == "int16") return at::kShort;
+  if (dtype == "int8") return at::kChar;
+  if (dtype == "uint8") return at::kByte;
+  return at::kBool;
+}
+
+std::string ShapeText(at::IntArrayRef shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    out += (i == 0 ? "" : ", ") + std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+bool IsValidUtf8(std::string_view text) {
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  auto left = static_cast<utf8proc_ssize_t>(text.size());
+  while (left > 0) {
+    utf8proc_int32_t code_point = 0;
+    const utf8proc_ssize_t n = utf8proc_iterate(p, left, &code_point);
+    if (n <= 0) {
+      return false;
+    }
+    p += n;
+    left -= n;
+  }
+  return true;
+}
+
+std::string DocName(const Doc& doc, std::size_t index) {
+  std::string out = "document " + std::to_string(index);
+  if (!doc.id().empty()) {
+    out += " (id " + doc.id().substr(0, 64) + ")";
+  }
+  return out;
+}
+
+std::string Describe(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
+    return c10_error->what_without_backtrace();
+  }
+  return e.what();
+}
+
+}  // namespace
+
+struct TorchModel::Impl {
+  std::string where;  // "executor 'name' (TorchModel)"
+  std::string model_path;
+  Device device;
+  std::string dtype;
+  at::ScalarType compute_type = at::kFloat;
+  std::int64_t batch_size = kCpuBatchSize;
+  TensorSignature signature;
+  std::unique_ptr<torch_model::LoadedModel> model;
+  // Text models only.
+  std::optional<sentence_encoder::WordPieceTokenizer> tokenizer;
+  std::int64_t max_seq_length = 512;
+  Pooling pooling = Pooling::kMean;
+  bool normalize = false;
+
+  std::runtime_error WithError(std::string_view key, const std::string& what) const {
+    return std::runtime_error(where + ": with." + std::string(key) + ": " + what);
+  }
+
+  bool is_text() const { return tokenizer.has_value(); }
+
+  // The dtype an input travels to the model in: floating inputs in the
+  // model's dtype, others as declared.
+  at::ScalarType ModelTypeOf(const TensorSpec& spec) const {
+    const at::ScalarType declared = ScalarTypeOfSpec(spec.dtype);
+    return c10::isFloatingType(declared) ? compute_type : declared;
+  }
+
+  Status CheckDoc(const Doc& doc, std::size_t index) const;
+  std::vector<std::vector<std::size_t>> PlanPasses(DocList& docs) const;
+  void RunTensorPass(DocList& docs, const std::vector<std::size_t>& pass);
+  void RunTextPass(DocList& docs, const std::vector<std::size_t>& pass,
+                   const std::vector<std::vector<std::int64_t>>& ids);
+  std::vector<at::Tensor> Forward(std::vector<at::Tensor> inputs, std::int64_t rows);
+  void WriteOutput(DocList& docs, const std::vector<std::size_t>& pass, const TensorSpec& spec,
+                   at::Tensor output) const;
+  void Infer(DocList& docs, const Parameters& parameters);
+};
+
+Status TorchModel::Impl::CheckDoc(const Doc& doc, std::size_t index) const {
+  if (is_text()) {
+    const Value* text = doc.Find("text");
+    if (text != nullptr && !text->is_none() && text->AsText() == nullptr) {
+      return InvalidArgumentError(DocName(doc, index) + ": field 'text': expected a string, got " +
+                                  text->DebugString().substr(0, 80));
+    }
+    if (!IsValidUtf8(doc.text())) {
+      return InvalidArgumentError(DocName(doc, index) + ": field 'text' is not valid UTF-8");
+    }
+    return OkStatus();
+  }
+  for (const TensorSpec& spec : signature.inputs) {
+    const std::string input = "input '" + spec.name + "'";
+    const Value* value = doc.Find(spec.field);
+    if (value == nullptr) {
+      return InvalidArgumentError(DocName(doc, index) + ": " + input + ": field '" + spec.field +
+                                  "' is missing (expected a " + spec.dtype + " tensor of shape " +
+                                  spec.ShapeString() + ")");
+    }
+    const Tensor* tensor = value->AsTensor();
+    if (tensor == nullptr) {
+      return InvalidArgumentError(DocName(doc, index) + ": " + input + ": field '" + spec.field +
+                                  "' is not a tensor (expected " + spec.dtype + " " +
+                                  spec.ShapeString() + ", got " +
+                                  value->DebugString().substr(0, 80) + ")");
+    }
+    if (tensor->dtype() != NumpyDTypeOfSignature(spec.dtype)) {
+      const std::string_view got = SignatureDTypeOfNumpy(tensor->dtype());
+      return InvalidArgumentError(DocName(doc, index) + ": " + input + ": expected dtype " +
+                                  spec.dtype + ", got " +
+                                  (got.empty() ? tensor->dtype() : std::string(got)));
+    }
+    const std::vector<std::int64_t>& shape = tensor->shape();
+    bool fits = shape.size() == spec.shape.size();
+    for (std::size_t d = 0; fits && d < shape.size(); ++d) {
+      fits = shape[d] >= (spec.shape[d] < 0 ? 1 : 0) &&
+             (spec.shape[d] < 0 || shape[d] == spec.shape[d]);
+    }
+    if (!fits) {
+      return InvalidArgumentError(DocName(doc, index) + ": " + input + ": expected shape " +
+                                  spec.ShapeString() + " (-1: any size), got " +
+                                  tensor->ShapeString());
+    }
+  }
+  return OkStatus();
+}
+
+// Passes of at most batch_size documents: sorted by size so that padding
+// adds little, split where an unpadded input's sizes change or the padded
+// inputs would pass kMaxPassBytes.
+std::vector<std::vector<std::size_t>> TorchModel::Impl::PlanPasses(DocList& docs) const {
+  const std::vector<TensorSpec>& inputs = signature.inputs;
+  auto dims_of = [&](std::size_t doc, std::size_t input) -> const std::vector<std::int64_t>& {
+    return docs[doc].tensor(inputs[input].field)->shape();
+  };
+  std::vector<std::int64_t> size(docs.size(), 0);
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    for (std::size_t j = 0; j < inputs.size(); ++j) {
+      size[i] += docs[i].tensor(inputs[j].field)->numel();
+    }
+  }
+  // The sizes of the inputs that must not be padded: equal within a pass.
+  auto unpadded_key = [&](std::size_t doc) {
+    std::vector<std::int64_t> key;
+    for (std::size_t j = 0; j < inputs.size(); ++j) {
+      if (!inputs[j].pad && inputs[j].has_dynamic_dims()) {
+        const auto& d = dims_of(doc, j);
+        key.insert(key.end(), d.begin(), d.end());
+      }
+    }
+    return key;
+  };
+  std::vector<std::size_t> order(docs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const auto ka = unpadded_key(a);
+    const auto kb = unpadded_key(b);
+    return ka != kb ? ka < kb : size[a] < size[b];
+  });
+
+  std::vector<std::vector<std::size_t>> passes;
+  std::vector<std::size_t> pass;
+  std::vector<std::vector<std::int64_t>> max_dims;
+  std::vector<std::int64_t> pass_key;
+  for (std::size_t doc : order) {
+    std::vector<std::vector<std::int64_t>> grown = max_dims;
+    grown.resize(inputs.size());
+    std::int64_t bytes = 0;
+    for (std::size_t j = 0; j < inputs.size(); ++j) {
+      const auto& d = dims_of(doc, j);
+      if (grown[j].empty()) {
+        grown[j] = d;
+      }
+      std::int64_t elems = 1;
+      for (std::size_t k = 0; k < d.size(); ++k) {
+        grown[j][k] = std::max(grown[j][k], d[k]);
+        elems *= grown[j][k];
+      }
+      bytes += elems * static_cast<std::int64_t>(c10::elementSize(ModelTypeOf(inputs[j])));
+    }
+    bytes *= static_cast<std::int64_t>(pass.size() + 1);
+    std::vector<std::int64_t> key = unpadded_key(doc);
+    if (!pass.empty() && (static_cast<std::int64_t>(pass.size()) >= batch_size || key != pass_key ||
+                          bytes > kMaxPassBytes)) {
+      passes.push_back(std::move(pass));
+      pass.clear();
+      max_dims.clear();
+      grown.assign(inputs.size(), {});
+      for (std::size_t j = 0; j < inputs.size(); ++j) {
+        grown[j] = dims_of(doc, j);
+      }
+    }
+    pass_key = std::move(key);
+    max_dims = std::move(grown);
+    pass.push_back(doc);
+  }
+  if (!pass.empty()) {
+    passes.push_back(std::move(pass));
+  }
+  return passes;
+}
+
+std::vector<at::Tensor> TorchModel::Impl::Forward(std::vector<at::Tensor> inputs,
+                                                  std::int64_t rows) {
+  std::vector<std::string> names;
+  std::vector<at::Tensor> outputs = model->Run(std::move(inputs), &names);
+  // Declared outputs are the model's, by name where it gives names (a
+  // TorchScript dict), else in order.
+  std::vector<at::Tensor> declared;
+  for (std::size_t j = 0; j < signature.outputs.size(); ++j) {
+    const TensorSpec& spec = signature.outputs[j];
+    at::Tensor out;
+    if (!names.empty()) {
+      auto it = std::find(names.begin(), names.end(), spec.name);
+      if (it == names.end()) {
+        std::string have;
+        for (const std::string& n : names) {
+          have += (have.empty() ? "" : ", ") + n;
+        }
+        throw std::runtime_error(where + ": output '" + spec.name +
+                                 "' is not among the model's outputs (" + have + ")");
+      }
+      out = outputs[static_cast<std::size_t>(it - names.begin())];
+    } else if (j < outputs.size()) {
+      out = outputs[j];
+    } else {
+      throw std::runtime_error(where + ": " + std::to_string(signature.outputs.size()) +
+                               " outputs are declared, and the model returned " +
+                               std::to_string(outputs.size()));
+    }
+    if (out.dim() < 1 || out.size(0) != rows) {
+      throw std::runtime_error(where + ": output '" + spec.name + "' has shape " +
+                               ShapeText(out.sizes()) + "; its first dimension must be the " +
+                               std::to_string(rows) + " documents of the batch");
+    }
+    declared.push_back(std::move(out));
+  }
+  return declared;
+}
+
+void TorchModel::Impl::WriteOutput(DocList& docs, const std::vector<std::size_t>& pass,
+                                   const TensorSpec& spec, at::Tensor output) const {
+  bool fits = output.dim() == static_cast<std::int64_t>(spec.shape.size()) + 1;
+  for (std::size_t d = 0; fits && d < spec.shape.size(); ++d) {
+    fits = spec.shape[d] < 0 || output.size(static_cast<std::int64_t>(d) + 1) == spec.shape[d];
+  }
+  if (!fits) {
+    throw std::runtime_error(where + ": output '" + spec.name + "' has shape " +
+                             ShapeText(output.sizes()) + " for " + std::to_string(pass.size()) +
+                             " documents; declared [-1] + " + spec.ShapeString());
+  }
+  output = output.to(ScalarTypeOfSpec(spec.dtype));
+  std::vector<Tensor> rows = RowsFromTorch(output);
+  for (std::size_t k = 0; k < pass.size(); ++k) {
+    docs[pass[k]].set_tensor(spec.field, std::move(rows[k]));
+  }
+}
+
+void TorchModel::Impl::RunTensorPass(DocList& docs, const std::vector<std::size_t>& pass) {
+  const auto n = static_cast<std::int64_t>(pass.size());
+  std::vector<at::Tensor> inputs;
+  for (const TensorSpec& spec : signature.inputs) {
+    std::vector<at::Tensor> views;
+    std::vector<std::int64_t> longest;
+    bool ragged = false;
+    for (std::size_t doc : pass) {
+      Tensor* tensor = docs[doc].mutable_tensor(spec.field);
+      if (tensor == nullptr) {  // CheckRequest refuses these before they get here
+        throw std::invalid_argument(where + ": " + DocName(docs[doc], doc) + ": input '" +
+                                    spec.name + "': field '" + spec.field + "' is missing");
+      }
+      at::Tensor view = AsTorchView(*tensor);
+      if (longest.empty()) {
+        longest.assign(view.sizes().begin(), view.sizes().end());
+      }
+      for (std::size_t d = 0; d < longest.size(); ++d) {
+        ragged = ragged || view.size(static_cast<std::int64_t>(d)) != longest[d];
+        longest[d] = std::max(longest[d], view.size(static_cast<std::int64_t>(d)));
+      }
+      views.push_back(std::move(view));
+    }
+    at::Tensor batch;
+    if (!ragged) {
+      batch = at::stack(views);
+    } else {
+      std::vector<std::int64_t> dims = {n};
+      dims.insert(dims.end(), longest.begin(), longest.end());
+      batch = at::full(dims, spec.pad_value, views[0].options());
+      for (std::int64_t k = 0; k < n; ++k) {
+        at::Tensor slot = batch.select(0, k);
+        const at::Tensor& view = views[static_cast<std::size_t>(k)];
+        for (std::int64_t d = 0; d < view.dim(); ++d) {
+          slot = slot.narrow(d, 0, view.size(d));
+        }
+        slot.copy_(view);
+      }
+    }
+    batch = batch.to(ModelTypeOf(spec));
+    inputs.push_back(ToDeviceAsync(batch, device));
+  }
+  std::vector<at::Tensor> outputs = Forward(std::move(inputs), n);
+  for (std::size_t j = 0; j < outputs.size(); ++j) {
+    WriteOutput(docs, pass, signature.outputs[j], std::move(outputs[j]));
+  }
+}
+
+void TorchModel::Impl::RunTextPass(DocList& docs, const std::vector<std::size_t>& pass,
+                                   const std::vector<std::vector<std::int64_t>>& ids) {
+  const auto n = static_cast<std::int64_t>(pass.size());
+  std::int64_t longest = 1;
+  for (std::size_t doc : pass) {
+    longest = std::max(longest, static_cast<std::int64_t>(ids[doc].size()));
+  }
+  at::Tensor input_ids = at::full({n, longest}, tokenizer->pad_id(), at::kLong);
+  at::Tensor attention_mask = at::zeros({n, longest}, at::kLong);
+  auto* id_data = input_ids.data_ptr<std::int64_t>();
+  auto* mask_data = attention_mask.data_ptr<std::int64_t>();
+  for (std::int64_t k = 0; k < n; ++k) {
+    const std::vector<std::int64_t>& row = ids[pass[static_cast<std::size_t>(k)]];
+    std::copy(row.begin(), row.end(), id_data + k * longest);
+    std::fill_n(mask_data + k * longest, row.size(), 1);
+  }
+  std::vector<at::Tensor> inputs;
+  for (const TensorSpec& spec : signature.inputs) {
+    at::Tensor input = spec.name == "input_ids"        ? input_ids
+                       : spec.name == "attention_mask" ? attention_mask
+                                                       : at::zeros({n, longest}, at::kLong);
+    inputs.push_back(ToDeviceAsync(input.to(ModelTypeOf(spec)), device));
+  }
+  std::vector<at::Tensor> outputs = Forward(std::move(inputs), n);
+  // The first output holds the token embeddings [n, longest, hidden].
+  at::Tensor tokens = outputs[0];
+  if (pooling != Pooling::kNone) {
+    if (tokens.dim() != 3 || tokens.size(1) != longest) {
+      throw std::runtime_error(where + ": pooling needs the first output to be token embeddings [" +
+                               std::to_string(n) + ", " + std::to_string(longest) +
+                               ", hidden]; the model gave " + ShapeText(tokens.sizes()));
+    }
+    tokens = tokens.to(at::kFloat);
+    if (pooling == Pooling::kCls) {
+      tokens = tokens.select(1, 0);
+    } else {
+      const at::Tensor mask = attention_mask.to(tokens.device()).unsqueeze(-1).to(at::kFloat);
+      tokens = tokens.mul(mask).sum(1).div(mask.sum(1).clamp_min(1e-9));
+    }
+    if (normalize) {
+      tokens = tokens.div(tokens.norm(2, -1, /*keepdim=*/true).clamp_min(1e-12));
+    }
+    outputs[0] = tokens;
+  }
+  for (std::size_t j = 0; j < outputs.size(); ++j) {
+    if (j == 0 && pooling == Pooling::kNone) {
+      // Token outputs without pooling: each document's own tokens, unpadded.
+      const TensorSpec& spec = signature.outputs[0];
+      at::Tensor host = outputs[0].to(ScalarTypeOfSpec(spec.dtype)).to(at::kCPU);
+      for (std::int64_t k = 0; k < n; ++k) {
+        const std::size_t doc = pass[static_cast<std::size_t>(k)];
+        docs[doc].set_tensor(spec.field, FromTorch(host.select(0, k).narrow(
+                                             0, 0, static_cast<std::int64_t>(ids[doc].size()))));
+      }
+      continue;
+    }
+    WriteOutput(docs, pass, signature.outputs[j], std::move(outputs[j]));
+  }
+}
+
+void TorchModel::Impl::Infer(DocList& docs, const Parameters& parameters) {
+  if (docs.empty()) {
+    return;
+  }
+  InferenceScope scope(device);
+  if (!is_text()) {
+    // CheckRequest saw every request already; this guards the rare caller
+    // that skips it (a batch never holds a document that fails here).
+    for (std::size_t i = 0; i < docs.size(); ++i) {
+      if (Status s = CheckDoc(docs[i], i); !s.ok()) {
+        throw std::invalid_argument(s.message());
+      }
+    }
+    for (const std::vector<std::size_t>& pass : PlanPasses(docs)) {
+      RunTensorPass(docs, pass);
+    }
+    return;
+  }
+  std::vector<std::vector<std::int64_t>> ids;
+  ids.reserve(docs.size());
+  for (const Doc& doc : docs) {
+    ids.push_back(tokenizer->Encode(doc.text(), static_cast<std::size_t>(max_seq_length)));
+  }
+  if (parameters.GetBool("return_token_counts")) {
+    for (std::size_t i = 0; i < docs.size(); ++i) {
+      docs[i].mutable_tags()["num_tokens"] = Value(static_cast<std::int64_t>(ids[i].size()));
+    }
+  }
+  // Sorted by length, as TEI batches, so that a pass pads little.
+  std::vector<std::size_t> order(docs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return ids[a].size() < ids[b].size(); });
+  for (std::size_t start = 0; start < order.size(); start += static_cast<std::size_t>(batch_size)) {
+    const std::size_t end = std::min(order.size(), start + static_cast<std::size_t>(batch_size));
+    RunTextPass(docs,
+                std::vector<std::size_t>(order.begin() + static_cast<std::ptrdiff_t>(start),
+                                         order.begin() + static_cast<std::ptrdiff_t>(end)),
+                ids);
+  }
+}
+
+namespace {
+
+std::string GetText(const TorchModel::Impl& impl, const Parameters& with, std::string_view key,
+                    std::string fallback) {
+  const Value* value = with.Find(key);
+  if (value == nullptr || value->is_none()) {
+    return fallback;
+  }
+  const std::string* text = value->AsText();
+  if (text == nullptr || text->empty()) {
+    throw impl.WithError(key, "expected a non-empty string, got " + value->DebugString());
+  }
+  return *text;
+}
+
+std::int64_t GetPositive(const TorchModel::Impl& impl, const Parameters& with, std::string_view key,
+                         std::int64_t fallback, std::int64_t most) {
+  const Value* value = with.Find(key);
+  if (value == nullptr || value->is_none()) {
+    return fallback;
+  }
+  double number = 0;
+  if (!value->ToNumber(&number) || number != std::floor(number) || number < 1 ||
+      number > static_cast<double>(most)) {
+    throw impl.WithError(key, "expected an integer from 1 to " + std::to_string(most) + ", got " +
+                                  value->DebugString());
+  }
+  return static_cast<std::int64_t>(number);
+}
+
+// The tokenizer named by `with.tokenizer` (a folder, tokenizer.json or
+// vocab.txt) and the folder's sentence_bert_config.json max_seq_length.
+void LoadTokenizer(TorchModel::Impl& impl, const std::string& path) {
+  namespace fs = std::filesystem;
+  StatusOr<sentence_encoder::WordPieceTokenizer> tokenizer =
+      fs::is_directory(path)    ? sentence_encoder::WordPieceTokenizer::LoadFromFolder(path)
+      : path.ends_with(".json") ? sentence_encoder::WordPieceTokenizer::LoadTokenizerJson(path)
+                                : sentence_encoder::WordPieceTokenizer::LoadVocabTxt(path);
+  if (!tokenizer.ok()) {
+    throw impl.WithError("tokenizer", tokenizer.status().message());
+  }
+  impl.tokenizer = std::move(tokenizer).value();
+  // sentence-transformers' own limit, where the folder has one.
+  const fs::path st_config = fs::path(path) / "sentence_bert_config.json";
+  std::ifstream file(st_config);
+  if (!file) {
+    return;
+  }
+  const nlohmann::json config = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+  if (config.is_object() && config.contains("max_seq_length") &&
+      config["max_seq_length"].is_number_integer()) {
+    const auto value = config["max_seq_length"].get<std::int64_t>();
+    if (value < 2 || value > 65536) {
+      throw impl.WithError("tokenizer", st_config.string() + ": max_seq_length " +
+                                            std::to_string(value) + " is not in 2..65536");
+    }
+    impl.max_seq_length = value;
+  }
+}
+
+}  // namespace
+
+TorchModel::TorchModel(const ExecutorContext& context) : impl_(std::make_unique<Impl>()) {
+  Impl& impl = *impl_;
+  impl.where = "executor '" + context.name + "' (TorchModel)";
+  for (const auto& [key, value] : context.with.values()) {
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
+      throw impl.WithError(key,
+                           "unknown key (allowed: model, device, dtype, batch_size, inputs, "
+                           "outputs, tokenizer, max_seq_length, pooling, normalize)");
+    }
+  }
+  impl.device = ResolveTorchDevice(context.device);
+  if (Status s = CheckTorchDevice(impl.device); !s.ok()) {
+    throw std::runtime_error(impl.where + ": device " + context.device.ToString() + ": " +
+                             s.message());
+  }
+  const std::string model = GetText(impl, context.with, "model", "");
+  if (model.empty()) {
+    throw impl.WithError("model",
+                         "required key is missing (an AOTInductor package .pt2 or a "
+                         "TorchScript module .pt)");
+  }
+  impl.model_path = context.ResolvePath(model);
+  StatusOr<std::string> dtype =
+      sentence_encoder::ResolveDType(GetText(impl, context.with, "dtype", "float32"), impl.device);
+  if (!dtype.ok()) {
+    throw impl.WithError("dtype", dtype.status().message());
+  }
+  impl.dtype = *dtype;
+  impl.compute_type = ScalarTypeOfSpec(impl.dtype);
+  impl.batch_size = GetPositive(impl, context.with, "batch_size",
+                                impl.device.is_cuda() ? kGpuBatchSize : kCpuBatchSize, 65536);
+
+  StatusOr<TensorSignature> signature = ParseTensorSignature(context.with.values());
+  if (!signature.ok()) {
+    throw std::runtime_error(impl.where + ": " + signature.status().message());
+  }
+  impl.signature = std::move(signature).value();
+
+  const std::string tokenizer = GetText(impl, context.with, "tokenizer", "");
+  if (!tokenizer.empty()) {
+    LoadTokenizer(impl, context.ResolvePath(tokenizer));
+    impl.max_seq_length =
+        GetPositive(impl, context.with, "max_seq_length", impl.max_seq_length, 65536);
+    if (impl.max_seq_length < 2) {
+      throw impl.WithError("max_seq_length", "must be at least 2 ([CLS] and [SEP])");
+    }
+    const std::string pooling = GetText(impl, context.with, "pooling", "mean");
+    if (pooling != "mean" && pooling != "cls" && pooling != "none") {
+      throw impl.WithError("pooling", "expected mean, cls or none, got \"" + pooling + "\"");
+    }
+    impl.pooling = pooling == "mean"  ? Pooling::kMean
+                   : pooling == "cls" ? Pooling::kCls
+                                      : Pooling::kNone;
+    if (const Value* n = context.with.Find("normalize"); n != nullptr && !n->is_none()) {
+      if (n->AsBool() == nullptr) {
+        throw impl.WithError("normalize", "expected true or false, got " + n->DebugString());
+      }
+      impl.normalize = *n->AsBool();
+    }
+    if (impl.signature.inputs.empty()) {
+      impl.signature.inputs = {
+          {.name = "input_ids", .dtype = "int64", .shape = {-1}, .field = "input_ids"},
+          {.name = "attention_mask", .dtype = "int64", .shape = {-1}, .field = "attention_mask"}};
+    }
+    for (std::size_t i = 0; i < impl.signature.inputs.size(); ++i) {
+      const TensorSpec& spec = impl.signature.inputs[i];
+      if (std::find(std::begin(kTextInputs), std::end(kTextInputs), spec.name) ==
+          std::end(kTextInputs)) {
+        throw impl.WithError("inputs[" + std::to_string(i) + "].name",
+                             "a text model's inputs come from its tokenizer: input_ids, "
+                             "attention_mask or token_type_ids, not \"" +
+                                 spec.name + "\"");
+      }
+    }
+    if (impl.signature.outputs.empty()) {
+      impl.signature.outputs = {
+          {.name = "embedding", .dtype = "float32", .shape = {-1}, .field = "embedding"}};
+    }
+  } else {
+    for (std::string_view key : {"max_seq_length", "pooling", "normalize"}) {
+      if (context.with.Find(key) != nullptr) {
+        throw impl.WithError(key, "is for text models: set `tokenizer` too");
+      }
+    }
+    if (impl.signature.inputs.empty()) {
+      throw impl.WithError("inputs",
+                           "required key is missing: the model's inputs, each "
+                           "{name, dtype, shape (without the batch dimension; -1 dynamic), "
+                           "field}");
+    }
+  }
+  if (impl.signature.outputs.empty()) {
+    throw impl.WithError("outputs",
+                         "required key is missing: the model's outputs, each {name, dtype, "
+                         "shape (without the batch dimension), field}");
+  }
+
+  StatusOr<std::unique_ptr<torch_model::LoadedModel>> loaded =
+      torch_model::LoadModel(impl.model_path, impl.device, impl.dtype);
+  if (!loaded.ok()) {
+    throw std::runtime_error(impl.where + " on " + impl.device.ToString() + ": " +
+                             loaded.status().message());
+  }
+  impl.model = std::move(loaded).value();
+
+  // One pass over two made-up documents (dynamic sizes 2): a model that
+  // cannot run here, or whose outputs contradict the declaration, fails the
+  // start rather than the first request.
+  DocList sample;
+  for (int i = 0; i < 2; ++i) {
+    Doc& doc = sample.emplace_back(std::string("warm up"));
+    for (const TensorSpec& spec :
+         impl.is_text() ? std::vector<TensorSpec>{} : impl.signature.inputs) {
+      std::vector<std::int64_t> shape = spec.shape;
+      for (std::int64_t& d : shape) {
+        d = d < 0 ? 2 : d;
+      }
+      const std::string dtype(NumpyDTypeOfSignature(spec.dtype));
+      std::int64_t numel = 1;
+      for (std::int64_t d : shape) {
+        numel *= d;
+      }
+      doc.set_tensor(spec.field,
+                     Tensor::FromBytes(
+                         dtype, shape,
+                         std::string(static_cast<std::size_t>(numel) * DTypeItemSize(dtype), '\0'))
+                         .value());
+    }
+  }
+  try {
+    impl.Infer(sample, Parameters());
+  } catch (const std::exception& e) {
+    throw std::runtime_error(impl.where + ": the " + impl.model->kind() + " " + impl.model_path +
+                             " failed a warm-up pass on " + impl.device.ToString() +
+                             " with the declared inputs: " + Describe(e));
+  }
+  device_check_ = RegisterTensorsForDeviceCheck(
+      "TorchModel", [model = impl.model.get()] { return model->NamedTensors(); });
+}
+
+TorchModel::~TorchModel() = default;
+
+Status TorchModel::CheckRequest(const DocList& docs, const Parameters& /*parameters*/) const {
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    GANTRY_RETURN_IF_ERROR(impl_->CheckDoc(docs[i], i));
+  }
+  return OkStatus();
+}
+
+void TorchModel::Infer(DocList& docs, const Parameters& parameters) {
+  try {
+    impl_->Infer(docs, parameters);
+  } catch (const c10::Error& e) {
+    // torch's own message, without the C++ backtrace.
+    throw std::runtime_error(impl_->where + ": " + e.what_without_backtrace());
+  }
+}
+
+}  // namespace gantry
+
+using gantry::TorchModel;
+GANTRY_REGISTER_EXECUTOR(TorchModel);
