@@ -55,6 +55,12 @@ else()
   set(_gantry_use_torch_config ${GANTRY_TORCH_CMAKE_PACKAGE})
 endif()
 
+# gantry_libtorch: libtorch's usage requirements (cmake/GantryLibtorch.cmake),
+# build-tree only. The install exports it as an empty Gantry::libtorch that
+# the installed GantryConfig.cmake fills from the consumer's torch, by the
+# same functions, defaulting to the folder recorded here
+# (GANTRY_TORCH_USED_ROOT, GANTRY_TORCH_USED_ABI, GANTRY_TORCH_USED_CUDA).
+include(GantryLibtorch)
 add_library(gantry_libtorch INTERFACE)
 if(_gantry_use_torch_config)
   # Name the GPU architectures, or torch's CMake probes for a GPU with
@@ -64,8 +70,12 @@ if(_gantry_use_torch_config)
   endif()
   find_package(Torch REQUIRED)
   set(_gantry_torch_root "${TORCH_INSTALL_PREFIX}")
-  target_link_libraries(gantry_libtorch INTERFACE ${TORCH_LIBRARIES})
-  target_include_directories(gantry_libtorch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+  gantry_libtorch_from_package(gantry_libtorch BUILD_ONLY)
+  set(GANTRY_TORCH_USED_ABI 1)
+  if(TORCH_CXX_FLAGS MATCHES "_GLIBCXX_USE_CXX11_ABI=([01])")
+    set(GANTRY_TORCH_USED_ABI ${CMAKE_MATCH_1})
+  endif()
+  set(GANTRY_TORCH_USED_CUDA ON)
 else()
   if(GANTRY_WITH_CUDA)
     message(FATAL_ERROR "GANTRY_WITH_CUDA=ON needs the CUDA toolkit (nvcc); none was found")
@@ -90,35 +100,19 @@ else()
   list(GET _gantry_torch_facts 1 _gantry_torch_abi)
   message(STATUS "libtorch: the wheel's libraries in ${_gantry_torch_root} (no CUDA toolkit found, "
                  "so not torch's CMake package; GPU use at run time is unaffected)")
-  target_include_directories(gantry_libtorch SYSTEM INTERFACE
-    ${_gantry_torch_root}/include ${_gantry_torch_root}/include/torch/csrc/api/include)
-  target_compile_definitions(gantry_libtorch INTERFACE _GLIBCXX_USE_CXX11_ABI=${_gantry_torch_abi})
-  # As TorchConfig does: libtorch_cuda registers the CUDA backend from its
-  # static initialisers, so it must stay linked though no symbol is used.
   # OFF makes a CPU-only program that loads none of the wheel's CUDA
-  # libraries (the CPU container image, docker/Dockerfile); libtorch.so is
-  # left out then too, as it is only a stub that needs libtorch_cuda.
+  # libraries (the CPU container image, docker/Dockerfile).
   option(GANTRY_LINK_TORCH_CUDA "Link the wheel's libtorch_cuda (GPU use at run time)" ON)
-  set(_gantry_torch_libs ${_gantry_torch_root}/lib/libtorch_cpu.so ${_gantry_torch_root}/lib/libc10.so)
+  set(_gantry_link_cuda "")
   if(GANTRY_LINK_TORCH_CUDA)
-    list(PREPEND _gantry_torch_libs ${_gantry_torch_root}/lib/libtorch.so)
+    set(_gantry_link_cuda LINK_CUDA)
   endif()
-  foreach(lib torch_cuda c10_cuda)
-    if(GANTRY_LINK_TORCH_CUDA AND EXISTS ${_gantry_torch_root}/lib/lib${lib}.so)
-      list(APPEND _gantry_torch_libs
-        "-Wl,--no-as-needed,${_gantry_torch_root}/lib/lib${lib}.so,--as-needed")
-    endif()
-  endforeach()
-  target_link_libraries(gantry_libtorch INTERFACE ${_gantry_torch_libs})
-  target_link_options(gantry_libtorch INTERFACE "LINKER:-rpath,${_gantry_torch_root}/lib")
+  gantry_libtorch_from_root(gantry_libtorch ROOT "${_gantry_torch_root}" ABI ${_gantry_torch_abi}
+                            ${_gantry_link_cuda} BUILD_ONLY)
+  set(GANTRY_TORCH_USED_ABI ${_gantry_torch_abi})
+  set(GANTRY_TORCH_USED_CUDA ${GANTRY_LINK_TORCH_CUDA})
 endif()
-# The wheel's libtorch_cuda.so needs the NCCL/cuDNN/... of the `nvidia-*`
-# wheels beside it; the linker must look there, not in /usr/local/cuda.
-get_filename_component(_gantry_site "${_gantry_torch_root}/.." ABSOLUTE)
-file(GLOB _gantry_nvidia_libs LIST_DIRECTORIES true "${_gantry_site}/nvidia/*/lib")
-foreach(dir IN LISTS _gantry_nvidia_libs)
-  target_link_options(gantry_libtorch INTERFACE "LINKER:-rpath-link,${dir}")
-endforeach()
+set(GANTRY_TORCH_USED_ROOT "${_gantry_torch_root}")
 # Installed programs that link libtorch look for it here. CMake's
 # INSTALL_RPATH_USE_LINK_PATH leaves out directories inside the source tree,
 # and the project venv (.venv) is one, so the directory is named explicitly.

@@ -3,6 +3,8 @@
 # way a user would:
 #   1. examples/external_project (find_package(Gantry), Gantry::gantry): its
 #      own Deployment program, and its plugin served by the installed worker;
+#      with libtorch (GANTRY_WITH_TORCH), the same for TorchScale, which uses
+#      Gantry::torch in its program and the worker's copy in its plugin;
 #   2. a `gantry new` scaffold, as generated: program self-check and plugin.
 # usage: external_project_test.sh BUILD_DIR EXAMPLE_DIR INTEROP_CLIENT
 set -eu
@@ -66,6 +68,37 @@ out=$("$client" "127.0.0.1:$port" /count 2)
 echo "$out"
 echo "$out" | grep -q '"embedding":\[1.0,4.0\]' || { echo "FAIL: wrong plugin output"; exit 1; }
 stop_server
+
+if grep -q '^GANTRY_WITH_TORCH:BOOL=ON' "$build/CMakeCache.txt"; then
+  step "external project: TorchScale (libtorch, Gantry::torch) in its own Deployment"
+  [ -e "$tmp/ext/libtorch_scale_plugin.so" ] || { cat "$tmp/ext.log"; echo "FAIL: no TorchScale plugin"; exit 1; }
+  out=$("$tmp/ext/torch_scale_app")
+  echo "$out"
+  echo "$out" | grep -q 'x: scaled=\[3, 6, 10.5\]' || { echo "FAIL: wrong TorchScale output"; exit 1; }
+
+  step "external project: TorchScale plugin in the installed gantry-worker"
+  # The plugin carries no gantry code: ToTorch and the device-check
+  # registration resolve to the worker's own, which exports them.
+  for sym in 'gantry::ToTorch(' 'gantry::RegisterTensorsForDeviceCheck('; do
+    nm -DC --undefined-only "$tmp/ext/libtorch_scale_plugin.so" | grep -qF "$sym" \
+      || { echo "FAIL: the plugin does not import $sym"; exit 1; }
+    nm -DC --defined-only "$prefix/bin/gantry-worker" | grep -qF "$sym" \
+      || { echo "FAIL: gantry-worker does not export $sym"; exit 1; }
+  done
+  # DT_RPATH, which also serves libraries dlopen'ed later (AOTInductor models).
+  readelf -d "$prefix/bin/gantry-worker" | grep -q '(RPATH)' \
+    || { readelf -d "$prefix/bin/gantry-worker" | grep -i path; echo "FAIL: gantry-worker has no DT_RPATH"; exit 1; }
+  serve_plugin "$tmp" --uses TorchScale --uses-with '{"factor": 2.5}' \
+    --lib "$tmp/ext/libtorch_scale_plugin.so"
+  out=$("$client" "127.0.0.1:$port" /scale 2)
+  echo "$out"
+  echo "$out" | grep -q '"embedding":\[0.0,1.25\]' || { echo "FAIL: wrong TorchScale plugin output"; exit 1; }
+  echo "$out" | grep -q '"embedding":\[2.5,1.25\]' || { echo "FAIL: wrong TorchScale plugin output"; exit 1; }
+  # Its registration reached the worker's registry: the worker counted it.
+  grep -q 'tensors_on_device=1' "$tmp/server.log" \
+    || { cat "$tmp/server.log"; echo "FAIL: the worker did not see TorchScale's tensor"; exit 1; }
+  stop_server
+fi
 
 step "gantry new HelloExec: generate, build, run"
 "$prefix/bin/gantry" new HelloExec --dir "$tmp/hello"
