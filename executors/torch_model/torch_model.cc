@@ -193,8 +193,8 @@ std::vector<std::vector<std::size_t>> TorchModel::Impl::PlanPasses(DocList& docs
   };
   std::vector<std::int64_t> size(docs.size(), 0);
   for (std::size_t i = 0; i < docs.size(); ++i) {
-    for (std::size_t j = 0; j < inputs.size(); ++j) {
-      size[i] += docs[i].tensor(inputs[j].field)->numel();
+    for (const TensorSpec& input : inputs) {
+      size[i] += docs[i].tensor(input.field)->numel();
     }
   }
   // The sizes of the inputs that must not be padded: equal within a pass.

@@ -112,7 +112,7 @@ TEST(TensorSignatureTest, KServeTensorsMapToTheDeclaredFields) {
   for (std::int64_t d : {2, 3, 2, 2}) {
     input->add_shape(d);
   }
-  request.add_raw_input_contents(std::string(2 * 12 * sizeof(float), '\0'));
+  request.add_raw_input_contents(std::string(std::size_t{2} * 12 * sizeof(float), '\0'));
   StatusOr<jina::DataRequestProto> data =
       internal::KServeToDataRequest(request, "/infer", "id", 1 << 20, &signature);
   ASSERT_TRUE(data.ok()) << data.status();
@@ -135,7 +135,7 @@ TEST(TensorSignatureTest, KServeTensorsMapToTheDeclaredFields) {
   ASSERT_EQ(response->outputs_size(), 1);
   EXPECT_EQ(response->outputs(0).name(), "logits");
   EXPECT_THAT(response->outputs(0).shape(), ::testing::ElementsAre(2, 4));
-  EXPECT_EQ(response->raw_output_contents(0).size(), 2 * 4 * sizeof(float));
+  EXPECT_EQ(response->raw_output_contents(0).size(), std::size_t{2} * 4 * sizeof(float));
 }
 
 }  // namespace
