@@ -3,6 +3,7 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 #include <gantry/torch_tensor.h>
+#include <stdlib.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/csrc/inductor/aoti_runner/model_container_runner.h>
 #include <torch/csrc/jit/api/module.h>
@@ -36,6 +37,13 @@ at::ScalarType ScalarTypeOfName(const std::string& dtype) {
   return at::kFloat;
 }
 
+// `input` (one row) as two equal rows.
+at::Tensor DoubledBatch(const at::Tensor& input) {
+  std::vector<std::int64_t> sizes = input.sizes().vec();
+  sizes[0] = 2;
+  return input.expand(sizes).contiguous();
+}
+
 class AotInductorModel final : public LoadedModel {
  public:
   explicit AotInductorModel(std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader)
@@ -43,9 +51,27 @@ class AotInductorModel final : public LoadedModel {
 
   std::vector<at::Tensor> Run(std::vector<at::Tensor> inputs,
                               std::vector<std::string>* /*names*/) override {
+    // torch.export gives a dynamic batch a lower bound of 2 (sizes 0 and 1
+    // are specialised), which the package's input checks enforce: one
+    // document runs as two equal rows, and the first row of each output is
+    // its answer.
+    const bool single = !inputs.empty() && inputs[0].dim() > 0 && inputs[0].size(0) == 1;
+    if (single) {
+      for (at::Tensor& input : inputs) {
+        input = DoubledBatch(input);
+      }
+    }
     // A null stream: on CUDA the package runs on the caller's current
     // stream (gantry::InferenceScope's).
-    return loader_->boxed_run(std::move(inputs));
+    std::vector<at::Tensor> outputs = loader_->boxed_run(std::move(inputs));
+    if (single) {
+      for (at::Tensor& output : outputs) {
+        if (output.dim() > 0 && output.size(0) == 2) {
+          output = output.narrow(0, 0, 1);
+        }
+      }
+    }
+    return outputs;
   }
 
   std::vector<std::pair<std::string, at::Tensor>> NamedTensors() const override {
@@ -164,6 +190,12 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadAotInductor(const std::string& path,
                                    ": compile it again with the model and its example inputs on " +
                                    want + " (or set device: " + it->second + ")");
   }
+  // The package's own checks of every input's dtype and sizes against what
+  // it was compiled for, which it skips unless this is set: without them a
+  // declaration the package contradicts reads past its inputs and answers
+  // garbage. The generated code reads the variable once; a user's own
+  // setting (0 turns them off) is kept.
+  ::setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", /*overwrite=*/0);
   try {
     auto loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
         path, "model", /*run_single_threaded=*/false, /*num_runners=*/1,

@@ -5,6 +5,7 @@
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
+#include <gantry/log.h>
 #include <gantry/tensor_signature.h>
 #include <gantry/torch_cuda.h>
 #include <gantry/torch_tensor.h>
@@ -88,10 +89,12 @@ std::string DocName(const Doc& doc, std::size_t index) {
 }
 
 std::string Describe(const std::exception& e) {
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
-    return c10_error->what_without_backtrace();
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string message = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
+  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) {
+    message.pop_back();
   }
-  return e.what();
+  return message;
 }
 
 }  // namespace
@@ -105,6 +108,8 @@ struct TorchModel::Impl {
   std::int64_t batch_size = kCpuBatchSize;
   TensorSignature signature;
   std::unique_ptr<torch_model::LoadedModel> model;
+  // An AOTInductor package: it runs in the dtype it was compiled in.
+  bool is_package = false;
   // Text models only.
   std::optional<sentence_encoder::WordPieceTokenizer> tokenizer;
   std::int64_t max_seq_length = 512;
@@ -117,11 +122,11 @@ struct TorchModel::Impl {
 
   bool is_text() const { return tokenizer.has_value(); }
 
-  // The dtype an input travels to the model in: floating inputs in the
-  // model's dtype, others as declared.
+  // The dtype an input travels to the model in: as declared, except that
+  // a TorchScript module's floating inputs follow its converted weights.
   at::ScalarType ModelTypeOf(const TensorSpec& spec) const {
     const at::ScalarType declared = ScalarTypeOfSpec(spec.dtype);
-    return c10::isFloatingType(declared) ? compute_type : declared;
+    return c10::isFloatingType(declared) && !is_package ? compute_type : declared;
   }
 
   Status CheckDoc(const Doc& doc, std::size_t index) const;
@@ -524,6 +529,41 @@ void LoadTokenizer(TorchModel::Impl& impl, const std::string& path) {
   }
 }
 
+// batch_size made-up documents (dynamic sizes 2, zeros; text "warm up").
+DocList WarmUpDocuments(const TorchModel::Impl& impl) {
+  DocList sample;
+  for (std::int64_t i = 0; i < std::max<std::int64_t>(2, impl.batch_size); ++i) {
+    Doc& doc = sample.emplace_back(std::string("warm up"));
+    for (const TensorSpec& spec :
+         impl.is_text() ? std::vector<TensorSpec>{} : impl.signature.inputs) {
+      std::vector<std::int64_t> shape = spec.shape;
+      std::int64_t numel = 1;
+      for (std::int64_t& d : shape) {
+        d = d < 0 ? 2 : d;
+        numel *= d;
+      }
+      const std::string dtype(NumpyDTypeOfSignature(spec.dtype));
+      doc.set_tensor(spec.field,
+                     Tensor::FromBytes(
+                         dtype, shape,
+                         std::string(static_cast<std::size_t>(numel) * DTypeItemSize(dtype), '\0'))
+                         .value());
+    }
+  }
+  return sample;
+}
+
+// N from an AOTInductor package's "input_handles[i]: dim value is too large
+// at 0, expected to be <= N", the largest batch it accepts; 0 if absent.
+std::int64_t LargestBatchIn(const std::string& message) {
+  const std::string_view marker = "dim value is too large at 0, expected to be <= ";
+  const std::size_t at = message.find(marker);
+  if (at == std::string::npos) {
+    return 0;
+  }
+  return std::atoll(message.c_str() + at + marker.size());
+}
+
 }  // namespace
 
 TorchModel::TorchModel(const ExecutorContext& context) : impl_(std::make_unique<Impl>()) {
@@ -538,8 +578,7 @@ TorchModel::TorchModel(const ExecutorContext& context) : impl_(std::make_unique<
   }
   impl.device = ResolveTorchDevice(context.device);
   if (Status s = CheckTorchDevice(impl.device); !s.ok()) {
-    throw std::runtime_error(impl.where + ": device " + context.device.ToString() + ": " +
-                             s.message());
+    throw std::runtime_error(impl.where + ": " + s.message());
   }
   const std::string model = GetText(impl, context.with, "model", "");
   if (model.empty()) {
@@ -548,6 +587,14 @@ TorchModel::TorchModel(const ExecutorContext& context) : impl_(std::make_unique<
                          "TorchScript module .pt)");
   }
   impl.model_path = context.ResolvePath(model);
+  impl.is_package =
+      torch_model::FormatOfPath(impl.model_path) == torch_model::ModelFormat::kAotInductor;
+  if (impl.is_package && context.with.Find("dtype") != nullptr) {
+    throw impl.WithError("dtype",
+                         "a .pt2 package runs in the dtype it was compiled in: export the model "
+                         "in that dtype and declare it on its floating inputs and outputs "
+                         "(dtype is for TorchScript modules, whose weights are converted)");
+  }
   StatusOr<std::string> dtype =
       sentence_encoder::ResolveDType(GetText(impl, context.with, "dtype", "float32"), impl.device);
   if (!dtype.ok()) {
@@ -631,36 +678,38 @@ TorchModel::TorchModel(const ExecutorContext& context) : impl_(std::make_unique<
   }
   impl.model = std::move(loaded).value();
 
-  // One pass over two made-up documents (dynamic sizes 2): a model that
-  // cannot run here, or whose outputs contradict the declaration, fails the
-  // start rather than the first request.
-  DocList sample;
-  for (int i = 0; i < 2; ++i) {
-    Doc& doc = sample.emplace_back(std::string("warm up"));
-    for (const TensorSpec& spec :
-         impl.is_text() ? std::vector<TensorSpec>{} : impl.signature.inputs) {
-      std::vector<std::int64_t> shape = spec.shape;
-      for (std::int64_t& d : shape) {
-        d = d < 0 ? 2 : d;
+  // One full pass (batch_size made-up documents, dynamic sizes 2): a model
+  // that cannot run here, whose outputs contradict the declaration, or (a
+  // package, which checks its inputs) whose inputs do, or whose largest
+  // batch is below batch_size, fails the start rather than a request.
+  // A package's checks may bound the batch below batch_size (torch.export
+  // derives such bounds, at times narrower than the Dim it was given): a
+  // batch_size left to its default is lowered to that bound, once.
+  const bool batch_size_chosen = context.with.Find("batch_size") != nullptr;
+  for (int attempt = 0;; ++attempt) {
+    DocList sample = WarmUpDocuments(impl);
+    try {
+      impl.Infer(sample, Parameters());
+      break;
+    } catch (const std::exception& e) {
+      const std::string message = Describe(e);
+      const std::int64_t bound = impl.is_package ? LargestBatchIn(message) : 0;
+      if (attempt == 0 && !batch_size_chosen && bound >= 1 && bound < impl.batch_size) {
+        LogWarning(impl.where + ": " + impl.model_path + " accepts at most " +
+                   std::to_string(bound) + " documents a pass; batch_size lowered from " +
+                   std::to_string(impl.batch_size) + " to " + std::to_string(bound));
+        impl.batch_size = bound;
+        continue;
       }
-      const std::string dtype(NumpyDTypeOfSignature(spec.dtype));
-      std::int64_t numel = 1;
-      for (std::int64_t d : shape) {
-        numel *= d;
-      }
-      doc.set_tensor(spec.field,
-                     Tensor::FromBytes(
-                         dtype, shape,
-                         std::string(static_cast<std::size_t>(numel) * DTypeItemSize(dtype), '\0'))
-                         .value());
+      throw std::runtime_error(
+          impl.where + ": the " + impl.model->kind() + " " + impl.model_path +
+          " failed a warm-up pass of " + std::to_string(sample.size()) + " documents on " +
+          impl.device.ToString() + " with the declared inputs: " + message +
+          (impl.is_package ? " (the package checks its inputs: input_handles[i] is declared "
+                             "input i, counted from 0; a batch over its largest needs a lower "
+                             "batch_size)"
+                           : ""));
     }
-  }
-  try {
-    impl.Infer(sample, Parameters());
-  } catch (const std::exception& e) {
-    throw std::runtime_error(impl.where + ": the " + impl.model->kind() + " " + impl.model_path +
-                             " failed a warm-up pass on " + impl.device.ToString() +
-                             " with the declared inputs: " + Describe(e));
   }
   device_check_ = RegisterTensorsForDeviceCheck(
       "TorchModel", [model = impl.model.get()] { return model->NamedTensors(); });
@@ -678,9 +727,13 @@ Status TorchModel::CheckRequest(const DocList& docs, const Parameters& /*paramet
 void TorchModel::Infer(DocList& docs, const Parameters& parameters) {
   try {
     impl_->Infer(docs, parameters);
-  } catch (const c10::Error& e) {
-    // torch's own message, without the C++ backtrace.
-    throw std::runtime_error(impl_->where + ": " + e.what_without_backtrace());
+  } catch (const std::invalid_argument&) {
+    throw;  // already names the document and input
+  } catch (const std::exception& e) {
+    // The model's own error (torch's without its C++ backtrace), named.
+    const std::string message = Describe(e);
+    throw std::runtime_error(message.starts_with(impl_->where) ? message
+                                                               : impl_->where + ": " + message);
   }
 }
 

@@ -23,11 +23,16 @@
 // `normalize: true` turns the first output (token embeddings [S, H]) into
 // one vector per document, as sentence-transformers does.
 //
-// Other `with:` keys: dtype (float32, float16, bfloat16, auto as
-// SentenceEncoder: TorchScript weights are converted, a .pt2 runs in the
-// dtype it was compiled with; floating inputs are cast to it), batch_size
-// (documents per forward pass; default 64 on a CPU, 256 on CUDA),
-// max_seq_length (text models; default sentence_bert_config.json's, else 512).
+// Other `with:` keys: dtype (TorchScript only: float32, float16, bfloat16,
+// auto as SentenceEncoder; the weights are converted and floating inputs
+// cast; a .pt2 runs in the dtype it was compiled in, so it is refused
+// there), batch_size (documents per forward pass; default 64 on a CPU, 256
+// on CUDA, lowered to a .pt2's own largest batch), max_seq_length (text
+// models; default sentence_bert_config.json's, else 512).
+//
+// A .pt2 checks its inputs' dtypes and sizes (AOTI_RUNTIME_CHECK_INPUTS is
+// set unless the user set it), and one full pass runs at start: a
+// declaration the model contradicts fails the start.
 //
 // Every request is checked against the declared inputs before it joins a
 // batch (GANTRY_VALIDATE): a missing field, a wrong dtype, rank or fixed

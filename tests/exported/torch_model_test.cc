@@ -450,7 +450,26 @@ TEST_F(ExportedModelTest, BadModelFilesFailTheStartWithTheirCause) {
     EXPECT_THAT(dep.status().message(), HasSubstr(bad.message)) << bad.file;
     EXPECT_THAT(dep.status().message(), HasSubstr(bad.file)) << bad.file;
   }
-  // Declarations the model contradicts are caught by the warm-up pass.
+  // Inputs a package contradicts (it checks them), and a dtype for a
+  // package, which runs in the one it was compiled in.
+  for (const auto& [with, message] : std::vector<std::pair<std::string, std::string>>{
+           {"      model: models/cnn.pt2\n"
+            "      inputs: [{name: image, dtype: float32, shape: [3, 16, 16], field: tensor}]\n"
+            "      outputs: [{name: logits, dtype: float32, shape: [10], field: embedding}]\n",
+            "input_handles[0]: unmatched dim value at 2, expected: 32, but got: 16"},
+           {"      model: models/mlp.pt2\n"
+            "      inputs: [{name: x, dtype: float16, shape: [16], field: tensor}]\n"
+            "      outputs: [{name: logits, dtype: float32, shape: [4], field: embedding}]\n",
+            "input_handles[0]: unmatched dtype"},
+           {"      model: models/mlp.pt2\n      dtype: bfloat16\n" + std::string(kMlpWith),
+            "with.dtype: a .pt2 package runs in the dtype it was compiled in"}}) {
+    auto contradicted = Load(with, 1);
+    ASSERT_TRUE(contradicted.ok()) << contradicted.status();
+    Deployment dep(*contradicted);
+    ASSERT_FALSE(dep.ok()) << with;
+    EXPECT_THAT(dep.status().message(), HasSubstr(message)) << with;
+  }
+  // Outputs the model contradicts are caught by the warm-up pass.
   auto options = Load(
       "      model: models/mlp.pt2\n"
       "      inputs: [{name: x, dtype: float32, shape: [16], field: tensor}]\n"
@@ -459,7 +478,7 @@ TEST_F(ExportedModelTest, BadModelFilesFailTheStartWithTheirCause) {
   ASSERT_TRUE(options.ok());
   Deployment dep(*options);
   ASSERT_FALSE(dep.ok());
-  EXPECT_THAT(dep.status().message(), HasSubstr("output 'logits' has shape [2, 4]"));
+  EXPECT_THAT(dep.status().message(), HasSubstr("output 'logits' has shape [64, 4]"));
   EXPECT_THAT(dep.status().message(), HasSubstr("declared [-1] + [5]"));
 }
 
