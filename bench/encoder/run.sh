@@ -11,6 +11,12 @@
 #       (infinity_encode.py)
 #   (e) st: sentence-transformers' encode() alone in one process, batches
 #       of 32 (st_bare.py): the bare model in its reference implementation
+#   (f) exported: a Deployment of TorchModel serving the model compiled by
+#       torch.export + AOTInductor (export_minilm.py, in the run's dtype,
+#       made once per dtype and torch into the cache folder) with our
+#       tokenizer, mean pooling and L2 normalisation, + the C++ client
+#       (encode_10k --uses): what a user who exports the model gets, against
+#       the hand-written SentenceEncoder of side b
 # --gantry-batching P:T serves side b with dynamic batching of /encode
 # (preferred_batch_size P, timeout T ms) and SentenceEncoder batch_size P,
 # so the 32-document requests in flight share forward passes of up to P.
@@ -34,7 +40,7 @@
 # R replicas on cores / R threads each, to check that again.
 #
 #   bash bench/encoder/run.sh [--docs N] [--rounds R] [--threads T]
-#                             [--build-dir DIR] [--modes abcde] [--dtype T] [--out FILE.tsv]
+#                             [--build-dir DIR] [--modes abcdef] [--dtype T] [--out FILE.tsv]
 #                             [--ceiling] [--replicas R] [--jina-replicas R] [--device D]
 #                             [--gantry-batching P:T]
 # Defaults: --docs 1000, --rounds 3, --threads 1, --build-dir
@@ -78,20 +84,20 @@ while [[ $# -gt 0 ]]; do
     --jina-replicas) jina_replicas="$2"; shift 2 ;;
     --device) device="$2"; shift 2 ;;
     --gantry-batching) gantry_batching="$2"; shift 2 ;;
-    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abcde] [--dtype float32|bfloat16|float16] [--out FILE] [--ceiling] [--replicas R] [--jina-replicas R] [--device cpu|cuda|cuda:N] [--gantry-batching P:T]" >&2
+    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abcdef] [--dtype float32|bfloat16|float16] [--out FILE] [--ceiling] [--replicas R] [--jina-replicas R] [--device cpu|cuda|cuda:N] [--gantry-batching P:T]" >&2
        exit 2 ;;
   esac
 done
-if ! [[ "${docs}" =~ ^[1-9][0-9]*$ && "${rounds}" =~ ^[1-9][0-9]?$ && "${modes}" =~ ^[abcde]+$ &&
+if ! [[ "${docs}" =~ ^[1-9][0-9]*$ && "${rounds}" =~ ^[1-9][0-9]?$ && "${modes}" =~ ^[abcdef]+$ &&
         "${threads}" =~ ^[0-9]+$ && "${dtype}" =~ ^(float32|bfloat16|float16)$ &&
         "${replicas}" =~ ^[1-9]$ && "${jina_replicas}" =~ ^[1-9]$ &&
         "${device}" =~ ^(cpu|cuda|cuda:[0-9]+)$ &&
         "${gantry_batching}" =~ ^([1-9][0-9]*:[0-9]+)?$ ]]; then
-  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --threads >= 0, --modes letters of abcde, --dtype float32, bfloat16 or float16, --replicas and --jina-replicas 1..9, --device cpu, cuda or cuda:N, --gantry-batching P:T (positive integers)" >&2
+  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --threads >= 0, --modes letters of abcdef, --dtype float32, bfloat16 or float16, --replicas and --jina-replicas 1..9, --device cpu, cuda or cuda:N, --gantry-batching P:T (positive integers)" >&2
   exit 2
 fi
-if [[ "${device}" != cpu && ( "${modes}" =~ [cd] || ${ceiling} -eq 1 || "${replicas}" -gt 1 ) ]]; then
-  echo "run.sh: --device ${device} runs sides a, b and e with one replica (no Jina, Infinity or --ceiling there)" >&2
+if [[ "${device}" != cpu && ( "${modes}" =~ [cdf] || ${ceiling} -eq 1 || "${replicas}" -gt 1 ) ]]; then
+  echo "run.sh: --device ${device} runs sides a, b and e with one replica (no Jina, Infinity, --ceiling or side f, whose package is compiled for the CPU, there)" >&2
   exit 2
 fi
 if [[ "${dtype}" == float16 && "${modes}" =~ [cd] ]]; then
@@ -119,6 +125,26 @@ if [[ "${modes}" == *c* || ${ceiling} -eq 1 ]] ||
   python_bin="${venv}/bin/python"
 fi
 st_python="${GANTRY_BENCH_PYTHON:-${python_bin}}"
+exported_yml=""
+if [[ "${modes}" == *f* ]]; then
+  # The compiled model, once per dtype and torch version (compiling takes a
+  # minute or more on 2 cores), and a TorchModel executor file serving it.
+  venv_python="${GANTRY_VENV:-${root}/.venv}/bin/python"
+  torch_version="$("${venv_python}" -c 'import importlib.metadata as m; print(m.version("torch"))')"
+  cache="${GANTRY_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/gantry}/exported-bench"
+  package="${cache}/minilm-${dtype}-torch${torch_version}-$(sha256sum "${here}/export_minilm.py" "${root}/tests/exported/export_models.py" | sha256sum | cut -c1-12).pt2"
+  if [[ ! -f "${package}" ]]; then
+    mkdir -p "${cache}"
+    # AOTInductor wants a name that ends in .pt2.
+    "${venv_python}" "${here}/export_minilm.py" --model "${model}" --dtype "${dtype}" \
+      --out "${package%.pt2}.tmp$$.pt2" || exit 1
+    mv "${package%.pt2}.tmp$$.pt2" "${package}"
+  fi
+  exported_yml="$(mktemp --suffix=.yml)"
+  # The package runs in the dtype it was compiled in: no `dtype:` here.
+  printf 'jtype: TorchModel\nwith:\n  model: %s\n  tokenizer: %s\n  pooling: mean\n  normalize: true\n  batch_size: 32\n' \
+    "${package}" "${model}" >"${exported_yml}"
+fi
 infinity_python=""
 if [[ "${modes}" == *d* ]]; then
   infinity_python="$(bash "${here}/infinity_venv.sh" | tail -n 1)/bin/python"
@@ -136,6 +162,7 @@ Cleanup() {
     wait "${child}" 2>/dev/null || true
   fi
   rm -rf "${work}"
+  [[ -z "${exported_yml}" ]] || rm -f "${exported_yml}"
 }
 trap Cleanup EXIT
 trap 'exit 130' INT TERM
@@ -188,6 +215,8 @@ RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
             --model-path "${model}" --dtype "${dtype}") ;;
     e) cmd=("${st_python}" "${here}/st_bare.py" --docs "${docs}" --model-path "${model}"
             --dtype "${dtype}" --device "${device}") ;;
+    f) cmd=("${gantry_env[@]}" "${gantry_bin}" --docs "${docs}" --uses "${exported_yml}"
+            --replicas "${replicas}" --device "${device}" --no-progress) ;;
   esac
   setsid timeout -k 10 "${limit}" "${cmd[@]}" >"${log}" 2>&1 &
   child=$!
@@ -251,7 +280,8 @@ names = {'a': '(a) bare model (encoder_bare)',
          'b': '(b) Gantry Deployment + C++ client (encode_10k)',
          'c': '(c) Jina + sentence-transformers (Python executor)',
          'd': '(d) Infinity 0.0.78, torch engine (HTTP, 8 in flight)',
-         'e': '(e) sentence-transformers encode() alone'}
+         'e': '(e) sentence-transformers encode() alone',
+         'f': '(f) TorchModel, torch.export + AOTInductor .pt2'}
 runs = {}
 startups = {}
 ceiling = None
@@ -280,6 +310,10 @@ if 'b' in med and 'e' in med:
     print(f'  ratio Gantry/sentence-transformers (b/e): {med["b"] / med["e"]:.3f}')
 if 'a' in med and 'e' in med:
     print(f'  ratio bare/sentence-transformers (a/e): {med["a"] / med["e"]:.3f}')
+if 'f' in med and 'b' in med:
+    print(f'  ratio exported/hand-written (f/b): {med["f"] / med["b"]:.3f}')
+if 'f' in med and 'a' in med:
+    print(f'  ratio exported/bare (f/a): {med["f"] / med["a"]:.3f}')
 if 'b' in med:
     print(f'  Gantry post time for N docs (median): '
           f'{int(sys.argv[2]) / med["b"]:.3f} s')

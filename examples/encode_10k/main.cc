@@ -6,6 +6,7 @@
 //   encode_10k [--device cpu|cuda|cuda:N] [--dtype T] [--model-path DIR]
 //              [--replicas N] [--docs N] [--request-size N] [--no-progress]
 //              [--batch-size N] [--dynamic-batching PREFERRED:TIMEOUT_MS|off] [--repeat R]
+//              [--uses EXECUTOR.yml]
 // --dtype is SentenceEncoder's `dtype` (float32 by default), --batch-size
 // its `batch_size` (the widest forward pass, 32 by default), and
 // --dynamic-batching turns on dynamic batching of /encode in the workers
@@ -14,6 +15,11 @@
 // --repeat posts the documents R times to the same Deployment, one result
 // line each (the first pays for any shape the model has not seen yet).
 //
+// --uses serves another executor file instead of SentenceEncoder (e.g.
+// TorchModel with all-MiniLM-L6-v2 exported by torch.export, as
+// bench/encoder/run.sh's side f does); its `with:` then holds the model,
+// dtype and batch size, and --dtype, --model-path and --batch-size are
+// refused. Its handler must serve /encode with a 384-d embedding.
 // Without --model-path the executor looks the model up itself (see
 // FindDefaultModelPath in executors/sentence_encoder/sentence_embedder.h):
 // $GANTRY_MODEL_PATH, then ./models/pypi/... as scripts/fetch_model.sh
@@ -42,6 +48,7 @@ struct Options {
   std::string device = "cpu";
   std::string dtype;
   std::string model_path;
+  std::string uses;  // an executor YAML instead of SentenceEncoder
   int replicas = 1;
   long docs = 10000;
   int request_size = 32;
@@ -57,7 +64,7 @@ int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--device cpu|cuda|cuda:N] [--dtype T] [--model-path DIR] [--replicas N] "
                "[--docs N] [--request-size N] [--no-progress] [--batch-size N] "
-               "[--dynamic-batching PREFERRED:TIMEOUT_MS|off] [--repeat R]\n",
+               "[--dynamic-batching PREFERRED:TIMEOUT_MS|off] [--repeat R] [--uses EXECUTOR.yml]\n",
                argv0);
   return 2;
 }
@@ -91,6 +98,8 @@ bool ParseArgs(int argc, char** argv, Options* options) {
       options->dtype = value;
     } else if (arg == "--model-path") {
       options->model_path = value;
+    } else if (arg == "--uses") {
+      options->uses = value;
     } else if (arg == "--replicas" && ParseInRange(value, 1, 64, &number)) {
       options->replicas = static_cast<int>(number);
     } else if (arg == "--docs" && ParseInRange(value, 1, 100000000, &number)) {
@@ -180,6 +189,14 @@ int main(int argc, char** argv) {
   if (!ParseArgs(argc, argv, &options)) {
     return Usage(argv[0]);
   }
+  if (!options.uses.empty() &&
+      (!options.dtype.empty() || !options.model_path.empty() || options.batch_size != 0)) {
+    std::fprintf(stderr,
+                 "encode_10k: --dtype, --model-path and --batch-size are SentenceEncoder's; "
+                 "with --uses, %s's `with:` sets them\n",
+                 options.uses.c_str());
+    return 2;
+  }
   // Checked here so a typo fails before any worker starts.
   if (gantry::StatusOr<gantry::Device> device = gantry::Device::Parse(options.device);
       !device.ok()) {
@@ -188,7 +205,9 @@ int main(int argc, char** argv) {
   }
 
   gantry::DeploymentOptions deployment_options{
-      .uses = "SentenceEncoder", .name = "encoder", .replicas = options.replicas};
+      .uses = options.uses.empty() ? std::string("SentenceEncoder") : options.uses,
+      .name = "encoder",
+      .replicas = options.replicas};
   deployment_options.uses_with.insert_or_assign("device", gantry::Value(options.device));
   if (!options.dtype.empty()) {
     deployment_options.uses_with.insert_or_assign("dtype", gantry::Value(options.dtype));
@@ -200,13 +219,17 @@ int main(int argc, char** argv) {
     deployment_options.uses_with.insert_or_assign(
         "batch_size", gantry::Value(static_cast<std::int64_t>(options.batch_size)));
   }
+  // SentenceEncoder binds /encode; an executor of --uses may serve it
+  // through Jina's /default (TorchModel does).
+  const std::string batched_endpoint = options.uses.empty() ? "/encode" : "/default";
   if (options.batching_off) {
     deployment_options.uses_dynamic_batching.insert_or_assign(
-        "/encode", gantry::DynamicBatching{.enabled = false});
+        batched_endpoint, gantry::DynamicBatching{.enabled = false});
   } else if (options.preferred_batch_size != 0) {
     deployment_options.uses_dynamic_batching.insert_or_assign(
-        "/encode", gantry::DynamicBatching{.preferred_batch_size = options.preferred_batch_size,
-                                           .timeout_ms = options.batching_timeout_ms});
+        batched_endpoint,
+        gantry::DynamicBatching{.preferred_batch_size = options.preferred_batch_size,
+                                .timeout_ms = options.batching_timeout_ms});
   }
 
   const auto start = std::chrono::steady_clock::now();
