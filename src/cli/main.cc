@@ -7,7 +7,8 @@
 //                     [--restart-backoff-max MS] [--max-init-failures N] [--timeout-drain MS]
 //                     [--max-concurrent-requests N]
 //   gantry flow --uses flow.yml [--port N] [--http-port N] [--port-file F] [--http-port-file F]
-//               [--log-level L]
+//               [--log-level L] [--max-message-bytes N] [--max-concurrent-requests N]
+//               [--timeout-drain MS] [--monitoring] [--port-monitoring N]
 //   gantry executor --uses executor.yml|JTYPE [--lib PLUGIN.so]... [--port N] [--port-file F]
 //                   [--max-message-bytes N]
 //   gantry gateway --replica-addresses H:P,H:P [--port N] [--http-port N] [--http-port-file F]
@@ -37,6 +38,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +47,7 @@
 #include "common/port_file.h"
 #include "core/deployment_rules.h"
 #include "core/logging.h"
+#include "core/option_table.h"
 #include "core/value_json.h"
 #include "deployment/worker_program.h"
 #include "gateway/gateway.h"
@@ -63,11 +66,8 @@ int Fail(const gantry::Status& status) {
   return 1;
 }
 
-// Where a serving command listens and where it reports the ports it bound;
-// -1: not given (the YAML's, else none).
+// Where a serving command reports the ports it bound.
 struct ListenFlags {
-  int port = -1;
-  int http_port = -1;
   std::string port_file;
   // Written before port_file, so a reader that waits for port_file finds it.
   std::string http_port_file;
@@ -83,16 +83,79 @@ gantry::Status CheckHttpPortFile(const ListenFlags& listen, int http_port) {
   return gantry::OkStatus();
 }
 
-// The flags' ports over the YAML's (DeploymentOptions or FlowOptions).
+using gantry::internal::OptionField;
+using gantry::internal::OptionRow;
+using gantry::internal::OptionType;
+using gantry::internal::OptionValue;
+
+// The option-table flags (core/option_table.h) a command was given, by key.
+using GivenOptions = std::map<std::string_view, OptionValue>;
+
+// The help text of a table row, for commands that take its flag on their own terms.
+std::string HelpOf(std::string_view key) {
+  return std::string(gantry::internal::FindOption(key)->help);
+}
+
+// Adds the flag of every table row that `wanted` picks to `command`; what
+// is given lands in `given`. `note` ends each help text.
+void AddTableFlags(CLI::App* command, bool (*wanted)(const OptionRow&), std::string_view note,
+                   GivenOptions* given) {
+  for (const OptionRow& row : gantry::internal::OptionTable()) {
+    if (row.flag.empty() || !wanted(row)) {
+      continue;
+    }
+    const std::string flag(row.flag);
+    const std::string help = std::string(row.help) + std::string(note);
+    const std::string_view key = row.key;
+    switch (row.type) {
+      case OptionType::kBool:
+        command->add_flag_callback(
+            flag, [given, key] { (*given)[key] = true; }, help);
+        break;
+      case OptionType::kInt:
+      case OptionType::kMilliseconds:
+        command
+            ->add_option_function<std::int64_t>(
+                flag, [given, key](const std::int64_t& value) { (*given)[key] = value; }, help)
+            ->check(RangeOf(*row.rule));
+        break;
+      default:
+        command->add_option_function<std::string>(
+            flag, [given, key](const std::string& value) { (*given)[key] = value; }, help);
+        break;
+    }
+  }
+}
+
+// The given flags over `options` (the YAML's, or the defaults), each row
+// through its `field` (OptionRow::deployment or ::flow). A flag group's
+// flags replace the group as a set; a flag may imply a bool option.
 template <typename Options>
-gantry::Status ApplyListenFlags(const ListenFlags& listen, Options& options) {
-  if (listen.port >= 0) {
-    options.port = listen.port;
+void ApplyTableFlags(const GivenOptions& given, OptionField<Options> OptionRow::*field,
+                     Options& options) {
+  for (const OptionRow& row : gantry::internal::OptionTable()) {
+    if (row.flag_group.empty() || !(row.*field).present()) {
+      continue;
+    }
+    for (const auto& [key, value] : given) {
+      if (gantry::internal::FindOption(key)->flag_group == row.flag_group) {
+        (row.*field).set(options, std::string());
+        break;
+      }
+    }
   }
-  if (listen.http_port >= 0) {
-    options.http_port = listen.http_port;
+  for (const auto& [key, value] : given) {
+    const OptionRow& row = *gantry::internal::FindOption(key);
+    if ((row.*field).present()) {
+      (row.*field).set(options, value);
+    }
+    if (!row.flag_implies.empty()) {
+      const OptionRow& implied = *gantry::internal::FindOption(row.flag_implies);
+      if ((implied.*field).present()) {
+        (implied.*field).set(options, true);
+      }
+    }
   }
-  return CheckHttpPortFile(listen, options.http_port);
 }
 
 // The HTTP port first: a reader that waits for --port-file finds both.
@@ -119,70 +182,27 @@ int ExecWorker(const std::vector<std::string>& args) {
       "cannot run " + program + ": " + std::strerror(errno) + " (set GANTRY_WORKER_PROGRAM)"));
 }
 
-// Respawn and drain options of `gantry deployment`; -1: not given (the
-// YAML's, else DeploymentOptions' default).
-struct LifecycleFlags {
-  std::int64_t restart_backoff_initial = -1;
-  std::int64_t restart_backoff_max = -1;
-  std::int64_t max_init_failures = -1;
-  std::int64_t timeout_drain = -1;
-};
-
-// Prometheus metrics (Jina's --monitoring / --port-monitoring): a port of
+// `gantry executor`'s Prometheus metrics (Jina's --monitoring, --port-monitoring): a port of
 // 0 or more, or --monitoring alone (any free port), turns them on.
 struct MonitoringFlags {
   bool monitoring = false;
   int port_monitoring = -1;
-  std::string targets_file;
   bool enabled() const { return monitoring || port_monitoring >= 0; }
 };
 
 int RunDeployment(const std::string& uses, const ListenFlags& listen, const std::string& log_level,
-                  std::int64_t max_message_bytes, int max_concurrent_requests,
-                  const gantry::ServerTlsOptions& tls, const LifecycleFlags& lifecycle,
-                  const MonitoringFlags& monitoring) {
+                  const GivenOptions& given) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   auto options = gantry::LoadDeploymentConfig(uses);
   if (!options.ok()) {
     return Fail(options.status());
   }
-  if (gantry::Status s = ApplyListenFlags(listen, *options); !s.ok()) {
+  ApplyTableFlags(given, &OptionRow::deployment, *options);
+  if (gantry::Status s = CheckHttpPortFile(listen, options->http_port); !s.ok()) {
     return Fail(s);
   }
   if (!log_level.empty()) {
     options->log_level = log_level;
-  }
-  if (max_message_bytes > 0) {
-    options->max_message_bytes = max_message_bytes;
-  }
-  if (max_concurrent_requests >= 0) {
-    options->max_concurrent_requests = max_concurrent_requests;
-  }
-  // The flags replace the YAML's TLS files as a set.
-  if (tls.enabled() || !tls.client_ca_file.empty()) {
-    options->tls = tls;
-  }
-  using Ms = std::chrono::milliseconds;
-  if (lifecycle.restart_backoff_initial >= 0) {
-    options->restart_backoff_initial = Ms(lifecycle.restart_backoff_initial);
-  }
-  if (lifecycle.restart_backoff_max >= 0) {
-    options->restart_backoff_max = Ms(lifecycle.restart_backoff_max);
-  }
-  if (lifecycle.max_init_failures >= 0) {
-    options->max_init_failures = static_cast<int>(lifecycle.max_init_failures);
-  }
-  if (lifecycle.timeout_drain >= 0) {
-    options->timeout_drain = Ms(lifecycle.timeout_drain);
-  }
-  if (monitoring.enabled()) {
-    options->monitoring = true;
-  }
-  if (monitoring.port_monitoring >= 0) {
-    options->port_monitoring = monitoring.port_monitoring;
-  }
-  if (!monitoring.targets_file.empty()) {
-    options->monitoring_targets_file = monitoring.targets_file;
   }
   gantry::Deployment deployment(std::move(options).value());
   if (!deployment.ok()) {
@@ -205,13 +225,15 @@ int RunDeployment(const std::string& uses, const ListenFlags& listen, const std:
   return 0;
 }
 
-int RunFlow(const std::string& uses, const ListenFlags& listen, const std::string& log_level) {
+int RunFlow(const std::string& uses, const ListenFlags& listen, const std::string& log_level,
+            const GivenOptions& given) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   auto options = gantry::LoadFlowConfig(uses);
   if (!options.ok()) {
     return Fail(options.status());
   }
-  if (gantry::Status s = ApplyListenFlags(listen, *options); !s.ok()) {
+  ApplyTableFlags(given, &OptionRow::flow, *options);
+  if (gantry::Status s = CheckHttpPortFile(listen, options->http_port); !s.ok()) {
     return Fail(s);
   }
   if (!log_level.empty()) {
@@ -311,26 +333,26 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
 }
 
 int RunGateway(const std::string& addresses, const std::string& host, const ListenFlags& listen,
-               const std::string& name, const std::string& log_level,
-               std::int64_t max_message_bytes, int max_concurrent_requests,
-               const gantry::ServerTlsOptions& tls, std::int64_t timeout_drain) {
+               const std::string& name, const std::string& log_level, const GivenOptions& given) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
+  // The gateway's settings are a Deployment's, less its replicas.
+  gantry::DeploymentOptions settings;
+  ApplyTableFlags(given, &OptionRow::deployment, settings);
   gantry::internal::GatewayOptions options;
   options.host = host;
-  options.port = listen.port < 0 ? 0 : listen.port;
-  options.http_port = listen.http_port;
+  options.port = settings.port;
+  options.http_port = settings.http_port;
   options.deployment_name = name;
   if (gantry::Status s = CheckHttpPortFile(listen, options.http_port); !s.ok()) {
     return Fail(s);
   }
-  if (gantry::Status s = gantry::internal::CheckServerTlsOptions(tls); !s.ok()) {
+  if (gantry::Status s = gantry::internal::CheckServerTlsOptions(settings.tls); !s.ok()) {
     return Fail(s);
   }
-  options.tls = tls;
-  if (max_message_bytes > 0) {
-    options.max_message_bytes = max_message_bytes;
-  }
-  options.max_concurrent_requests = std::max(max_concurrent_requests, 0);
+  options.tls = settings.tls;
+  options.max_message_bytes = settings.max_message_bytes;
+  options.max_concurrent_requests = settings.max_concurrent_requests;
+  const std::chrono::milliseconds timeout_drain = settings.timeout_drain;
   std::string rest = addresses;
   while (!rest.empty()) {
     std::size_t comma = rest.find(',');
@@ -359,8 +381,8 @@ int RunGateway(const std::string& addresses, const std::string& host, const List
   int signal_number = 0;
   sigwait(&set, &signal_number);
   spdlog::info("received {}; draining requests in flight (up to {} ms)", strsignal(signal_number),
-               timeout_drain);
-  (*gateway)->Shutdown(std::chrono::milliseconds(timeout_drain));
+               timeout_drain.count());
+  (*gateway)->Shutdown(timeout_drain);
   return 0;
 }
 
@@ -420,94 +442,36 @@ int main(int argc, char** argv) try {
   std::string uses;
   ListenFlags listen;
   std::string log_level;
+  constexpr const char* kLogLevelHelp = "debug, info, warning or error";
+  constexpr const char* kHttpPortFileHelp =
+      "write the HTTP port here when ready (before --port-file; for --http-port 0)";
+  // The option table's flags (core/option_table.h); one command is parsed.
+  GivenOptions given;
   auto* deployment = app.add_subcommand("deployment",
                                         "Run a Deployment from YAML: a gateway and "
                                         "its worker replicas");
   deployment->add_option("--uses", uses, "deployment YAML (jtype: Deployment)")
       ->required()
       ->check(CLI::ExistingFile);
-  deployment->add_option("--port", listen.port,
-                         "gateway port (overrides the YAML's; 0 = any free)");
-  constexpr const char* kHttpPortFileHelp =
-      "write the HTTP port here when ready (before --port-file; for --http-port 0)";
-  deployment->add_option("--http-port", listen.http_port,
-                         "also serve HTTP/JSON on this port (0 = any free; default: no HTTP)");
+  AddTableFlags(
+      deployment, [](const OptionRow& row) { return row.deployment.present(); },
+      "; overrides the YAML's", &given);
   deployment->add_option("--port-file", listen.port_file,
                          "write the gateway's port here when ready");
   deployment->add_option("--http-port-file", listen.http_port_file, kHttpPortFileHelp);
-  deployment->add_option("--log-level", log_level, "debug, info, warning or error");
-  // 0: not given (the YAML's or the default, 64 MiB).
-  std::int64_t max_message_bytes = 0;
-  constexpr const char* kMaxMessageHelp =
-      "cap on one request or reply in bytes, 1 to 2147483647 (default 64 MiB)";
-  deployment
-      ->add_option("--max-message-bytes", max_message_bytes,
-                   std::string(kMaxMessageHelp) + "; overrides the YAML's")
-      ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
-  // -1: not given (the YAML's, or no bound of the gateway's own).
-  int max_concurrent_requests = -1;
-  constexpr const char* kMaxConcurrentHelp =
-      "requests the gateway forwards at once; the next gets RESOURCE_EXHAUSTED / HTTP 429 "
-      "(default 0: no bound of its own)";
-  deployment
-      ->add_option("--max-concurrent-requests", max_concurrent_requests,
-                   std::string(kMaxConcurrentHelp) + "; overrides the YAML's")
-      ->check(RangeOf(gantry::internal::kMaxConcurrentRequestsRule));
-  gantry::ServerTlsOptions tls;
-  // TLS on the gateway's gRPC and HTTP ports (`deployment` and `gateway`).
-  const auto add_tls_options = [&tls](CLI::App* command) {
-    command->add_option("--ssl-certfile", tls.cert_file,
-                        "serve TLS with this PEM certificate chain (needs --ssl-keyfile)");
-    command->add_option("--ssl-keyfile", tls.key_file, "the certificate's PEM private key");
-    command->add_option("--ssl-client-cafile", tls.client_ca_file,
-                        "require client certificates signed by these PEM CA certificates");
-  };
-  add_tls_options(deployment);
-  LifecycleFlags lifecycle;
-  deployment
-      ->add_option("--restart-backoff-initial", lifecycle.restart_backoff_initial,
-                   "ms before a dead replica's first restart; doubles on each further one "
-                   "(default 100; overrides the YAML's)")
-      ->check(RangeOf(gantry::internal::kRestartBackoffRule));
-  deployment
-      ->add_option("--restart-backoff-max", lifecycle.restart_backoff_max,
-                   "longest wait before a restart, in ms (default 30000; overrides the YAML's)")
-      ->check(RangeOf(gantry::internal::kRestartBackoffRule));
-  deployment
-      ->add_option("--max-init-failures", lifecycle.max_init_failures,
-                   "failed starts in a row before a replica is given up (default 5; overrides "
-                   "the YAML's)")
-      ->check(RangeOf(gantry::internal::kMaxInitFailuresRule));
-  constexpr const char* kTimeoutDrainHelp =
-      "on SIGTERM/SIGINT, ms that requests in flight may take to finish once new ones are "
-      "refused";
-  deployment
-      ->add_option("--timeout-drain", lifecycle.timeout_drain,
-                   std::string(kTimeoutDrainHelp) + " (default 10000; overrides the YAML's)")
-      ->check(RangeOf(gantry::internal::kTimeoutDrainRule));
-  MonitoringFlags monitoring;
-  const auto add_monitoring_options = [&monitoring](CLI::App* command) {
-    command->add_flag("--monitoring", monitoring.monitoring,
-                      "serve Prometheus metrics at /metrics (docs/metrics.md)");
-    command
-        ->add_option("--port-monitoring", monitoring.port_monitoring,
-                     "metrics port (0 = any free; implies --monitoring)")
-        ->check(RangeOf(gantry::internal::kPortRule));
-  };
-  add_monitoring_options(deployment);
-  deployment->add_option("--monitoring-targets-file", monitoring.targets_file,
-                         "write every metrics endpoint here for Prometheus's file_sd_configs "
-                         "(implies --monitoring)");
+  deployment->add_option("--log-level", log_level, kLogLevelHelp);
 
   std::string device;
   std::string name;
   std::string uses_with;
+  int executor_port = -1;
+  std::int64_t max_message_bytes = 0;
   auto* executor = app.add_subcommand("executor", "Run one executor as a gRPC worker, no gateway");
   executor->add_option("--uses", uses, "executor YAML (jtype/with/metas) or an executor type name")
       ->required();
   std::string host = "0.0.0.0";
   executor->add_option("--host", host, "address to listen on (default 0.0.0.0, as Jina)");
-  executor->add_option("--port", listen.port, "port to listen on (0 = any free)");
+  executor->add_option("--port", executor_port, "port to listen on (0 = any free)");
   executor->add_option("--port-file", listen.port_file, "write the port here when ready");
   executor->add_option("--device", device, "cpu, cuda, cuda:N or auto (overrides with.device)");
   executor->add_option("--name", name, "executor name in logs (default: metas.name)");
@@ -516,34 +480,26 @@ int main(int argc, char** argv) try {
   executor->add_option("--lib", libs,
                        "executor plugin library to load before the type lookup (repeatable; "
                        "added to metas.libs)");
-  executor->add_option("--log-level", log_level, "debug, info, warning or error");
-  executor->add_option("--max-message-bytes", max_message_bytes, kMaxMessageHelp)
+  executor->add_option("--log-level", log_level, kLogLevelHelp);
+  executor->add_option("--max-message-bytes", max_message_bytes, HelpOf("max_message_bytes"))
       ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
-  add_monitoring_options(executor);
+  MonitoringFlags monitoring;
+  executor->add_flag("--monitoring", monitoring.monitoring, HelpOf("monitoring"));
+  executor->add_option("--port-monitoring", monitoring.port_monitoring, HelpOf("port_monitoring"))
+      ->check(RangeOf(gantry::internal::kPortRule));
 
   std::string addresses;
   auto* gateway = app.add_subcommand("gateway", "Run a gateway in front of running workers");
   gateway->add_option("--replica-addresses", addresses, "comma-separated HOST:PORT of replicas")
       ->required();
   gateway->add_option("--host", host, "address to listen on (default 0.0.0.0, as Jina)");
-  gateway->add_option("--port", listen.port, "port to listen on (0 = any free)");
-  gateway->add_option("--http-port", listen.http_port,
-                      "also serve HTTP/JSON on this port (0 = any free; default: no HTTP)");
+  AddTableFlags(
+      gateway, [](const OptionRow& row) { return row.gateway_flag; }, "", &given);
   std::string gateway_name = "executor";
   gateway->add_option("--name", gateway_name, "deployment name for messages");
   gateway->add_option("--port-file", listen.port_file, "write the port here when ready");
   gateway->add_option("--http-port-file", listen.http_port_file, kHttpPortFileHelp);
-  gateway->add_option("--log-level", log_level, "debug, info, warning or error");
-  gateway->add_option("--max-message-bytes", max_message_bytes, kMaxMessageHelp)
-      ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
-  gateway->add_option("--max-concurrent-requests", max_concurrent_requests, kMaxConcurrentHelp)
-      ->check(RangeOf(gantry::internal::kMaxConcurrentRequestsRule));
-  add_tls_options(gateway);
-  std::int64_t gateway_timeout_drain = 10000;
-  gateway
-      ->add_option("--timeout-drain", gateway_timeout_drain,
-                   std::string(kTimeoutDrainHelp) + " (default 10000)")
-      ->check(RangeOf(gantry::internal::kTimeoutDrainRule));
+  gateway->add_option("--log-level", log_level, kLogLevelHelp);
 
   std::string address;
   int timeout_ms = 3000;
@@ -562,12 +518,12 @@ int main(int argc, char** argv) try {
   auto* flow = app.add_subcommand(
       "flow", "Run a Flow from YAML: one gateway and a Deployment per step, chained or a DAG");
   flow->add_option("--uses", uses, "flow YAML (jtype: Flow)")->required()->check(CLI::ExistingFile);
-  flow->add_option("--port", listen.port, "gateway port (overrides the YAML's; 0 = any free)");
-  flow->add_option("--http-port", listen.http_port,
-                   "also serve HTTP/JSON on this port (0 = any free; default: the YAML's)");
+  AddTableFlags(
+      flow, [](const OptionRow& row) { return row.flow.present(); }, "; overrides the YAML's",
+      &given);
   flow->add_option("--port-file", listen.port_file, "write the gateway's port here when ready");
   flow->add_option("--http-port-file", listen.http_port_file, kHttpPortFileHelp);
-  flow->add_option("--log-level", log_level, "debug, info, warning or error");
+  flow->add_option("--log-level", log_level, kLogLevelHelp);
 
   auto* executors = app.add_subcommand("executors", "List the executor types gantry-worker serves");
 
@@ -602,21 +558,18 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
 
   if (deployment->parsed()) {
-    monitoring.monitoring = monitoring.monitoring || !monitoring.targets_file.empty();
-    return RunDeployment(uses, listen, log_level, max_message_bytes, max_concurrent_requests, tls,
-                         lifecycle, monitoring);
+    return RunDeployment(uses, listen, log_level, given);
   }
   if (flow->parsed()) {
-    return RunFlow(uses, listen, log_level);
+    return RunFlow(uses, listen, log_level, given);
   }
   if (executor->parsed()) {
-    return RunExecutor(uses, host, listen.port, listen.port_file, device, name, uses_with, libs,
+    return RunExecutor(uses, host, executor_port, listen.port_file, device, name, uses_with, libs,
                        log_level, max_message_bytes, monitoring);
   }
   if (gateway->parsed()) {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    return RunGateway(addresses, host, listen, gateway_name, log_level, max_message_bytes,
-                      max_concurrent_requests, tls, gateway_timeout_drain);
+    return RunGateway(addresses, host, listen, gateway_name, log_level, given);
   }
   if (ping->parsed()) {
     // A CA or client certificate only makes sense over TLS.

@@ -25,60 +25,19 @@
 #include "core/deployment_rules.h"
 #include "core/flow_graph.h"
 #include "core/limits.h"
+#include "core/option_table.h"
 
 namespace gantry {
 namespace {
 
 using internal::IntRule;
 
-// `timeout_ready: -1` waits forever; a finite stand-in keeps deadline
-// arithmetic (now + timeout) from overflowing.
-constexpr std::chrono::milliseconds kForever = std::chrono::hours(24 * 365 * 100);
-
 constexpr std::string_view kExecutorKeys[] = {"jtype", "with", "metas", "requests",
                                               "dynamic_batching"};
 constexpr std::string_view kMetasKeys[] = {"name", "description", "workspace",
                                            "url",  "keywords",    "libs"};
 constexpr std::string_view kDeploymentKeys[] = {"jtype", "version", "with"};
-constexpr std::string_view kDeploymentWithKeys[] = {"uses",
-                                                    "uses_with",
-                                                    "uses_metas",
-                                                    "name",
-                                                    "replicas",
-                                                    "port",
-                                                    "host",
-                                                    "env",
-                                                    "timeout_ready",
-                                                    "log_level",
-                                                    "gpus",
-                                                    "uses_dynamic_batching",
-                                                    "http_port",
-                                                    "max_message_bytes",
-                                                    "max_concurrent_requests",
-                                                    "models",
-                                                    "ssl_certfile",
-                                                    "ssl_keyfile",
-                                                    "ssl_client_cafile",
-                                                    "restart_backoff_initial",
-                                                    "restart_backoff_max",
-                                                    "max_init_failures",
-                                                    "timeout_drain",
-                                                    "monitoring",
-                                                    "port_monitoring",
-                                                    "monitoring_targets_file",
-                                                    "volumes"};
 constexpr std::string_view kFlowKeys[] = {"jtype", "version", "with", "executors", "gateway"};
-constexpr std::string_view kFlowWithKeys[] = {"name",
-                                              "port",
-                                              "protocol",
-                                              "host",
-                                              "http_port",
-                                              "max_message_bytes",
-                                              "timeout_drain",
-                                              "env",
-                                              "monitoring",
-                                              "port_monitoring",
-                                              "max_concurrent_requests"};
 // Keys of a Flow's `executors:` entries that Jina has and a Deployment has
 // not; all but `needs` (and `shards: 1`) are refused as not supported.
 constexpr std::string_view kFlowStepOnlyKeys[] = {
@@ -580,19 +539,11 @@ class Parser {
     if (!with.value.IsMap()) {
       return Error(with.mark, "with", "expected a mapping, got " + Describe(with.value));
     }
-    GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(with.value, "with", kFlowWithKeys));
+    GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries,
+                            Entries(with.value, "with", internal::FlowWithKeys()));
     for (const Entry& e : entries) {
       std::string path = Join("with", e.key);
-      if (e.key == "name") {
-        GANTRY_ASSIGN_OR_RETURN(options->name, ReadName(e, path));
-      } else if (e.key == "port" || e.key == "http_port" || e.key == "port_monitoring") {
-        GANTRY_ASSIGN_OR_RETURN(std::int64_t port, ReadInt(e, path, internal::kPortRule));
-        (e.key == "port"        ? options->port
-         : e.key == "http_port" ? options->http_port
-                                : options->port_monitoring) = static_cast<int>(port);
-      } else if (e.key == "monitoring") {
-        GANTRY_ASSIGN_OR_RETURN(options->monitoring, ReadBool(e, path));
-      } else if (e.key == "protocol") {
+      if (e.key == "protocol") {
         // grpc, or a list holding only grpc; HTTP has a port of its own.
         YAML::Node protocol = e.value;
         if (protocol.IsSequence() && protocol.size() == 1) {
@@ -605,23 +556,50 @@ class Parser {
                        "only grpc is supported (add `http_port` for HTTP/JSON next to it), got " +
                            Describe(e.value));
         }
-      } else if (e.key == "host") {
-        GANTRY_ASSIGN_OR_RETURN(options->host, ReadName(e, path));
-      } else if (e.key == "max_message_bytes") {
-        GANTRY_ASSIGN_OR_RETURN(options->max_message_bytes,
-                                ReadInt(e, path, internal::kMaxMessageBytesRule));
-      } else if (e.key == "max_concurrent_requests") {
-        GANTRY_ASSIGN_OR_RETURN(std::int64_t limit,
-                                ReadInt(e, path, internal::kMaxConcurrentRequestsRule));
-        options->max_concurrent_requests = static_cast<int>(limit);
-      } else if (e.key == "timeout_drain") {
-        GANTRY_ASSIGN_OR_RETURN(std::int64_t ms, ReadInt(e, path, internal::kTimeoutDrainRule));
-        options->timeout_drain = std::chrono::milliseconds(ms);
-      } else {
+      } else if (e.key == "env") {
         GANTRY_RETURN_IF_ERROR(ParseEnv(e, path, env));
+      } else {
+        const internal::OptionRow& row = *internal::FindOption(e.key);
+        GANTRY_ASSIGN_OR_RETURN(internal::OptionValue value, ReadOption(row, e, path));
+        row.flow.set(*options, value);
       }
     }
     return OkStatus();
+  }
+
+  // A scalar option by its row's type (core/option_table.h).
+  StatusOr<internal::OptionValue> ReadOption(const internal::OptionRow& row, const Entry& e,
+                                             const std::string& path) const {
+    using internal::OptionType;
+    using internal::OptionValue;
+    switch (row.type) {
+      case OptionType::kInt:
+      case OptionType::kMilliseconds: {
+        GANTRY_ASSIGN_OR_RETURN(std::int64_t n, ReadInt(e, path, *row.rule));
+        return OptionValue(n);
+      }
+      case OptionType::kBool: {
+        GANTRY_ASSIGN_OR_RETURN(bool b, ReadBool(e, path));
+        return OptionValue(b);
+      }
+      case OptionType::kName:
+      case OptionType::kPath:
+      case OptionType::kLogLevel: {
+        GANTRY_ASSIGN_OR_RETURN(std::string text, row.type == OptionType::kName ? ReadName(e, path)
+                                                  : row.type == OptionType::kPath
+                                                      ? ReadPath(e, path)
+                                                      : ReadText(e, path));
+        if (row.type == OptionType::kLogLevel) {
+          if (Status s = internal::CheckLogLevel(text); !s.ok()) {
+            return Error(e.mark, path, s.message());
+          }
+        }
+        return OptionValue(std::move(text));
+      }
+      case OptionType::kOwnReader:
+        break;
+    }
+    return InternalError(path + ": no reader for this key");
   }
 
   // `needs: name` or `needs: [a, b]`.
@@ -985,7 +963,7 @@ class Parser {
   StatusOr<DeploymentOptions> ParseDeploymentWith(const Entry& with,
                                                   std::string_view prefix = "with") const {
     GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries,
-                            Entries(with.value, prefix, kDeploymentWithKeys));
+                            Entries(with.value, prefix, internal::DeploymentWithKeys()));
     DeploymentOptions options;
     options.config_dir = ConfigDir();
     Value::Dict base_with;
@@ -1028,42 +1006,8 @@ class Parser {
         GANTRY_ASSIGN_OR_RETURN(options.uses_with, ParseWith(e, path));
       } else if (e.key == "uses_metas") {
         GANTRY_ASSIGN_OR_RETURN(options.uses_metas, ParseMetas(e, path));
-      } else if (e.key == "name") {
-        GANTRY_ASSIGN_OR_RETURN(options.name, ReadName(e, path));
-      } else if (e.key == "replicas") {
-        GANTRY_ASSIGN_OR_RETURN(std::int64_t replicas, ReadInt(e, path, internal::kReplicasRule));
-        options.replicas = static_cast<int>(replicas);
-      } else if (e.key == "port") {
-        GANTRY_ASSIGN_OR_RETURN(std::int64_t port, ReadInt(e, path, internal::kPortRule));
-        options.port = static_cast<int>(port);
-      } else if (e.key == "http_port") {
-        // A second gateway port serving HTTP/JSON, as Jina's multi-protocol gateway.
-        GANTRY_ASSIGN_OR_RETURN(std::int64_t port, ReadInt(e, path, internal::kPortRule));
-        options.http_port = static_cast<int>(port);
-      } else if (e.key == "monitoring") {
-        GANTRY_ASSIGN_OR_RETURN(options.monitoring, ReadBool(e, path));
-      } else if (e.key == "port_monitoring") {
-        GANTRY_ASSIGN_OR_RETURN(std::int64_t port, ReadInt(e, path, internal::kPortRule));
-        options.port_monitoring = static_cast<int>(port);
-      } else if (e.key == "monitoring_targets_file") {
-        GANTRY_ASSIGN_OR_RETURN(options.monitoring_targets_file, ReadPath(e, path));
-      } else if (e.key == "max_message_bytes") {
-        GANTRY_ASSIGN_OR_RETURN(options.max_message_bytes,
-                                ReadInt(e, path, internal::kMaxMessageBytesRule));
-      } else if (e.key == "max_concurrent_requests") {
-        GANTRY_ASSIGN_OR_RETURN(std::int64_t limit,
-                                ReadInt(e, path, internal::kMaxConcurrentRequestsRule));
-        options.max_concurrent_requests = static_cast<int>(limit);
       } else if (e.key == "models") {
         GANTRY_RETURN_IF_ERROR(ParseServedModels(e, path, &options.models));
-      } else if (e.key == "ssl_certfile") {
-        GANTRY_ASSIGN_OR_RETURN(options.tls.cert_file, ReadPath(e, path));
-      } else if (e.key == "ssl_keyfile") {
-        GANTRY_ASSIGN_OR_RETURN(options.tls.key_file, ReadPath(e, path));
-      } else if (e.key == "ssl_client_cafile") {
-        GANTRY_ASSIGN_OR_RETURN(options.tls.client_ca_file, ReadPath(e, path));
-      } else if (e.key == "host") {
-        GANTRY_ASSIGN_OR_RETURN(options.host, ReadName(e, path));
       } else if (e.key == "env") {
         GANTRY_RETURN_IF_ERROR(ParseEnv(e, path, &options.env));
       } else if (e.key == "volumes") {
@@ -1072,29 +1016,13 @@ class Parser {
         GANTRY_ASSIGN_OR_RETURN(options.gpus, ParseGpus(e, path));
       } else if (e.key == "uses_dynamic_batching") {
         GANTRY_ASSIGN_OR_RETURN(options.uses_dynamic_batching, ParseBatching(e, path));
-      } else if (e.key == "restart_backoff_initial" || e.key == "restart_backoff_max") {
-        GANTRY_ASSIGN_OR_RETURN(std::int64_t ms, ReadInt(e, path, internal::kRestartBackoffRule));
-        (e.key == "restart_backoff_initial" ? options.restart_backoff_initial
-                                            : options.restart_backoff_max) =
-            std::chrono::milliseconds(ms);
+      } else {
+        const internal::OptionRow& row = *internal::FindOption(e.key);
+        GANTRY_ASSIGN_OR_RETURN(internal::OptionValue value, ReadOption(row, e, path));
+        row.deployment.set(options, value);
         if (e.key == "restart_backoff_max") {
           backoff_max_mark = e.mark;
         }
-      } else if (e.key == "max_init_failures") {
-        GANTRY_ASSIGN_OR_RETURN(std::int64_t n, ReadInt(e, path, internal::kMaxInitFailuresRule));
-        options.max_init_failures = static_cast<int>(n);
-      } else if (e.key == "timeout_drain") {
-        GANTRY_ASSIGN_OR_RETURN(std::int64_t ms, ReadInt(e, path, internal::kTimeoutDrainRule));
-        options.timeout_drain = std::chrono::milliseconds(ms);
-      } else if (e.key == "timeout_ready") {
-        GANTRY_ASSIGN_OR_RETURN(std::int64_t ms, ReadInt(e, path, internal::kTimeoutReadyRule));
-        options.timeout_ready = ms < 0 ? kForever : std::chrono::milliseconds(ms);
-      } else {
-        GANTRY_ASSIGN_OR_RETURN(std::string level, ReadText(e, path));
-        if (Status s = internal::CheckLogLevel(level); !s.ok()) {
-          return Error(e.mark, path, s.message());
-        }
-        options.log_level = std::move(level);
       }
     }
     if (!has_uses) {

@@ -23,6 +23,7 @@
 
 #include "core/deployment_rules.h"
 #include "core/limits.h"
+#include "core/option_table.h"
 
 namespace gantry {
 namespace {
@@ -64,10 +65,9 @@ struct Topology {
   bool is_flow = false;
   std::string name;  // the Flow's or the Deployment's
   int gateway_port = kDefaultGatewayPort;
-  int http_port = -1;
-  std::int64_t max_message_bytes = internal::kDefaultMaxMessageBytes;
-  int max_concurrent_requests = 0;
-  std::int64_t timeout_drain_ms = 10000;
+  // The gateway's options (a Flow's are copied over through the option
+  // table): its flags or its Flow `with:` are made from them.
+  DeploymentOptions gateway{};
   std::string log_level;
   std::vector<Step> steps;
 };
@@ -268,10 +268,11 @@ StatusOr<Topology> LoadTopology(const std::string& path) {
     GANTRY_ASSIGN_OR_RETURN(FlowOptions flow, LoadFlowConfig(path));
     t.name = flow.name;
     t.gateway_port = flow.port != 0 ? flow.port : kDefaultGatewayPort;
-    t.http_port = flow.http_port;
-    t.max_message_bytes = flow.max_message_bytes;
-    t.max_concurrent_requests = flow.max_concurrent_requests;
-    t.timeout_drain_ms = flow.timeout_drain.count();
+    for (const internal::OptionRow& row : internal::OptionTable()) {
+      if (row.flow.present() && row.deployment.present()) {
+        row.deployment.set(t.gateway, row.flow.get(flow));
+      }
+    }
     if (flow.monitoring) {
       return Refuse(t, "with.monitoring", "metrics are not exported yet");
     }
@@ -287,17 +288,14 @@ StatusOr<Topology> LoadTopology(const std::string& path) {
     GANTRY_ASSIGN_OR_RETURN(DeploymentOptions deployment, LoadDeploymentConfig(path));
     t.name = deployment.name;
     t.gateway_port = deployment.port != 0 ? deployment.port : kDefaultGatewayPort;
-    t.http_port = deployment.http_port;
-    t.max_message_bytes = deployment.max_message_bytes;
-    t.max_concurrent_requests = deployment.max_concurrent_requests;
-    t.timeout_drain_ms = deployment.timeout_drain.count();
+    t.gateway = deployment;
     t.log_level = deployment.log_level;
     std::string name = deployment.name;
     t.steps.push_back(
         Step{.name = std::move(name), .key_path = "with", .deployment = std::move(deployment)});
   }
   std::set<std::string> taken = {std::string(kGatewayName)};
-  std::set<int> ports = {t.gateway_port, t.http_port};
+  std::set<int> ports = {t.gateway_port, t.gateway.http_port};
   int next_port = kFirstExecutorPort;
   for (Step& step : t.steps) {
     if (step.external) {
@@ -454,14 +452,25 @@ Value GatewayFlowDoc(const Topology& t, const std::function<std::string(const St
   with.emplace("name", Text(t.name));
   with.emplace("host", Text("0.0.0.0"));
   with.emplace("port", Int(t.gateway_port));
-  if (t.http_port >= 0) {
-    with.emplace("http_port", Int(t.http_port));
+  // The rest of the Flow's gateway options, where they differ from the
+  // defaults.
+  const FlowOptions defaults;
+  for (const internal::OptionRow& row : internal::OptionTable()) {
+    if (!row.flow.present() || !row.deployment.present() || with.contains(std::string(row.key))) {
+      continue;
+    }
+    internal::OptionValue value = row.deployment.get(t.gateway);
+    if (value == row.flow.get(defaults)) {
+      continue;
+    }
+    if (const auto* n = std::get_if<std::int64_t>(&value)) {
+      with.emplace(row.key, Int(*n));
+    } else if (const auto* b = std::get_if<bool>(&value)) {
+      with.emplace(row.key, Value(*b));
+    } else {
+      with.emplace(row.key, Text(std::get<std::string>(value)));
+    }
   }
-  with.emplace("max_message_bytes", Int(t.max_message_bytes));
-  if (t.max_concurrent_requests > 0) {
-    with.emplace("max_concurrent_requests", Int(t.max_concurrent_requests));
-  }
-  with.emplace("timeout_drain", Int(t.timeout_drain_ms));
   Value::List executors;
   for (const Step& step : t.steps) {
     Value::Dict e;
@@ -516,18 +525,20 @@ Value::List GatewayArgs(const Topology& t, std::string_view replica_addresses) {
                       Text("--port"),
                       Text(std::to_string(t.gateway_port)),
                       Text("--name"),
-                      Text(t.name),
-                      Text("--max-message-bytes"),
-                      Text(std::to_string(t.max_message_bytes)),
-                      Text("--timeout-drain"),
-                      Text(std::to_string(t.timeout_drain_ms))};
-  if (t.http_port >= 0) {
-    args.push_back(Text("--http-port"));
-    args.push_back(Text(std::to_string(t.http_port)));
-  }
-  if (t.max_concurrent_requests > 0) {
-    args.push_back(Text("--max-concurrent-requests"));
-    args.push_back(Text(std::to_string(t.max_concurrent_requests)));
+                      Text(t.name)};
+  // The rest of `gantry gateway`'s flags, where they differ from the
+  // defaults. The port is the exported one; TLS files are refused
+  // (CheckExportable).
+  const DeploymentOptions defaults;
+  for (const internal::OptionRow& row : internal::OptionTable()) {
+    if (!row.gateway_flag || row.key == "port" || !row.flag_group.empty()) {
+      continue;
+    }
+    internal::OptionValue value = row.deployment.get(t.gateway);
+    if (value != row.deployment.get(defaults)) {
+      args.push_back(Text(std::string(row.flag)));
+      args.push_back(Text(internal::OptionText(value)));
+    }
   }
   return args;
 }
@@ -859,8 +870,8 @@ std::int64_t StartupSeconds(const DeploymentOptions& d) {
 
 std::vector<std::pair<std::string, int>> GatewayPorts(const Topology& t) {
   std::vector<std::pair<std::string, int>> ports = {{"grpc", t.gateway_port}};
-  if (t.http_port >= 0) {
-    ports.emplace_back("http", t.http_port);
+  if (t.gateway.http_port >= 0) {
+    ports.emplace_back("http", t.gateway.http_port);
   }
   return ports;
 }
@@ -914,7 +925,7 @@ StatusOr<std::vector<OutFile>> RenderKubernetes(const Topology& t, const ExportO
                    .has_config = t.is_flow,
                    .startup_seconds = 60,
                    .liveness_on_tcp = true,
-                   .drain_ms = t.timeout_drain_ms};
+                   .drain_ms = t.gateway.timeout_drain.count()};
   std::vector<Value> docs;
   if (t.is_flow) {
     YAML::Emitter flow;

@@ -329,5 +329,47 @@ TEST(RoutingTest, CliAndYamlSetTheCap) {
   EXPECT_THAT(parsed.status().message(), HasSubstr(yaml + ":4:22: with.max_message_bytes: "));
 }
 
+// `gantry flow` takes the Flow's gateway options as flags (from the same
+// table as `gantry deployment`), each over the YAML's.
+TEST(RoutingTest, FlowCliFlagsOverrideTheFlowsYaml) {
+  testing::TempDir dir;
+  const std::string yaml = dir.File("flow.yml");
+  testing::WriteFile(yaml,
+                     "jtype: Flow\nwith:\n  max_message_bytes: 65536\nexecutors:\n"
+                     "  - name: seed\n    uses: " +
+                         testing::SourceDir() + "/examples/seed/executor.yml\n");
+  struct Case {
+    std::vector<std::string> args;
+    std::int64_t cap;
+  };
+  std::vector<Case> cases = {
+      {{"flow", "--uses", yaml}, 65536},
+      {{"flow", "--uses", yaml, "--max-message-bytes", "131072", "--max-concurrent-requests", "8",
+        "--timeout-drain", "2000"},
+       131072},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    std::string port_file = dir.File("port" + std::to_string(i));
+    std::string log = dir.File("cli" + std::to_string(i) + ".log");
+    std::vector<std::string> args = cases[i].args;
+    args.insert(args.end(), {"--port", "0", "--port-file", port_file});
+    ChildProcessPtr cli = StartCli(args, log);
+    ASSERT_NE(cli, nullptr);
+    auto port = testing::WaitForFile(port_file, std::chrono::seconds(60));
+    ASSERT_TRUE(port.has_value()) << testing::ReadFile(log);
+    ExpectCap("127.0.0.1:" + std::to_string(std::stoi(*port)), cases[i].cap, "/encode");
+    cli->Signal(SIGTERM);
+    EXPECT_TRUE(cli->WaitFor(std::chrono::seconds(30)));
+  }
+  // A flag's own range is checked before anything starts.
+  std::string log = dir.File("refused.log");
+  ChildProcessPtr refused =
+      StartCli({"flow", "--uses", yaml, "--max-concurrent-requests", "-1"}, log);
+  ASSERT_NE(refused, nullptr);
+  ASSERT_TRUE(refused->WaitFor(std::chrono::seconds(30)));
+  EXPECT_NE(*refused->exit_status(), 0);
+  EXPECT_THAT(testing::ReadFile(log), HasSubstr("--max-concurrent-requests"));
+}
+
 }  // namespace
 }  // namespace gantry
