@@ -262,8 +262,7 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
                 const std::string& log_level, std::int64_t max_message_bytes,
                 const MonitoringFlags& monitoring) {
   gantry::internal::WorkerSpec spec;
-  bool is_yaml = uses.ends_with(".yml") || uses.ends_with(".yaml");
-  if (is_yaml) {
+  if (gantry::internal::KindOfUses(uses) == gantry::internal::UsesKind::kExecutorFile) {
     auto config = gantry::LoadExecutorConfig(uses);
     if (!config.ok()) {
       return Fail(config.status());

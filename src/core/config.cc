@@ -966,9 +966,9 @@ class Parser {
                             Entries(with.value, prefix, internal::DeploymentWithKeys()));
     DeploymentOptions options;
     options.config_dir = ConfigDir();
-    Value::Dict base_with;
-    Value::Dict base_metas;
-    std::map<std::string, DynamicBatching> base_batching;
+    // The executor `uses` names by a mapping or a file, joined to the
+    // options once they are all read (what they set wins).
+    std::optional<ExecutorConfig> executor;
     bool has_uses = false;
     // Where restart_backoff_max was written, for the check against _initial.
     std::optional<YAML::Mark> backoff_max_mark;
@@ -977,11 +977,7 @@ class Parser {
       if (e.key == "uses") {
         has_uses = true;
         if (e.value.IsMap()) {
-          GANTRY_ASSIGN_OR_RETURN(ExecutorConfig config, ParseExecutor(e.value, e.mark, path));
-          options.uses = std::move(config.jtype);
-          base_with = std::move(config.with);
-          base_metas = std::move(config.metas);
-          base_batching = std::move(config.dynamic_batching);
+          GANTRY_ASSIGN_OR_RETURN(executor, ParseExecutor(e.value, e.mark, path));
           continue;
         }
         if (!e.value.IsScalar()) {
@@ -990,15 +986,10 @@ class Parser {
               "expected an executor type, a .yml path or a mapping, got " + Describe(e.value));
         }
         GANTRY_ASSIGN_OR_RETURN(std::string uses, ReadName(e, path));
-        // "docker://IMAGE" is an image, whatever its tag ends with.
-        if (!internal::IsDockerUses(uses) && (uses.ends_with(".yml") || uses.ends_with(".yaml"))) {
-          GANTRY_ASSIGN_OR_RETURN(ExecutorConfig config, LoadUsesFile(e, uses, prefix));
-          options.uses = std::move(config.jtype);
+        if (internal::KindOfUses(uses) == internal::UsesKind::kExecutorFile) {
+          GANTRY_ASSIGN_OR_RETURN(executor, LoadUsesFile(e, uses, prefix));
           // The executor file's `with:` paths are relative to its folder.
-          options.config_dir = std::move(config.config_dir);
-          base_with = std::move(config.with);
-          base_metas = std::move(config.metas);
-          base_batching = std::move(config.dynamic_batching);
+          options.config_dir.clear();
         } else {
           options.uses = std::move(uses);
         }
@@ -1037,18 +1028,8 @@ class Parser {
       return Error(backoff_max_mark.value_or(with.mark), Join(prefix, "restart_backoff_max"),
                    s.message());
     }
-    // uses_with / uses_metas override the executor's own with / metas.
-    for (auto& [key, value] : options.uses_with) {
-      base_with.insert_or_assign(key, std::move(value));
-    }
-    options.uses_with = std::move(base_with);
-    for (auto& [key, value] : options.uses_metas) {
-      base_metas.insert_or_assign(key, std::move(value));
-    }
-    options.uses_metas = std::move(base_metas);
-    // uses_dynamic_batching overrides the executor file's dynamic_batching.
-    for (auto& [key, value] : base_batching) {
-      options.uses_dynamic_batching.emplace(key, value);
+    if (executor.has_value()) {
+      internal::MergeExecutorConfig(std::move(executor).value(), options);
     }
     return options;
   }

@@ -10,6 +10,27 @@
 #include "core/logging.h"
 
 namespace gantry::internal {
+
+UsesKind KindOfUses(std::string_view uses) {
+  if (IsDockerUses(uses)) {
+    return UsesKind::kImage;
+  }
+  if (uses.ends_with(".yml") || uses.ends_with(".yaml")) {
+    return UsesKind::kExecutorFile;
+  }
+  return UsesKind::kExecutorType;
+}
+
+void MergeExecutorConfig(ExecutorConfig config, DeploymentOptions& options) {
+  options.uses = std::move(config.jtype);
+  if (options.config_dir.empty()) {
+    options.config_dir = std::move(config.config_dir);
+  }
+  // std::map::merge keeps the options' own entries where both have a key.
+  options.uses_with.merge(config.with);
+  options.uses_metas.merge(config.metas);
+  options.uses_dynamic_batching.merge(config.dynamic_batching);
+}
 namespace {
 
 std::string Quote(std::string_view text) { return "\"" + std::string(text) + "\""; }

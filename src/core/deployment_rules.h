@@ -16,6 +16,7 @@
 #define GANTRY_CORE_DEPLOYMENT_RULES_H_
 
 #include <gantry/batching.h>
+#include <gantry/config.h>
 #include <gantry/deployment.h>
 #include <gantry/document.h>
 #include <gantry/status.h>
@@ -152,6 +153,18 @@ inline bool IsDockerUses(std::string_view uses) { return uses.starts_with(kDocke
 inline std::string_view DockerImageOf(std::string_view uses) {
   return IsDockerUses(uses) ? uses.substr(kDockerScheme.size()) : std::string_view();
 }
+
+// What a Deployment's `uses` names: a container image ("docker://IMAGE"),
+// an executor YAML file (ends in .yml or .yaml; an image whose tag does so
+// is still an image), or else an executor type registered by name.
+enum class UsesKind { kExecutorType, kExecutorFile, kImage };
+UsesKind KindOfUses(std::string_view uses);
+
+// Joins an executor file's config to `options` (`uses: exec.yml`): its
+// jtype becomes `uses`; its with, metas and dynamic_batching fill in what
+// the options do not set; its folder becomes config_dir unless the
+// options name one.
+void MergeExecutorConfig(ExecutorConfig config, DeploymentOptions& options);
 
 // Volumes one container replica may mount.
 inline constexpr std::size_t kMaxVolumes = 64;

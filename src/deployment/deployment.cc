@@ -157,10 +157,6 @@ std::string SelfExecutable() {
 
 bool IsExecutable(const std::string& path) { return ::access(path.c_str(), X_OK) == 0; }
 
-bool EndsWith(std::string_view text, std::string_view suffix) {
-  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
-}
-
 }  // namespace
 
 namespace internal {
@@ -296,22 +292,9 @@ Status Deployment::Impl::Validate() {
     return InvalidArgumentError(where + ": volumes are for container replicas only (uses: " +
                                 "docker://IMAGE); \"" + options_.uses + "\" runs as a process");
   }
-  if (!internal::IsDockerUses(options_.uses) &&
-      (EndsWith(options_.uses, ".yml") || EndsWith(options_.uses, ".yaml"))) {
+  if (internal::KindOfUses(options_.uses) == internal::UsesKind::kExecutorFile) {
     GANTRY_ASSIGN_OR_RETURN(ExecutorConfig config, LoadExecutorConfig(options_.uses));
-    options_.uses = config.jtype;
-    if (options_.config_dir.empty()) {
-      options_.config_dir = config.config_dir;
-    }
-    for (auto& [key, value] : config.with) {
-      options_.uses_with.emplace(key, value);  // uses_with wins
-    }
-    for (auto& [key, value] : config.metas) {
-      options_.uses_metas.emplace(key, value);
-    }
-    for (auto& [key, value] : config.dynamic_batching) {
-      options_.uses_dynamic_batching.emplace(key, value);  // uses_dynamic_batching wins
-    }
+    internal::MergeExecutorConfig(std::move(config), options_);
   }
   // After the merge: the file's dynamic_batching and with.device count too.
   GANTRY_RETURN_IF_ERROR(internal::ValidateExecutorOptions(options_));

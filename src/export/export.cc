@@ -196,8 +196,8 @@ Status CheckExportable(const Topology& t, const Step& step) {
     // jtype must be a type: the one the Deployment would find in the image
     // is not visible from here.
     auto it = d.env.find("GANTRY_EXECUTOR");
-    if (it == d.env.end() || it->second.empty() || it->second.ends_with(".yml") ||
-        it->second.ends_with(".yaml")) {
+    if (it == d.env.end() || it->second.empty() ||
+        internal::KindOfUses(it->second) != internal::UsesKind::kExecutorType) {
       return Refuse(t, step.key_path + ".env.GANTRY_EXECUTOR",
                     "a docker:// executor is exported with its image, and its config must name "
                     "the executor type: set env GANTRY_EXECUTOR to a type name (e.g. "

@@ -229,7 +229,7 @@ Status TakeExecutorFromImage(WorkerSpec& spec) {
         "GANTRY_EXECUTOR (an executor type or an executor YAML path; set it in the image or the "
         "Deployment's env)");
   }
-  if (!executor.ends_with(".yml") && !executor.ends_with(".yaml")) {
+  if (KindOfUses(executor) != UsesKind::kExecutorFile) {
     spec.jtype = executor;
     return OkStatus();
   }

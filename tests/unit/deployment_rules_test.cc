@@ -308,5 +308,38 @@ TEST(DeploymentRulesTest, TlsNeedsCertificateAndKeyTogether) {
       HasSubstr("deployment 'enc': TLS needs both"));
 }
 
+TEST(DeploymentRulesTest, KindOfUsesTellsImagesFilesAndTypesApart) {
+  EXPECT_EQ(KindOfUses("SentenceEncoder"), UsesKind::kExecutorType);
+  EXPECT_EQ(KindOfUses("exec.yml"), UsesKind::kExecutorFile);
+  EXPECT_EQ(KindOfUses("dir/exec.yaml"), UsesKind::kExecutorFile);
+  EXPECT_EQ(KindOfUses("docker://gantry:cpu"), UsesKind::kImage);
+  // An image whose tag ends like a file is still an image.
+  EXPECT_EQ(KindOfUses("docker://repo/img:v1.yml"), UsesKind::kImage);
+}
+
+TEST(DeploymentRulesTest, MergeExecutorConfigKeepsWhatTheOptionsSet) {
+  ExecutorConfig file;
+  file.jtype = "MyExec";
+  file.with = {{"device", Value("cpu")}, {"size", Value(1.0)}};
+  file.metas = {{"name", Value("from-file")}};
+  file.dynamic_batching["/encode"].preferred_batch_size = 8;
+  file.dynamic_batching["/other"].preferred_batch_size = 2;
+  file.config_dir = "/models";
+  DeploymentOptions options{.uses = "exec.yml", .uses_with = {{"size", Value(2.0)}}};
+  options.uses_dynamic_batching["/encode"].preferred_batch_size = 32;
+  MergeExecutorConfig(file, options);
+  EXPECT_EQ(options.uses, "MyExec");
+  EXPECT_EQ(options.config_dir, "/models");
+  EXPECT_EQ(*options.uses_with.at("size").AsFloat(), 2.0);
+  EXPECT_EQ(*options.uses_with.at("device").AsText(), "cpu");
+  EXPECT_EQ(*options.uses_metas.at("name").AsText(), "from-file");
+  EXPECT_EQ(options.uses_dynamic_batching.at("/encode").preferred_batch_size, 32);
+  EXPECT_EQ(options.uses_dynamic_batching.at("/other").preferred_batch_size, 2);
+
+  DeploymentOptions named{.uses = "exec.yml", .config_dir = "/mine"};
+  MergeExecutorConfig(file, named);
+  EXPECT_EQ(named.config_dir, "/mine");
+}
+
 }  // namespace
 }  // namespace gantry::internal
