@@ -26,6 +26,7 @@
 #include "core/flow_graph.h"
 #include "core/limits.h"
 #include "core/option_table.h"
+#include "core/yaml_scalar.h"
 
 namespace gantry {
 namespace {
@@ -92,95 +93,6 @@ bool IsEnvName(std::string_view name) {
     }
   }
   return true;
-}
-
-// YAML 1.2 core-schema integers: decimal, 0x hex, 0o octal.
-enum class IntParse { kNotInt, kOk, kOutOfRange };
-IntParse ParseInt(std::string_view text, std::int64_t* out) {
-  bool negative = false;
-  std::string_view digits = text;
-  if (!digits.empty() && (digits[0] == '-' || digits[0] == '+')) {
-    negative = digits[0] == '-';
-    digits.remove_prefix(1);
-  }
-  int base = 10;
-  if (digits.starts_with("0x")) {
-    base = 16;
-    digits.remove_prefix(2);
-  } else if (digits.starts_with("0o")) {
-    base = 8;
-    digits.remove_prefix(2);
-  }
-  if (digits.empty()) {
-    return IntParse::kNotInt;
-  }
-  for (char c : digits) {
-    bool ok = base == 16 ? std::isxdigit(static_cast<unsigned char>(c)) != 0
-                         : (c >= '0' && c < static_cast<char>('0' + base));
-    if (!ok) {
-      return IntParse::kNotInt;
-    }
-  }
-  std::uint64_t magnitude = 0;
-  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), magnitude, base);
-  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-  if (ec != std::errc() || magnitude > kMax + (negative ? 1 : 0)) {
-    return IntParse::kOutOfRange;
-  }
-  *out = negative ? static_cast<std::int64_t>(0 - magnitude) : static_cast<std::int64_t>(magnitude);
-  return IntParse::kOk;
-}
-
-// YAML 1.2 core-schema floats, including .inf and .nan.
-bool ParseFloat(std::string_view text, double* out) {
-  std::string_view body = text;
-  bool negative = false;
-  if (!body.empty() && (body[0] == '-' || body[0] == '+')) {
-    negative = body[0] == '-';
-    body.remove_prefix(1);
-  }
-  if (body == ".inf" || body == ".Inf" || body == ".INF") {
-    *out = negative ? -std::numeric_limits<double>::infinity()
-                    : std::numeric_limits<double>::infinity();
-    return true;
-  }
-  if (text == ".nan" || text == ".NaN" || text == ".NAN") {
-    *out = std::numeric_limits<double>::quiet_NaN();
-    return true;
-  }
-  bool has_digit = false;
-  for (char c : body) {
-    if (c >= '0' && c <= '9') {
-      has_digit = true;
-    } else if (c != '.' && c != 'e' && c != 'E' && c != '-' && c != '+') {
-      return false;
-    }
-  }
-  if (!has_digit || body[0] == 'e' || body[0] == 'E' || body[0] == '-' || body[0] == '+') {
-    return false;
-  }
-  double value = 0;
-  auto [ptr, ec] = std::from_chars(body.data(), body.data() + body.size(), value);
-  if (ptr != body.data() + body.size() ||
-      (ec != std::errc() && ec != std::errc::result_out_of_range)) {
-    return false;
-  }
-  *out = negative ? -value : value;
-  return true;
-}
-
-std::optional<bool> ParseBool(std::string_view text) {
-  if (text == "true" || text == "True" || text == "TRUE") {
-    return true;
-  }
-  if (text == "false" || text == "False" || text == "FALSE") {
-    return false;
-  }
-  return std::nullopt;
-}
-
-bool IsNullText(std::string_view text) {
-  return text == "~" || text == "null" || text == "Null" || text == "NULL";
 }
 
 // Counts a parse's events and stops it (ParserStalled) past `max_events`.
@@ -726,63 +638,11 @@ class Parser {
       return Error(mark, path, "expected a scalar, got " + Describe(node));
     }
     GANTRY_ASSIGN_OR_RETURN(std::string text, Substitute(node.Scalar(), mark, path));
-    const std::string& tag = node.Tag();
-    constexpr std::string_view kCore = "tag:yaml.org,2002:";
-    std::string_view type;
-    if (tag == "?") {
-      type = "";
-    } else if (tag == "!") {
-      type = "str";
-    } else if (tag.starts_with(kCore)) {
-      type = std::string_view(tag).substr(kCore.size());
-    } else {
-      return Error(mark, path, "unsupported YAML tag " + Quote(tag));
+    StatusOr<Value> value = internal::TypeYamlScalar(text, node.Tag());
+    if (!value.ok()) {
+      return Error(mark, path, value.status().message());
     }
-    std::int64_t i = 0;
-    double d = 0;
-    if (type == "str") {
-      return Scalar{Value(text), text};
-    }
-    if (type.empty() || type == "int") {
-      switch (ParseInt(text, &i)) {
-        case IntParse::kOk:
-          return Scalar{Value(i), text};
-        case IntParse::kOutOfRange:
-          return Error(mark, path, "integer " + text + " does not fit in 64 bits");
-        case IntParse::kNotInt:
-          if (!type.empty()) {
-            return Error(mark, path, "expected an integer, got " + Quote(text));
-          }
-      }
-    }
-    if (type.empty() || type == "float") {
-      if (ParseFloat(text, &d)) {
-        return Scalar{Value(d), text};
-      }
-      if (!type.empty()) {
-        return Error(mark, path, "expected a float, got " + Quote(text));
-      }
-    }
-    if (type.empty() || type == "bool") {
-      if (std::optional<bool> b = ParseBool(text)) {
-        return Scalar{Value(*b), text};
-      }
-      if (!type.empty()) {
-        return Error(mark, path, "expected true or false, got " + Quote(text));
-      }
-    }
-    if (type.empty() || type == "null") {
-      if (IsNullText(text) || (!type.empty() && text.empty())) {
-        return Scalar{Value(), text};
-      }
-      if (!type.empty()) {
-        return Error(mark, path, "expected null, got " + Quote(text));
-      }
-    }
-    if (!type.empty()) {
-      return Error(mark, path, "unsupported YAML tag " + Quote(tag));
-    }
-    return Scalar{Value(text), text};
+    return Scalar{std::move(value).value(), std::move(text)};
   }
 
   // `depth` and the file's value budget bound what YAML aliases can build:
