@@ -190,6 +190,24 @@ struct MonitoringFlags {
   bool enabled() const { return monitoring || port_monitoring >= 0; }
 };
 
+// `gantry deployment` and `gantry flow` once started (Deployment or
+// Flow): report the ports, serve until SIGINT or SIGTERM (Block), stop.
+template <typename Service>
+int ServeUntilSignal(Service& service, const ListenFlags& listen) {
+  if (!service.ok()) {
+    return Fail(service.status());
+  }
+  if (service.http_port() >= 0) {
+    spdlog::info("HTTP gateway on port {}", service.http_port());
+  }
+  if (gantry::Status s = WritePortFiles(listen, service.http_port(), service.port()); !s.ok()) {
+    return Fail(s);
+  }
+  service.Block();
+  service.Stop();
+  return 0;
+}
+
 int RunDeployment(const std::string& uses, const ListenFlags& listen, const std::string& log_level,
                   const GivenOptions& given) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
@@ -205,24 +223,12 @@ int RunDeployment(const std::string& uses, const ListenFlags& listen, const std:
     options->log_level = log_level;
   }
   gantry::Deployment deployment(std::move(options).value());
-  if (!deployment.ok()) {
-    return Fail(deployment.status());
-  }
-  if (deployment.http_port() >= 0) {
-    spdlog::info("HTTP gateway on port {}", deployment.http_port());
-  }
-  if (deployment.monitoring_port() >= 0) {
+  if (deployment.ok() && deployment.monitoring_port() >= 0) {
     for (const gantry::ReplicaInfo& replica : deployment.replicas()) {
       spdlog::info("{} metrics on 127.0.0.1:{}/metrics", replica.name, replica.monitoring_port);
     }
   }
-  if (gantry::Status s = WritePortFiles(listen, deployment.http_port(), deployment.port());
-      !s.ok()) {
-    return Fail(s);
-  }
-  deployment.Block();
-  deployment.Stop();
-  return 0;
+  return ServeUntilSignal(deployment, listen);
 }
 
 int RunFlow(const std::string& uses, const ListenFlags& listen, const std::string& log_level,
@@ -242,18 +248,7 @@ int RunFlow(const std::string& uses, const ListenFlags& listen, const std::strin
     }
   }
   gantry::Flow flow(std::move(options).value());
-  if (!flow.ok()) {
-    return Fail(flow.status());
-  }
-  if (flow.http_port() >= 0) {
-    spdlog::info("HTTP gateway on port {}", flow.http_port());
-  }
-  if (gantry::Status s = WritePortFiles(listen, flow.http_port(), flow.port()); !s.ok()) {
-    return Fail(s);
-  }
-  flow.Block();
-  flow.Stop();
-  return 0;
+  return ServeUntilSignal(flow, listen);
 }
 
 int RunExecutor(const std::string& uses, const std::string& host, int port,
@@ -335,22 +330,15 @@ int RunGateway(const std::string& addresses, const std::string& host, const List
                const std::string& name, const std::string& log_level, const GivenOptions& given) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
   // The gateway's settings are a Deployment's, less its replicas.
-  gantry::DeploymentOptions settings;
+  gantry::DeploymentOptions settings{.name = name, .host = host};
   ApplyTableFlags(given, &OptionRow::deployment, settings);
-  gantry::internal::GatewayOptions options;
-  options.host = host;
-  options.port = settings.port;
-  options.http_port = settings.http_port;
-  options.deployment_name = name;
-  if (gantry::Status s = CheckHttpPortFile(listen, options.http_port); !s.ok()) {
+  if (gantry::Status s = CheckHttpPortFile(listen, settings.http_port); !s.ok()) {
     return Fail(s);
   }
   if (gantry::Status s = gantry::internal::CheckServerTlsOptions(settings.tls); !s.ok()) {
     return Fail(s);
   }
-  options.tls = settings.tls;
-  options.max_message_bytes = settings.max_message_bytes;
-  options.max_concurrent_requests = settings.max_concurrent_requests;
+  gantry::internal::GatewayOptions options = gantry::internal::GatewayOptionsOf(settings);
   const std::chrono::milliseconds timeout_drain = settings.timeout_drain;
   std::string rest = addresses;
   while (!rest.empty()) {

@@ -238,6 +238,16 @@ std::span<const std::string_view> FlowWithKeys() {
   return keys;
 }
 
+DeploymentOptions DeploymentOptionsOfFlow(const FlowOptions& flow) {
+  DeploymentOptions options;
+  for (const OptionRow& row : kRows) {
+    if (row.flow.present() && row.deployment.present()) {
+      row.deployment.set(options, row.flow.get(flow));
+    }
+  }
+  return options;
+}
+
 std::string OptionText(const OptionValue& value) {
   if (const auto* n = std::get_if<std::int64_t>(&value)) {
     return std::to_string(*n);

@@ -89,6 +89,11 @@ std::span<const std::string_view> FlowWithKeys();
 // deadline arithmetic from overflowing.
 inline constexpr std::chrono::milliseconds kWaitForever = std::chrono::hours(24 * 365 * 100);
 
+// A Flow's gateway options as a Deployment's (every row both have: name,
+// listen address and ports, caps, drain, metrics), so that one function
+// derives a gateway's settings for both.
+DeploymentOptions DeploymentOptionsOfFlow(const FlowOptions& flow);
+
 // An option's value as text for a flag or a message ("65536", "true").
 std::string OptionText(const OptionValue& value);
 

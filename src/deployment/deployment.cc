@@ -366,17 +366,9 @@ Status Deployment::Impl::Start() {
   GANTRY_RETURN_IF_ERROR(SpawnReplicas());
   GANTRY_RETURN_IF_ERROR(AwaitReplicas());
 
-  internal::GatewayOptions gateway_options;
-  gateway_options.host = options_.host;
-  gateway_options.port = options_.port;
-  gateway_options.deployment_name = options_.name;
-  gateway_options.http_port = options_.http_port;
+  internal::GatewayOptions gateway_options = internal::GatewayOptionsOf(options_);
   gateway_options.models = options_.models;
   gateway_options.signature = KServeSignatureOf(options_.uses_with);
-  gateway_options.max_message_bytes = options_.max_message_bytes;
-  gateway_options.max_concurrent_requests = options_.max_concurrent_requests;
-  gateway_options.tls = options_.tls;
-  gateway_options.monitoring_port = options_.monitoring ? options_.port_monitoring : -1;
   for (const Replica& replica : replicas_) {
     gateway_options.replica_addresses.push_back("127.0.0.1:" + std::to_string(replica.port));
     gateway_options.replica_names.push_back(replica.name);

@@ -12,6 +12,7 @@
 #include "core/deployment_rules.h"
 #include "core/flow_graph.h"
 #include "core/logging.h"
+#include "core/option_table.h"
 #include "deployment/placement.h"
 #include "gateway/flow_router.h"
 #include "gateway/gateway.h"
@@ -186,14 +187,8 @@ Status Flow::Impl::Start() {
     }
     route.push_back(std::move(step));
   }
-  internal::GatewayOptions gateway_options;
-  gateway_options.host = options_.host;
-  gateway_options.port = options_.port;
-  gateway_options.deployment_name = options_.name;
-  gateway_options.http_port = options_.http_port;
-  gateway_options.max_message_bytes = options_.max_message_bytes;
-  gateway_options.max_concurrent_requests = options_.max_concurrent_requests;
-  gateway_options.monitoring_port = options_.monitoring ? options_.port_monitoring : -1;
+  internal::GatewayOptions gateway_options =
+      internal::GatewayOptionsOf(internal::DeploymentOptionsOfFlow(options_));
   // The Flow is ready while every step has a replica in rotation (the
   // gateway's prober asks every 250 ms; it stops before the steps do).
   gateway_options.upstream =

@@ -268,11 +268,7 @@ StatusOr<Topology> LoadTopology(const std::string& path) {
     GANTRY_ASSIGN_OR_RETURN(FlowOptions flow, LoadFlowConfig(path));
     t.name = flow.name;
     t.gateway_port = flow.port != 0 ? flow.port : kDefaultGatewayPort;
-    for (const internal::OptionRow& row : internal::OptionTable()) {
-      if (row.flow.present() && row.deployment.present()) {
-        row.deployment.set(t.gateway, row.flow.get(flow));
-      }
-    }
+    t.gateway = internal::DeploymentOptionsOfFlow(flow);
     if (flow.monitoring) {
       return Refuse(t, "with.monitoring", "metrics are not exported yet");
     }

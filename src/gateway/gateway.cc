@@ -1258,6 +1258,19 @@ Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Gateway::~Gateway() { Shutdown(std::chrono::milliseconds(1000)); }
 
+GatewayOptions GatewayOptionsOf(const DeploymentOptions& options) {
+  GatewayOptions gateway;
+  gateway.host = options.host;
+  gateway.port = options.port;
+  gateway.deployment_name = options.name;
+  gateway.http_port = options.http_port;
+  gateway.max_message_bytes = options.max_message_bytes;
+  gateway.max_concurrent_requests = options.max_concurrent_requests;
+  gateway.tls = options.tls;
+  gateway.monitoring_port = options.monitoring ? options.port_monitoring : -1;
+  return gateway;
+}
+
 StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
   auto impl = std::make_unique<Impl>(std::move(options));
   GANTRY_RETURN_IF_ERROR(impl->Init());

@@ -49,6 +49,7 @@
 #ifndef GANTRY_GATEWAY_GATEWAY_H_
 #define GANTRY_GATEWAY_GATEWAY_H_
 
+#include <gantry/deployment.h>
 #include <gantry/status.h>
 #include <gantry/tensor_signature.h>
 #include <gantry/tls.h>
@@ -109,6 +110,12 @@ struct GatewayOptions {
   // router); `replica_addresses` may then be empty.
   std::shared_ptr<Upstream> upstream;
 };
+
+// A gateway's settings as Deployment, Flow (core/option_table.h
+// DeploymentOptionsOfFlow) and `gantry gateway` all derive them: listen
+// address and ports, name, message cap, admission bound, TLS and metrics
+// port. Replicas, models, signature and upstream are the caller's.
+GatewayOptions GatewayOptionsOf(const DeploymentOptions& options);
 
 // A client's `__prefetch__` metadata as a bound on requests in flight:
 // `fallback` when it is not a decimal number, kMaxPrefetch for 0 and less
