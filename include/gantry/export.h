@@ -5,8 +5,12 @@
 // containers and the gateway in front (docs/export.md):
 //
 //   gantry::ExportOptions options{.k8s_namespace = "search"};
-//   gantry::Status s = gantry::ExportKubernetes("flow.yml", "k8s/", options);
-//   gantry::Status t = gantry::ExportDockerCompose("flow.yml", "compose.yml", options);
+//   gantry::StatusOr<std::vector<gantry::ExportedFile>> written =
+//       gantry::ExportKubernetes("flow.yml", "k8s/", options);
+//   if (!written.ok()) {
+//     std::fprintf(stderr, "%s\n", written.status().message().c_str());
+//   }
+//   auto compose = gantry::ExportDockerCompose("flow.yml", "compose.yml", options);
 //
 // Every executor becomes `gantry executor --uses /etc/gantry/executor.yml`
 // on 0.0.0.0 (ports 8081, 8082, ... in the order of the file), its config

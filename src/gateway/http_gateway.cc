@@ -18,6 +18,7 @@
 #include "gateway/kserve.h"
 #include "gateway/kserve_http.h"
 #include "gateway/openai_embeddings.h"
+#include "gateway/reply_docs.h"
 #include "jina/jina.pb.h"
 
 namespace gantry::internal {
@@ -250,17 +251,15 @@ class HttpGateway::Impl {
                  {"header", MessageToJson(reply.header())}});
       return;
     }
+    StatusOr<docarray::DocListProto> list = ReplyDocProtos(reply);
+    if (!list.ok()) {
+      ReplyError(res, 500,
+                 "gateway: the replica's reply to " + endpoint + ": " + list.status().message());
+      return;
+    }
     json out_docs = json::array();
-    if (reply.data().has_docs()) {
-      for (const auto& doc : reply.data().docs().docs()) {
-        out_docs.push_back(DocProtoToJson(doc));
-      }
-    } else if (!reply.data().docs_bytes().empty()) {
-      docarray::DocListProto list;
-      list.ParseFromString(reply.data().docs_bytes());
-      for (const auto& doc : list.docs()) {
-        out_docs.push_back(DocProtoToJson(doc));
-      }
+    for (const auto& doc : list->docs()) {
+      out_docs.push_back(DocProtoToJson(doc));
     }
     json out{{"header", MessageToJson(reply.header())},
              {"parameters", StructToJson(reply.parameters())}};

@@ -9,6 +9,7 @@
 #include "core/checked_size.h"
 #include "core/doc_proto.h"
 #include "docarray/docarray.pb.h"
+#include "gateway/reply_docs.h"
 
 namespace gantry::internal {
 namespace {
@@ -431,13 +432,7 @@ StatusOr<inference::ModelInferResponse> DataReplyToKServe(
     const inference::ModelInferRequest& request, const jina::DataRequestProto& reply,
     std::uint64_t max_bytes, const TensorSignature* signature) {
   const DecodeLimits limits{.max_tensor_bytes = max_bytes};
-  StatusOr<DocList> docs = DocList();
-  if (reply.data().has_docs()) {
-    docarray::DocListProto copy = reply.data().docs();
-    docs = TakeDocListFromProto(&copy, limits);
-  } else if (!reply.data().docs_bytes().empty()) {
-    docs = DocListFromBytes(reply.data().docs_bytes(), limits);
-  }
+  StatusOr<DocList> docs = ReplyDocs(reply, limits);
   if (!docs.ok()) {
     return InternalError("the executor's reply does not decode: " +
                          std::string(docs.status().message()));

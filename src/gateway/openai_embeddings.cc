@@ -9,6 +9,7 @@
 
 #include "core/doc_proto.h"
 #include "docarray/docarray.pb.h"
+#include "gateway/reply_docs.h"
 
 namespace gantry::internal {
 namespace {
@@ -163,13 +164,9 @@ std::variant<json, OpenAiError> MakeOpenAiEmbeddingsResponse(const OpenAiEmbeddi
                                                              const jina::DataRequestProto& reply,
                                                              std::uint64_t max_tensor_bytes) {
   const DecodeLimits limits{.max_tensor_bytes = max_tensor_bytes};
-  StatusOr<DocList> docs = InvalidArgumentError("the reply carries no documents");
-  if (reply.data().has_docs()) {
-    docarray::DocListProto copy = reply.data().docs();
-    docs = TakeDocListFromProto(&copy, limits);
-  } else if (!reply.data().docs_bytes().empty()) {
-    docs = DocListFromBytes(reply.data().docs_bytes(), limits);
-  }
+  StatusOr<DocList> docs = !reply.data().has_docs() && reply.data().docs_bytes().empty()
+                               ? InvalidArgumentError("the reply carries no documents")
+                               : ReplyDocs(reply, limits);
   if (!docs.ok()) {
     return ServerError("the executor's reply does not decode: " +
                        std::string(docs.status().message()));

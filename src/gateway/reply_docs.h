@@ -1,0 +1,28 @@
+// The documents of an executor's reply (a Jina DataRequestProto), in either
+// of Jina's forms: `docs`, or `docs_bytes` (a serialized DocListProto). A
+// reply with neither has no documents. The HTTP, OpenAI and KServe front
+// ends all read replies through here.
+//
+// Thread safety: stateless functions, safe from any thread.
+#ifndef GANTRY_GATEWAY_REPLY_DOCS_H_
+#define GANTRY_GATEWAY_REPLY_DOCS_H_
+
+#include <gantry/document.h>
+#include <gantry/status.h>
+
+#include "core/doc_proto.h"
+#include "docarray/docarray.pb.h"
+#include "jina/jina.pb.h"
+
+namespace gantry::internal {
+
+// As protos, for front ends that write them out as they are (HTTP JSON).
+// `docs_bytes` that do not parse are InvalidArgument.
+StatusOr<docarray::DocListProto> ReplyDocProtos(const jina::DataRequestProto& reply);
+
+// Decoded as Documents within `limits` (core/doc_proto.h's errors).
+StatusOr<DocList> ReplyDocs(const jina::DataRequestProto& reply, const DecodeLimits& limits);
+
+}  // namespace gantry::internal
+
+#endif  // GANTRY_GATEWAY_REPLY_DOCS_H_
