@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: set-up, the model and Python
 # environments the parity and interoperability tests compare against, a
-# format check, the build, clang-tidy, every ctest label, a short run of
+# format check, the include-layer check, the build, clang-tidy, every ctest label, a short run of
 # each libFuzzer target, the ASan+UBSan build of the torch-free targets with
 # their tests, and the TSan build with the unit and integration tests.
 #
@@ -28,6 +28,9 @@ scripts/fetch_model.sh
 
 step "format check (clang-format)"
 scripts/check_format.sh
+
+step "layers: every include under src/ against docs/architecture.md's folder map"
+python3 scripts/check_layers.py
 
 step "build"
 GANTRY_BUILD_DIR="$root/build" scripts/build.sh

@@ -1,7 +1,10 @@
 #include "common/cpu_quota.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -138,6 +141,34 @@ std::optional<int> CgroupCpuQuotaCores() {
   std::stringstream text;
   text << in.rdbuf();
   return CgroupCpuQuotaCores("/sys/fs/cgroup", text.str());
+}
+
+int IntraOpThreadsPerReplica(int cores, int replicas) {
+  return std::max(1, cores / std::max(1, replicas));
+}
+
+int AffinityCpuCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) {
+    return 1;
+  }
+  return std::max(1, CPU_COUNT(&set));
+}
+
+int AvailableCpuCores() {
+  const int affinity = AffinityCpuCores();
+  const std::optional<int> quota = CgroupCpuQuotaCores();
+  return quota ? std::min(affinity, *quota) : affinity;
+}
+
+bool ThreadPoolsSizedByUser(const std::map<std::string, std::string>& env) {
+  for (const char* variable : kThreadCountVariables) {
+    if (env.contains(variable) || std::getenv(variable) != nullptr) {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace gantry::internal

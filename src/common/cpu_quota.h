@@ -1,7 +1,9 @@
 // The CPU quota of this process's cgroup, in cores. libgomp and libtorch size
 // their thread pools by the CPUs a process may run on and ignore a quota, so
 // a worker limited to 2 cores (docker --cpus 2, a Kubernetes cpu limit) on a
-// 64-core node would start 64 threads and be throttled.
+// 64-core node would start 64 threads and be throttled. Below it, how many
+// threads a worker's pools get (the Deployment sizes them per replica; the
+// worker checks what it was given).
 //
 // Thread safety: free functions over files; callable from any thread.
 #ifndef GANTRY_COMMON_CPU_QUOTA_H_
@@ -9,7 +11,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace gantry::internal {
@@ -30,6 +34,29 @@ std::optional<int> CgroupCpuQuotaCores(const std::filesystem::path& cgroup_root,
 
 // The same for this process: /sys/fs/cgroup and /proc/self/cgroup.
 std::optional<int> CgroupCpuQuotaCores();
+
+// The environment variables that size a worker's OpenMP/MKL thread pools
+// (libtorch's intra-op threads among them).
+inline constexpr const char* kThreadCountVariables[] = {"OMP_NUM_THREADS", "MKL_NUM_THREADS"};
+
+// Intra-op threads for each of `replicas` workers on `cores` CPU cores: an
+// even share, at least 1. Left alone, each worker starts one thread per core,
+// and libtorch's kernels, which wait at a barrier after every parallel
+// region, ran several times slower with replicas x cores threads on `cores`
+// cores (docs/benchmarks-encoder.md).
+int IntraOpThreadsPerReplica(int cores, int replicas);
+
+// CPU cores this process may run on (its affinity mask), at least 1.
+int AffinityCpuCores();
+
+// AffinityCpuCores, or fewer when this process's cgroup has a CPU quota of
+// fewer cores (CgroupCpuQuotaCores): what its thread pools should use.
+int AvailableCpuCores();
+
+// Whether the user sized the thread pools: `env` (a replica's extra
+// environment) or this process's environment sets one of
+// kThreadCountVariables.
+bool ThreadPoolsSizedByUser(const std::map<std::string, std::string>& env);
 
 }  // namespace gantry::internal
 

@@ -21,6 +21,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/cpu_quota.h"
 #include "common/grpc_options.h"
 #include "common/shutdown_wait.h"
 #include "common/tls.h"

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cpu_quota.h"
 #include "common/grpc_options.h"
 #include "common/shutdown_wait.h"
 #include "core/deployment_rules.h"

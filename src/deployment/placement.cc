@@ -396,32 +396,4 @@ StatusOr<PlacementPlan> PlanPlacement(const PlacementRequest& request,
   return Planner(request, inventory).Plan();
 }
 
-int IntraOpThreadsPerReplica(int cores, int replicas) {
-  return std::max(1, cores / std::max(1, replicas));
-}
-
-int AffinityCpuCores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) != 0) {
-    return 1;
-  }
-  return std::max(1, CPU_COUNT(&set));
-}
-
-int AvailableCpuCores() {
-  const int affinity = AffinityCpuCores();
-  const std::optional<int> quota = CgroupCpuQuotaCores();
-  return quota ? std::min(affinity, *quota) : affinity;
-}
-
-bool ThreadPoolsSizedByUser(const std::map<std::string, std::string>& env) {
-  for (const char* variable : kThreadCountVariables) {
-    if (env.contains(variable) || std::getenv(variable) != nullptr) {
-      return true;
-    }
-  }
-  return false;
-}
-
 }  // namespace gantry::internal

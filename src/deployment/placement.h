@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/cpu_quota.h"  // thread-pool sizing, for the callers of placement
 #include "core/gpu_inventory.h"
 
 namespace gantry::internal {
@@ -62,29 +63,6 @@ struct PlacementPlan {
 // spawned.
 StatusOr<PlacementPlan> PlanPlacement(const PlacementRequest& request,
                                       const GpuInventory& inventory);
-
-// The environment variables that size a worker's OpenMP/MKL thread pools
-// (libtorch's intra-op threads among them).
-inline constexpr const char* kThreadCountVariables[] = {"OMP_NUM_THREADS", "MKL_NUM_THREADS"};
-
-// Intra-op threads for each of `replicas` workers on `cores` CPU cores: an
-// even share, at least 1. Left alone, each worker starts one thread per core,
-// and libtorch's kernels, which wait at a barrier after every parallel
-// region, ran several times slower with replicas x cores threads on `cores`
-// cores (docs/benchmarks-encoder.md).
-int IntraOpThreadsPerReplica(int cores, int replicas);
-
-// CPU cores this process may run on (its affinity mask), at least 1.
-int AffinityCpuCores();
-
-// AffinityCpuCores, or fewer when this process's cgroup has a CPU quota of
-// fewer cores (common/cpu_quota.h): what its thread pools should use.
-int AvailableCpuCores();
-
-// Whether the user sized the thread pools: `env` (a replica's extra
-// environment) or this process's environment sets one of
-// kThreadCountVariables.
-bool ThreadPoolsSizedByUser(const std::map<std::string, std::string>& env);
 
 }  // namespace gantry::internal
 

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cpu_quota.h"
 #include "common/metrics_server.h"
 #include "common/port_file.h"
 #include "core/deployment_rules.h"
@@ -32,7 +33,6 @@
 #include "core/registry.h"
 #include "core/value_json.h"
 #include "core/worker_mode.h"
-#include "deployment/placement.h"
 #include "worker/plugin_loader.h"
 #include "worker/request_handler.h"
 #include "worker/worker_metrics.h"
