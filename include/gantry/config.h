@@ -39,6 +39,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <variant>
 
 namespace gantry {
 
@@ -67,6 +68,13 @@ StatusOr<DeploymentOptions> LoadDeploymentConfig(const std::string& path);
 // file, line and key ("executors[2].needs[0]").
 StatusOr<FlowOptions> ParseFlowConfig(std::string_view yaml, std::string_view source);
 StatusOr<FlowOptions> LoadFlowConfig(const std::string& path);
+
+// A Deployment or a Flow YAML, read once and parsed as its `jtype` says
+// (`jtype: Flow`, else a Deployment, whose errors then name what is wrong).
+using DeploymentOrFlow = std::variant<DeploymentOptions, FlowOptions>;
+StatusOr<DeploymentOrFlow> ParseDeploymentOrFlowConfig(std::string_view yaml,
+                                                       std::string_view source);
+StatusOr<DeploymentOrFlow> LoadDeploymentOrFlowConfig(const std::string& path);
 
 }  // namespace gantry
 

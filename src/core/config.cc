@@ -1183,4 +1183,24 @@ StatusOr<FlowOptions> LoadFlowConfig(const std::string& path) {
   return ParseFlowConfig(text, path);
 }
 
+StatusOr<DeploymentOrFlow> ParseDeploymentOrFlowConfig(std::string_view yaml,
+                                                       std::string_view source) {
+  return Guard(source, [&]() -> StatusOr<DeploymentOrFlow> {
+    Parser parser(std::string(source), BaseDir(source));
+    GANTRY_ASSIGN_OR_RETURN(YAML::Node root, parser.LoadDocument(yaml));
+    const YAML::Node jtype = root["jtype"];
+    if (jtype.IsScalar() && jtype.Scalar() == "Flow") {
+      GANTRY_ASSIGN_OR_RETURN(FlowOptions flow, parser.ParseFlow(root));
+      return DeploymentOrFlow(std::move(flow));
+    }
+    GANTRY_ASSIGN_OR_RETURN(DeploymentOptions deployment, parser.ParseDeployment(root));
+    return DeploymentOrFlow(std::move(deployment));
+  });
+}
+
+StatusOr<DeploymentOrFlow> LoadDeploymentOrFlowConfig(const std::string& path) {
+  GANTRY_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseDeploymentOrFlowConfig(text, path);
+}
+
 }  // namespace gantry

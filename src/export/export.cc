@@ -19,6 +19,7 @@
 #include <string_view>
 #include <system_error>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "core/deployment_rules.h"
@@ -250,22 +251,15 @@ StatusOr<std::string> ReadText(const std::string& path) {
   return text.str();
 }
 
-// The loaders check the file whole (errors carry file:line:col and key);
-// this only picks which one by `jtype`.
+// The file is read and parsed once, by the loader of its `jtype`, which
+// checks it whole (errors carry file:line:col and key).
 StatusOr<Topology> LoadTopology(const std::string& path) {
-  GANTRY_ASSIGN_OR_RETURN(std::string text, ReadText(path));
-  bool is_flow = false;
-  try {
-    YAML::Node root = YAML::Load(text);
-    is_flow = root.IsMap() && root["jtype"].IsScalar() && root["jtype"].Scalar() == "Flow";
-  } catch (const std::exception&) {
-    // The Deployment loader reports it with the position.
-  }
+  GANTRY_ASSIGN_OR_RETURN(DeploymentOrFlow config, LoadDeploymentOrFlowConfig(path));
   Topology t;
   t.source = path;
-  t.is_flow = is_flow;
-  if (is_flow) {
-    GANTRY_ASSIGN_OR_RETURN(FlowOptions flow, LoadFlowConfig(path));
+  t.is_flow = std::holds_alternative<FlowOptions>(config);
+  if (t.is_flow) {
+    FlowOptions& flow = std::get<FlowOptions>(config);
     t.name = flow.name;
     t.gateway_port = flow.port != 0 ? flow.port : kDefaultGatewayPort;
     t.gateway = internal::DeploymentOptionsOfFlow(flow);
@@ -281,7 +275,7 @@ StatusOr<Topology> LoadTopology(const std::string& path) {
                              .external = s.external});
     }
   } else {
-    GANTRY_ASSIGN_OR_RETURN(DeploymentOptions deployment, LoadDeploymentConfig(path));
+    DeploymentOptions& deployment = std::get<DeploymentOptions>(config);
     t.name = deployment.name;
     t.gateway_port = deployment.port != 0 ? deployment.port : kDefaultGatewayPort;
     t.gateway = deployment;

@@ -797,5 +797,22 @@ TEST(ConfigDirTest, WithPathsResolveAgainstTheFileThatWroteThem) {
   EXPECT_EQ(c->config_dir, "");
 }
 
+TEST(DeploymentOrFlowConfigTest, ParsesWhatTheJtypeSays) {
+  auto flow = ParseDeploymentOrFlowConfig(
+      "jtype: Flow\nwith: {port: 7}\nexecutors:\n  - {name: a, uses: EchoExec}\n", "f.yml");
+  ASSERT_TRUE(flow.ok()) << flow.status();
+  ASSERT_TRUE(std::holds_alternative<FlowOptions>(*flow));
+  EXPECT_EQ(std::get<FlowOptions>(*flow).port, 7);
+  auto deployment = ParseDeploymentOrFlowConfig(
+      "jtype: Deployment\nwith: {uses: EchoExec, replicas: 3}\n", "d.yml");
+  ASSERT_TRUE(deployment.ok()) << deployment.status();
+  EXPECT_EQ(std::get<DeploymentOptions>(*deployment).replicas, 3);
+  // Anything else is read as a Deployment, whose loader names the problem.
+  auto neither = ParseDeploymentOrFlowConfig("jtype: Pipeline\nwith: {}\n", "x.yml");
+  ASSERT_FALSE(neither.ok());
+  EXPECT_THAT(neither.status().message(),
+              HasSubstr("x.yml:1:8: jtype: expected \"Deployment\", got \"Pipeline\""));
+}
+
 }  // namespace
 }  // namespace gantry
