@@ -24,6 +24,9 @@ class Channel;
 }  // namespace grpc
 
 namespace gantry {
+namespace internal {
+class ServingFront;
+}  // namespace internal
 
 struct PostOptions {
   // Documents per request (Jina's default is 100).
@@ -77,9 +80,10 @@ class Client {
   Status DryRun(std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
 
  private:
-  friend class Deployment;
-  // Deployment::Post: requests go on `channel` (the gateway's in-process
-  // channel) rather than to `address`, which only names it in messages.
+  friend class internal::ServingFront;
+  // Deployment::Post over TLS: requests go on `channel` (the gateway's
+  // in-process channel) rather than to `address`, which only names it in
+  // messages.
   Client(std::string address, ClientOptions options, std::shared_ptr<grpc::Channel> channel);
 
   class Impl;

@@ -33,6 +33,7 @@
 #include "deployment/container_replica.h"
 #include "deployment/placement.h"
 #include "deployment/restart_policy.h"
+#include "deployment/serving_front.h"
 #include "deployment/worker_program.h"
 #include "gateway/gateway.h"
 #include "worker/worker_spec.h"
@@ -198,14 +199,7 @@ class Deployment::Impl {
   Status Start();
   void Stop();
   void Block();
-  std::shared_ptr<internal::Gateway> gateway() const {
-    std::lock_guard lock(state_mutex_);
-    return gateway_;
-  }
-  std::shared_ptr<Client> client() const {
-    std::lock_guard lock(state_mutex_);
-    return client_;
-  }
+  std::shared_ptr<internal::Gateway> gateway() const { return front_.gateway(); }
 
   Status status_;
   DeploymentOptions options_;
@@ -214,12 +208,8 @@ class Deployment::Impl {
   // from then on (the supervisor changes them, replicas() reads them).
   std::vector<Replica> replicas_;
   mutable std::mutex replicas_mutex_;
-  // Shared, not unique: Post and the accessors take a reference under
-  // state_mutex_ and use it unlocked, so Stop can drop these while a Post
-  // is still running on another thread.
-  std::shared_ptr<internal::Gateway> gateway_;  // guarded by state_mutex_
-  std::shared_ptr<Client> client_;              // guarded by state_mutex_
-  mutable std::mutex state_mutex_;
+  // The gateway and Post's client (safe from any thread).
+  internal::ServingFront front_;
   // Held for the whole of Stop, so a second Stop waits for the first.
   std::mutex stop_mutex_;
   bool stopped_ = false;
@@ -376,30 +366,23 @@ Status Deployment::Impl::Start() {
   }
   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<internal::Gateway> gateway,
                           internal::Gateway::Start(std::move(gateway_options)));
-  std::lock_guard state_lock(state_mutex_);
-  gateway_ = std::move(gateway);
-  std::string client_address = internal::JoinHostPort(
-      options_.host == "0.0.0.0" ? "127.0.0.1" : options_.host, gateway_->port());
-  ClientOptions client_options{.max_message_bytes = options_.max_message_bytes};
   // Over TLS, Post goes in-process: no CA or client certificate to hold.
-  client_ = options_.tls.enabled()
-                ? std::shared_ptr<Client>(new Client(std::move(client_address), client_options,
-                                                     gateway_->InProcessChannel()))
-                : std::make_shared<Client>(std::move(client_address), client_options);
+  front_.Open(std::move(gateway), options_.host, options_.max_message_bytes,
+              options_.tls.enabled());
   if (!supervisor_wake_.ok()) {
     return InternalError(std::string("cannot create a pipe: ") + std::strerror(errno));
   }
-  if (gateway_->monitoring_port() >= 0) {
+  if (front_.monitoring_port() >= 0) {
     spdlog::info("metrics on {}/metrics",
-                 internal::JoinHostPort(options_.host, gateway_->monitoring_port()));
+                 internal::JoinHostPort(options_.host, front_.monitoring_port()));
   }
   {
     std::lock_guard replicas_lock(replicas_mutex_);
-    WriteMonitoringTargets(gateway_->monitoring_port());
+    WriteMonitoringTargets(front_.monitoring_port());
   }
   supervisor_ = std::thread([this] { Supervise(); });
 
-  std::string address = internal::JoinHostPort(options_.host, gateway_->port());
+  std::string address = internal::JoinHostPort(options_.host, front_.port());
   std::string line(48, '-');
   spdlog::info(
       "\n+{}\n| Deployment '{}' is ready to serve!\n|   protocol: GRPC\n|   address:  "
@@ -650,7 +633,7 @@ void Deployment::Impl::Supervise() {
     if (stop_supervising_.load()) {
       return;
     }
-    // Stop resets gateway_ only after this thread has ended.
+    // Stop releases the gateway only after this thread has ended.
     std::shared_ptr<internal::Gateway> gateway = this->gateway();
     if (!gateway) {
       return;
@@ -799,14 +782,9 @@ void Deployment::Impl::Stop() {
   stopped_ = true;
   // No replica is restarted from here on.
   StopSupervisor();
-  std::shared_ptr<internal::Gateway> gateway;
-  {
-    // From here on Post answers "stopped"; Posts already running keep their
-    // own reference to the client and fail once the gateway is shut down.
-    std::lock_guard state_lock(state_mutex_);
-    gateway = gateway_;
-    client_.reset();
-  }
+  // From here on Post answers "stopped"; Posts already running keep their
+  // own reference to the client and fail once the gateway is shut down.
+  std::shared_ptr<internal::Gateway> gateway = front_.StopClient();
   if (gateway) {
     // New requests are refused; those in flight finish, up to timeout_drain.
     gateway->Shutdown(options_.timeout_drain);
@@ -838,10 +816,7 @@ void Deployment::Impl::Stop() {
       }
     }
   }
-  {
-    std::lock_guard state_lock(state_mutex_);
-    gateway_.reset();
-  }
+  front_.Release();
   block_wait_.Wake();
 }
 
@@ -872,20 +847,11 @@ Deployment::~Deployment() = default;
 
 const Status& Deployment::status() const { return impl_->status_; }
 
-int Deployment::port() const {
-  std::shared_ptr<internal::Gateway> gateway = impl_->gateway();
-  return gateway ? gateway->port() : 0;
-}
+int Deployment::port() const { return impl_->front_.port(); }
 
-int Deployment::http_port() const {
-  std::shared_ptr<internal::Gateway> gateway = impl_->gateway();
-  return gateway ? gateway->http_port() : -1;
-}
+int Deployment::http_port() const { return impl_->front_.http_port(); }
 
-std::string Deployment::address() const {
-  std::shared_ptr<Client> client = impl_->client();
-  return client ? client->address() : std::string();
-}
+std::string Deployment::address() const { return impl_->front_.address(); }
 
 void Deployment::Impl::WriteMonitoringTargets(int gateway_monitoring_port) const {
   if (options_.monitoring_targets_file.empty() || gateway_monitoring_port < 0) {
@@ -921,10 +887,7 @@ void Deployment::Impl::WriteMonitoringTargets(int gateway_monitoring_port) const
   }
 }
 
-int Deployment::monitoring_port() const {
-  std::shared_ptr<internal::Gateway> gateway = impl_->gateway();
-  return gateway ? gateway->monitoring_port() : -1;
-}
+int Deployment::monitoring_port() const { return impl_->front_.monitoring_port(); }
 
 std::vector<ReplicaInfo> Deployment::replicas() const {
   std::vector<ReplicaInfo> out;
@@ -964,11 +927,7 @@ StatusOr<DocList> Deployment::Post(std::string_view endpoint, const DocList& doc
   if (!impl_->status_.ok()) {
     return impl_->status_;
   }
-  std::shared_ptr<Client> client = impl_->client();
-  if (!client) {
-    return FailedPreconditionError("deployment '" + impl_->options_.name + "' is stopped");
-  }
-  return client->Post(endpoint, docs, options);
+  return impl_->front_.Post("deployment '" + impl_->options_.name + "'", endpoint, docs, options);
 }
 
 void Deployment::Block() { impl_->Block(); }

@@ -15,6 +15,7 @@
 #include "core/logging.h"
 #include "core/option_table.h"
 #include "deployment/placement.h"
+#include "deployment/serving_front.h"
 #include "gateway/flow_router.h"
 #include "gateway/gateway.h"
 
@@ -33,14 +34,8 @@ class Flow::Impl {
   // Waits for SIGINT, SIGTERM or Stop(); for a Flow with no local step.
   void BlockOnSignals();
 
-  std::shared_ptr<internal::Gateway> gateway() const {
-    std::lock_guard lock(state_mutex_);
-    return gateway_;
-  }
-  std::shared_ptr<Client> client() const {
-    std::lock_guard lock(state_mutex_);
-    return client_;
-  }
+  // The gateway and Post's client (safe from any thread).
+  internal::ServingFront front_;
 
   Status status_;
   FlowOptions options_;
@@ -54,9 +49,6 @@ class Flow::Impl {
   std::string Where() const { return "flow '" + options_.name + "'"; }
   void ShareCoresBetweenSteps();
 
-  std::shared_ptr<internal::Gateway> gateway_;  // guarded by state_mutex_
-  std::shared_ptr<Client> client_;              // guarded by state_mutex_
-  mutable std::mutex state_mutex_;
   std::mutex stop_mutex_;
   bool stopped_ = false;  // guarded by stop_mutex_
   // BlockOnSignals waits on it (a Flow of external steps only); Stop wakes it.
@@ -210,12 +202,8 @@ Status Flow::Impl::Start() {
       });
   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<internal::Gateway> gateway,
                           internal::Gateway::Start(std::move(gateway_options)));
-  std::lock_guard lock(state_mutex_);
-  gateway_ = std::move(gateway);
-  std::string address = internal::JoinHostPort(
-      options_.host == "0.0.0.0" ? "127.0.0.1" : options_.host, gateway_->port());
-  client_ = std::make_shared<Client>(
-      address, ClientOptions{.max_message_bytes = options_.max_message_bytes});
+  front_.Open(std::move(gateway), options_.host, options_.max_message_bytes,
+              /*in_process=*/false);
   std::string steps;
   for (std::size_t i = 0; i < names.size(); ++i) {
     steps += "\n|   " + names[i] + " <- ";
@@ -232,7 +220,7 @@ Status Flow::Impl::Start() {
   }
   std::string line(48, '-');
   spdlog::info("\n+{}\n| Flow '{}' is ready to serve!\n|   protocol: GRPC\n|   address:  {}{}\n+{}",
-               line, options_.name, internal::JoinHostPort(options_.host, gateway_->port()), steps,
+               line, options_.name, internal::JoinHostPort(options_.host, front_.port()), steps,
                line);
   return OkStatus();
 }
@@ -244,12 +232,7 @@ void Flow::Impl::Stop() {
   }
   stopped_ = true;
   block_wait_.Wake();
-  std::shared_ptr<internal::Gateway> gateway;
-  {
-    std::lock_guard state_lock(state_mutex_);
-    gateway = gateway_;
-    client_.reset();
-  }
+  std::shared_ptr<internal::Gateway> gateway = front_.StopClient();
   if (gateway) {
     // New requests are refused; those in flight finish, up to timeout_drain.
     gateway->Shutdown(options_.timeout_drain);
@@ -264,8 +247,7 @@ void Flow::Impl::Stop() {
       }
     }
   }
-  std::lock_guard state_lock(state_mutex_);
-  gateway_.reset();
+  front_.Release();
 }
 
 Flow::Flow(FlowOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
@@ -280,25 +262,13 @@ Flow::~Flow() = default;
 
 const Status& Flow::status() const { return impl_->status_; }
 
-int Flow::port() const {
-  std::shared_ptr<internal::Gateway> gateway = impl_->gateway();
-  return gateway ? gateway->port() : 0;
-}
+int Flow::port() const { return impl_->front_.port(); }
 
-int Flow::monitoring_port() const {
-  std::shared_ptr<internal::Gateway> gateway = impl_->gateway();
-  return gateway ? gateway->monitoring_port() : -1;
-}
+int Flow::monitoring_port() const { return impl_->front_.monitoring_port(); }
 
-int Flow::http_port() const {
-  std::shared_ptr<internal::Gateway> gateway = impl_->gateway();
-  return gateway ? gateway->http_port() : -1;
-}
+int Flow::http_port() const { return impl_->front_.http_port(); }
 
-std::string Flow::address() const {
-  std::shared_ptr<Client> client = impl_->client();
-  return client ? client->address() : std::string();
-}
+std::string Flow::address() const { return impl_->front_.address(); }
 
 std::vector<std::string> Flow::steps() const {
   std::vector<std::string> names;
@@ -322,11 +292,7 @@ StatusOr<DocList> Flow::Post(std::string_view endpoint, const DocList& docs,
   if (!impl_->status_.ok()) {
     return impl_->status_;
   }
-  std::shared_ptr<Client> client = impl_->client();
-  if (!client) {
-    return FailedPreconditionError("flow '" + impl_->options_.name + "' is stopped");
-  }
-  return client->Post(endpoint, docs, options);
+  return impl_->front_.Post("flow '" + impl_->options_.name + "'", endpoint, docs, options);
 }
 
 void Flow::Impl::BlockOnSignals() {
