@@ -293,22 +293,14 @@ void ExpectCap(const std::string& address, std::int64_t cap, const std::string& 
   EXPECT_TRUE(under.ok()) << under.status();
 }
 
-TEST(RoutingTest, CliAndYamlSetTheCap) {
-  testing::TempDir dir;
-  const std::string yaml = dir.File("dep.yml");
-  testing::WriteFile(yaml, "jtype: Deployment\nwith:\n  uses: " + testing::SourceDir() +
-                               "/examples/seed/executor.yml\n  max_message_bytes: 65536\n");
-  struct Case {
-    std::vector<std::string> args;
-    std::int64_t cap;
-  };
-  std::vector<Case> cases = {
-      {{"deployment", "--uses", yaml}, 65536},
-      {{"deployment", "--uses", yaml, "--max-message-bytes", "131072"}, 131072},
-      {{"executor", "--uses", testing::SourceDir() + "/examples/seed/executor.yml", "--host",
-        "127.0.0.1", "--max-message-bytes", "65536"},
-       65536},
-  };
+// One `gantry` command line and the message cap its server must keep.
+struct CliCapCase {
+  std::vector<std::string> args;
+  std::int64_t cap;
+};
+
+// Starts each command on a free port, checks its cap, and stops it.
+void ExpectCapsThroughTheCli(const testing::TempDir& dir, const std::vector<CliCapCase>& cases) {
   for (std::size_t i = 0; i < cases.size(); ++i) {
     std::string port_file = dir.File("port" + std::to_string(i));
     std::string log = dir.File("cli" + std::to_string(i) + ".log");
@@ -322,6 +314,21 @@ TEST(RoutingTest, CliAndYamlSetTheCap) {
     cli->Signal(SIGTERM);
     EXPECT_TRUE(cli->WaitFor(std::chrono::seconds(30)));
   }
+}
+
+TEST(RoutingTest, CliAndYamlSetTheCap) {
+  testing::TempDir dir;
+  const std::string yaml = dir.File("dep.yml");
+  testing::WriteFile(yaml, "jtype: Deployment\nwith:\n  uses: " + testing::SourceDir() +
+                               "/examples/seed/executor.yml\n  max_message_bytes: 65536\n");
+  std::vector<CliCapCase> cases = {
+      {{"deployment", "--uses", yaml}, 65536},
+      {{"deployment", "--uses", yaml, "--max-message-bytes", "131072"}, 131072},
+      {{"executor", "--uses", testing::SourceDir() + "/examples/seed/executor.yml", "--host",
+        "127.0.0.1", "--max-message-bytes", "65536"},
+       65536},
+  };
+  ExpectCapsThroughTheCli(dir, cases);
 
   testing::WriteFile(yaml, "jtype: Deployment\nwith:\n  uses: EchoExec\n  max_message_bytes: 0\n");
   auto parsed = LoadDeploymentConfig(yaml);
@@ -338,29 +345,13 @@ TEST(RoutingTest, FlowCliFlagsOverrideTheFlowsYaml) {
                      "jtype: Flow\nwith:\n  max_message_bytes: 65536\nexecutors:\n"
                      "  - name: seed\n    uses: " +
                          testing::SourceDir() + "/examples/seed/executor.yml\n");
-  struct Case {
-    std::vector<std::string> args;
-    std::int64_t cap;
-  };
-  std::vector<Case> cases = {
+  std::vector<CliCapCase> cases = {
       {{"flow", "--uses", yaml}, 65536},
       {{"flow", "--uses", yaml, "--max-message-bytes", "131072", "--max-concurrent-requests", "8",
         "--timeout-drain", "2000"},
        131072},
   };
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    std::string port_file = dir.File("port" + std::to_string(i));
-    std::string log = dir.File("cli" + std::to_string(i) + ".log");
-    std::vector<std::string> args = cases[i].args;
-    args.insert(args.end(), {"--port", "0", "--port-file", port_file});
-    ChildProcessPtr cli = StartCli(args, log);
-    ASSERT_NE(cli, nullptr);
-    auto port = testing::WaitForFile(port_file, std::chrono::seconds(60));
-    ASSERT_TRUE(port.has_value()) << testing::ReadFile(log);
-    ExpectCap("127.0.0.1:" + std::to_string(std::stoi(*port)), cases[i].cap, "/encode");
-    cli->Signal(SIGTERM);
-    EXPECT_TRUE(cli->WaitFor(std::chrono::seconds(30)));
-  }
+  ExpectCapsThroughTheCli(dir, cases);
   // A flag's own range is checked before anything starts.
   std::string log = dir.File("refused.log");
   ChildProcessPtr refused =
