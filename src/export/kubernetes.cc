@@ -80,26 +80,25 @@ Value::Dict Metadata(const Topology& t, const ExportOptions& options, const std:
   return metadata;
 }
 
-Value GrpcProbe(int port, int period, int failures) {
-  Value::Dict grpc;
-  grpc.emplace("port", Int(port));
+// A probe of `kind` ("grpc": the health service; "tcpSocket": the port
+// accepts) on `port`.
+Value Probe(std::string_view kind, int port, int period, int failures) {
+  Value::Dict target;
+  target.emplace("port", Int(port));
   Value::Dict probe;
-  probe.emplace("grpc", Value(std::move(grpc)));
+  probe.emplace(std::string(kind), Value(std::move(target)));
   probe.emplace("periodSeconds", Int(period));
   probe.emplace("timeoutSeconds", Int(5));
   probe.emplace("failureThreshold", Int(failures));
   return Value(std::move(probe));
 }
 
+Value GrpcProbe(int port, int period, int failures) {
+  return Probe("grpc", port, period, failures);
+}
+
 Value TcpProbe(int port, int period, int failures) {
-  Value::Dict tcp;
-  tcp.emplace("port", Int(port));
-  Value::Dict probe;
-  probe.emplace("tcpSocket", Value(std::move(tcp)));
-  probe.emplace("periodSeconds", Int(period));
-  probe.emplace("timeoutSeconds", Int(5));
-  probe.emplace("failureThreshold", Int(failures));
-  return Value(std::move(probe));
+  return Probe("tcpSocket", port, period, failures);
 }
 
 Value ContainerPort(std::string name, int port) {
