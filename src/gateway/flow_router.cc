@@ -278,6 +278,15 @@ bool FlowRouter::Available() const {
   return !steps_ready_ || steps_ready_();
 }
 
+std::string FlowRouter::WhyUnavailable() const {
+  for (const auto& step : graph_->steps) {
+    if (step->channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+      return "flow step '" + step->name + "' cannot be reached";
+    }
+  }
+  return "a step has no replica in rotation";
+}
+
 std::shared_ptr<ForwardHandle> FlowRouter::Forward(const grpc::ByteBuffer& request,
                                                    std::chrono::system_clock::time_point deadline,
                                                    ForwardDone done) {

@@ -58,6 +58,7 @@ class FlowRouter final : public Upstream {
   // True while no step's channel is in TRANSIENT_FAILURE and `steps_ready`
   // (when given) holds.
   bool Available() const override;
+  std::string WhyUnavailable() const override;
 
   // Defined in flow_router.cc. The steps are shared with the calls in
   // flight, whose completions may come after the router is gone.

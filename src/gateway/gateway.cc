@@ -28,6 +28,7 @@
 #include "gateway/gateway_metrics.h"
 #include "gateway/http_gateway.h"
 #include "gateway/kserve_service.h"
+#include "gateway/replica_pool.h"
 #include "gateway/upstream.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "jina/jina.grpc.pb.h"
@@ -38,64 +39,17 @@ namespace {
 
 constexpr char kCallMethod[] = "/jina.JinaRPC/Call";
 constexpr char kSingleMethod[] = "/jina.JinaSingleDataRequestRPC/process_single_data";
-// How often replicas are health-checked, and how long one check may take. A
-// replica out of rotation is back within about one interval of recovering.
-constexpr std::chrono::milliseconds kProbeInterval{250};
-constexpr std::chrono::milliseconds kProbeTimeout{500};
-// Tries of one request that may end with its replica dropping the
-// connection: the second such end is final (see gateway.h).
-constexpr int kMaxReplicasKilledPerRequest = 2;
+// How often the gateway's health follows its upstream's readiness when the
+// upstream does not say so itself (a Flow's steps).
+constexpr std::chrono::milliseconds kHealthInterval{250};
 
 using Clock = std::chrono::system_clock;
 
-// Where one replica's process listens. Replaced whole when the Deployment
-// starts the replica again on a new port; a call keeps the endpoint it was
-// sent on until it completes.
-struct Endpoint {
-  Endpoint(std::string where, std::int64_t max_message_bytes)
-      : address(std::move(where)),
-        channel(MakeChannel(address, max_message_bytes)),
-        stub(std::make_unique<grpc::GenericStub>(channel)),
-        health(grpc::health::v1::Health::NewStub(channel)) {}
-  std::string address;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<grpc::GenericStub> stub;
-  std::unique_ptr<grpc::health::v1::Health::Stub> health;
+// What a request refused before it reached the upstream returns.
+class RefusedCall final : public ForwardHandle {
+ public:
+  void Cancel() override {}
 };
-
-struct Replica {
-  std::string name;
-  std::atomic<int> in_flight{0};
-  std::atomic<std::uint64_t> served{0};
-  // In rotation: cleared by a transport failure or by the supervisor, set by
-  // a passing probe of the current endpoint (under `mutex`, read anywhere).
-  std::atomic<bool> available{true};
-
-  mutable std::mutex mutex;
-  // Shared with the calls in flight on it.
-  std::shared_ptr<Endpoint> endpoint;  // guarded by mutex
-  // The supervisor says the process is gone: not probed until restarted.
-  bool down = false;  // guarded by mutex
-  // Non-empty once the supervisor gave the replica up: why.
-  std::string given_up;  // guarded by mutex
-
-  std::shared_ptr<Endpoint> CurrentEndpoint() const {
-    std::lock_guard lock(mutex);
-    return endpoint;
-  }
-  std::string Describe() const { return Describe(*CurrentEndpoint()); }
-  std::string Describe(const Endpoint& on) const { return name + " (" + on.address + ")"; }
-};
-
-// gRPC reports a replica it could not connect to ("failed to connect to all
-// addresses", "Connection refused") with the same code as one that dropped
-// a call mid-way; only the latter may have been killed by the request.
-bool NeverConnected(const grpc::Status& status) {
-  const std::string& message = status.error_message();
-  return message.find("failed to connect") != std::string::npos ||
-         message.find("Failed to connect") != std::string::npos ||
-         message.find("Connection refused") != std::string::npos;
-}
 
 grpc::ByteBuffer SerializeToByteBuffer(const google::protobuf::Message& message) {
   std::string bytes = message.SerializeAsString();
@@ -126,62 +80,6 @@ int ParsePrefetch(std::string_view text, int fallback) {
   return static_cast<int>(value);
 }
 
-// One request on its way to a replica, across retries. Cancel() may come
-// from any thread; the rest is touched by one attempt at a time.
-class ForwardCall final : public ForwardHandle {
- public:
-  // Cancels the attempt in flight and prevents further ones.
-  void Cancel() override {
-    std::lock_guard lock(mutex_);
-    cancelled_ = true;
-    if (context_) {
-      context_->TryCancel();
-    }
-  }
-
- private:
-  friend class Gateway::Impl;
-
-  // A fresh context for the next attempt, or null once cancelled.
-  grpc::ClientContext* NewContext() {
-    std::lock_guard lock(mutex_);
-    if (cancelled_) {
-      return nullptr;
-    }
-    context_ = std::make_unique<grpc::ClientContext>();
-    return context_.get();
-  }
-  bool cancelled() {
-    std::lock_guard lock(mutex_);
-    return cancelled_;
-  }
-  // Called by the thread that starts an attempt, after it set the fields
-  // below, and by the thread its completion runs on, before it reads them.
-  // gRPC orders the two already; passing through mutex_ says so in code
-  // that ThreadSanitizer can check (gRPC's own ordering it cannot see).
-  void HandOver() { std::lock_guard lock(mutex_); }
-
-  grpc::ByteBuffer request_;
-  grpc::ByteBuffer reply_;
-  // The client's deadline; time_point::max() when it set none.
-  Clock::time_point client_deadline_ = Clock::time_point::max();
-  // Whether the attempt in flight runs under timeout_send rather than the
-  // client's deadline.
-  bool send_timeout_bound_ = false;
-  int attempt_ = 0;
-  std::size_t replica_ = 0;
-  // The replica's endpoint the attempt in flight was sent on.
-  std::shared_ptr<Endpoint> endpoint_;
-  // Replicas that dropped the connection in the middle of this request, as
-  // "name (address)".
-  std::vector<std::string> killed_;
-  ForwardDone done_;
-
-  std::mutex mutex_;
-  std::unique_ptr<grpc::ClientContext> context_;  // guarded by mutex_
-  bool cancelled_ = false;                        // guarded by mutex_
-};
-
 namespace {
 class DataReactor;
 }  // namespace
@@ -204,22 +102,10 @@ class Gateway::Impl {
     grpc::ChannelArguments args = MakeChannelArguments(options_.max_message_bytes);
     return server_->InProcessChannel(args);
   }
-  std::vector<ReplicaState> States() const {
-    std::vector<ReplicaState> out;
-    for (const auto& r : replicas_) {
-      out.push_back({r->served.load(), r->in_flight.load(), r->available.load()});
-    }
-    return out;
-  }
+  // The replica pool of a Deployment's gateway; null for a Flow's.
+  ReplicaPool* pool() const { return pool_.get(); }
+  GatewayMetrics* metrics() const { return metrics_.get(); }
   void Shutdown(std::chrono::milliseconds grace);
-  void ReplicaDown(std::size_t index, const std::string& why);
-  void ReplicaRestarting(std::size_t index) {
-    if (metrics_) {
-      metrics_->ReplicaRestarted(index);
-    }
-  }
-  void ReplicaRestarted(std::size_t index, const std::string& address);
-  void ReplicaGivenUp(std::size_t index, const std::string& why);
 
   // Called by each data call's reactor when it starts: false once the
   // gateway is draining (the call is then refused). A registered reactor
@@ -238,32 +124,21 @@ class Gateway::Impl {
   class DryRunService;
   class InfoService;
 
-  void Attempt(std::shared_ptr<ForwardCall> call);
-  void OnAttemptDone(std::shared_ptr<ForwardCall> call, grpc::Status status);
-  void Finish(const std::shared_ptr<ForwardCall>& call, grpc::Status status);
   // A request refused before any call: `done` runs now with RESOURCE_EXHAUSTED.
-  std::shared_ptr<ForwardHandle> Refuse(ForwardDone done, const std::string& why);
+  std::shared_ptr<ForwardHandle> Refuse(const ForwardDone& done, const std::string& why);
   // Refuses new calls, tells every data call to finish once its requests in
   // flight are answered, and waits up to `grace` for them all to be done.
   void Drain(std::chrono::milliseconds grace);
   HttpForwardResult ForwardAndWait(const std::string& request,
                                    Clock::time_point deadline = Clock::time_point::max());
-  bool AnyReplicaAvailable() const;
-  // An available replica other than those `call` already failed on, or
-  // nullopt when none is left.
-  std::optional<std::size_t> PickReplica(const ForwardCall& call);
-  // Takes `replica` out of rotation if `on` is still its endpoint (a late
-  // failure of a replaced process must not take its successor out).
-  void MarkOut(Replica& replica, const Endpoint& on, const std::string& why);
+  // Serving health follows whether the upstream can take a request.
   void UpdateHealth();
-  void ProbeLoop();
-  void ProbeAll();
-  std::string NoReplicaMessage() const;
+  void HealthLoop();
 
   GatewayOptions options_;
-  std::vector<std::unique_ptr<Replica>> replicas_;
-  std::atomic<std::size_t> round_robin_{0};
-  int max_attempts_ = 1;
+  // Where every data request goes: options_.upstream, or pool_.
+  std::shared_ptr<Upstream> upstream_;
+  std::shared_ptr<ReplicaPool> pool_;
   std::unique_ptr<DataService> data_service_;
   std::unique_ptr<DryRunService> dry_run_service_;
   std::unique_ptr<InfoService> info_service_;
@@ -289,12 +164,10 @@ class Gateway::Impl {
   // Serialises SetServingStatus so that the last answer set is current.
   std::mutex health_mutex_;
   bool serving_ = true;  // guarded by health_mutex_
-  std::mutex probe_mutex_;
-  std::condition_variable probe_wake_;
-  bool stop_probing_ = false;  // guarded by probe_mutex_
-  // A replica was restarted: probe now rather than at the next interval.
-  bool probe_now_ = false;  // guarded by probe_mutex_
-  std::thread prober_;
+  std::mutex health_loop_mutex_;
+  std::condition_variable health_loop_wake_;
+  bool stop_health_loop_ = false;  // guarded by health_loop_mutex_
+  std::thread health_loop_;
 
   // Live data calls, for draining.
   std::mutex reactors_mutex_;
@@ -655,22 +528,21 @@ Status Gateway::Impl::Init() {
   if (options_.replica_addresses.empty() && !options_.upstream) {
     return InvalidArgumentError("gateway needs at least one replica address");
   }
-  for (std::size_t i = 0; i < options_.replica_addresses.size(); ++i) {
-    auto replica = std::make_unique<Replica>();
-    replica->name = i < options_.replica_names.size()
-                        ? options_.replica_names[i]
-                        : options_.deployment_name + "/rep-" + std::to_string(i);
-    replica->endpoint =
-        std::make_shared<Endpoint>(options_.replica_addresses[i], options_.max_message_bytes);
-    replicas_.push_back(std::move(replica));
+  upstream_ = options_.upstream;
+  if (!upstream_) {
+    ReplicaPoolOptions pool;
+    pool.deployment_name = options_.deployment_name;
+    pool.replica_addresses = options_.replica_addresses;
+    pool.replica_names = options_.replica_names;
+    pool.timeout_send = options_.timeout_send;
+    pool.links = GrpcReplicaLinks(options_.max_message_bytes);
+    pool.on_rotation_change = [this] { UpdateHealth(); };
+    pool_ = std::make_shared<ReplicaPool>(std::move(pool));
+    upstream_ = pool_;
   }
-  max_attempts_ = std::max<int>(3, static_cast<int>(replicas_.size())) + 1;
   if (options_.monitoring_port >= 0) {
-    std::vector<std::string> names;
-    for (const auto& r : replicas_) {
-      names.push_back(r->name);
-    }
-    metrics_ = std::make_shared<GatewayMetrics>(options_.deployment_name, names);
+    metrics_ = std::make_shared<GatewayMetrics>(
+        options_.deployment_name, pool_ ? pool_->names() : std::vector<std::string>{});
     auto server =
         MetricsServer::Start(options_.host, options_.monitoring_port, {metrics_->registry()});
     if (!server.ok()) {
@@ -697,7 +569,7 @@ Status Gateway::Impl::Init() {
       [this](const std::string& request, Clock::time_point deadline) {
         return ForwardAndWait(request, deadline);
       },
-      [this] { return AnyReplicaAvailable(); },
+      [this] { return upstream_->Available(); },
       static_cast<std::uint64_t>(options_.max_message_bytes), options_.signature);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -732,26 +604,17 @@ Status Gateway::Impl::Init() {
         [this](const std::string& request) { return ForwardAndWait(request); },
         {{"gantry", GANTRY_VERSION}, {"protocol", "jina-3.x/docarray-v2"}},
         options_.max_message_bytes, options_.tls, options_.models,
-        [this] { return AnyReplicaAvailable(); }, options_.signature);
+        [this] { return upstream_->Available(); }, options_.signature);
     if (!http.ok()) {
       return http.status().WithPrefix("gateway");
     }
     http_ = std::move(http).value();
   }
-  prober_ = std::thread([this] { ProbeLoop(); });
+  if (pool_) {
+    pool_->Start();
+  }
+  health_loop_ = std::thread([this] { HealthLoop(); });
   return OkStatus();
-}
-
-bool Gateway::Impl::AnyReplicaAvailable() const {
-  if (options_.upstream) {
-    return options_.upstream->Available();
-  }
-  for (const auto& r : replicas_) {
-    if (r->available.load()) {
-      return true;
-    }
-  }
-  return false;
 }
 
 HttpForwardResult Gateway::Impl::ForwardAndWait(const std::string& request,
@@ -782,99 +645,6 @@ HttpForwardResult Gateway::Impl::ForwardAndWait(const std::string& request,
     promise->set_value(std::move(out));
   });
   return future.get();
-}
-
-std::optional<std::size_t> Gateway::Impl::PickReplica(const ForwardCall& call) {
-  std::size_t n = replicas_.size();
-  std::size_t start = round_robin_.fetch_add(1, std::memory_order_relaxed) % n;
-  std::optional<std::size_t> best;
-  std::optional<std::size_t> previous;
-  for (std::size_t k = 0; k < n; ++k) {
-    std::size_t i = (start + k) % n;
-    if (!replicas_[i]->available.load()) {
-      continue;
-    }
-    // A retry goes to another replica when there is one.
-    if (call.attempt_ > 0 && i == call.replica_) {
-      previous = i;
-      continue;
-    }
-    if (!best || replicas_[i]->in_flight.load() < replicas_[*best]->in_flight.load()) {
-      best = i;
-    }
-  }
-  return best ? best : previous;
-}
-
-std::string Gateway::Impl::NoReplicaMessage() const {
-  std::string message = "deployment '" + options_.deployment_name +
-                        "': no replica is available (all " + std::to_string(replicas_.size()) +
-                        " are out of rotation after failing; they rejoin when their health check "
-                        "passes)";
-  for (const auto& replica : replicas_) {
-    std::lock_guard lock(replica->mutex);
-    if (!replica->given_up.empty()) {
-      message += "; replica " + replica->name + " was given up: " + replica->given_up;
-    }
-  }
-  return message;
-}
-
-void Gateway::Impl::MarkOut(Replica& replica, const Endpoint& on, const std::string& why) {
-  {
-    std::lock_guard lock(replica.mutex);
-    if (replica.endpoint.get() != &on || !replica.available.exchange(false)) {
-      return;
-    }
-  }
-  spdlog::warn("deployment '{}': replica {} leaves rotation: {}", options_.deployment_name,
-               replica.Describe(on), why);
-  UpdateHealth();
-}
-
-void Gateway::Impl::ReplicaDown(std::size_t index, const std::string& why) {
-  Replica& replica = *replicas_.at(index);
-  bool was_available = false;
-  {
-    std::lock_guard lock(replica.mutex);
-    replica.down = true;
-    was_available = replica.available.exchange(false);
-  }
-  if (was_available) {
-    spdlog::warn("deployment '{}': replica {} leaves rotation: {}", options_.deployment_name,
-                 replica.Describe(), why);
-    UpdateHealth();
-  }
-}
-
-void Gateway::Impl::ReplicaRestarted(std::size_t index, const std::string& address) {
-  Replica& replica = *replicas_.at(index);
-  auto endpoint = std::make_shared<Endpoint>(address, options_.max_message_bytes);
-  {
-    std::lock_guard lock(replica.mutex);
-    replica.endpoint = std::move(endpoint);
-    replica.down = false;
-    replica.available.store(false);  // until its health check passes
-  }
-  {
-    std::lock_guard lock(probe_mutex_);
-    probe_now_ = true;
-  }
-  probe_wake_.notify_all();
-}
-
-void Gateway::Impl::ReplicaGivenUp(std::size_t index, const std::string& why) {
-  if (metrics_) {
-    metrics_->ReplicaGivenUp(index);
-  }
-  Replica& replica = *replicas_.at(index);
-  {
-    std::lock_guard lock(replica.mutex);
-    replica.down = true;
-    replica.given_up = why;
-    replica.available.store(false);
-  }
-  UpdateHealth();
 }
 
 bool Gateway::Impl::Register(DataReactor* reactor) {
@@ -934,12 +704,15 @@ void Gateway::Impl::Shutdown(std::chrono::milliseconds grace) {
       Drain(grace);
     }
     {
-      std::lock_guard lock(probe_mutex_);
-      stop_probing_ = true;
+      std::lock_guard lock(health_loop_mutex_);
+      stop_health_loop_ = true;
     }
-    probe_wake_.notify_all();
-    if (prober_.joinable()) {
-      prober_.join();
+    health_loop_wake_.notify_all();
+    if (health_loop_.joinable()) {
+      health_loop_.join();
+    }
+    if (pool_) {
+      pool_->Stop();
     }
     if (!server_) {
       return;
@@ -962,13 +735,7 @@ void Gateway::Impl::UpdateHealth() {
   if (stopping_.load()) {
     return;
   }
-  bool any = false;
-  for (const auto& r : replicas_) {
-    any = any || r->available.load();
-  }
-  if (options_.upstream) {
-    any = options_.upstream->Available();
-  }
+  const bool any = upstream_->Available();
   if (any == serving_ || !server_) {
     return;
   }
@@ -976,72 +743,20 @@ void Gateway::Impl::UpdateHealth() {
   if (auto* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(any);
   }
-  if (!any && options_.upstream) {
-    spdlog::error("'{}': a step has no replica in rotation; health is NOT_SERVING",
-                  options_.deployment_name);
-  } else if (!any) {
-    spdlog::error("{}; health is NOT_SERVING", NoReplicaMessage());
+  if (!any) {
+    spdlog::error("'{}': {}; health is NOT_SERVING", options_.deployment_name,
+                  upstream_->WhyUnavailable());
   } else {
-    spdlog::info("deployment '{}': a replica is available again; health is SERVING",
-                 options_.deployment_name);
+    spdlog::info("'{}': a replica is available again; health is SERVING", options_.deployment_name);
   }
 }
 
-// Health-checks every replica: one out of rotation rejoins when it answers
-// SERVING; one in rotation leaves when it cannot be reached or answers
-// NOT_SERVING (a slow answer from a busy replica is not a failure).
-void Gateway::Impl::ProbeLoop() {
-  std::unique_lock lock(probe_mutex_);
-  while (true) {
-    probe_wake_.wait_for(lock, kProbeInterval, [this] { return stop_probing_ || probe_now_; });
-    if (stop_probing_) {
-      return;
-    }
-    probe_now_ = false;
+void Gateway::Impl::HealthLoop() {
+  std::unique_lock lock(health_loop_mutex_);
+  while (!health_loop_wake_.wait_for(lock, kHealthInterval, [this] { return stop_health_loop_; })) {
     lock.unlock();
-    ProbeAll();
-    lock.lock();
-  }
-}
-
-void Gateway::Impl::ProbeAll() {
-  if (options_.upstream) {
-    // A Flow's gateway has no replicas: its health follows its steps'.
     UpdateHealth();
-    return;
-  }
-  for (auto& replica : replicas_) {
-    std::shared_ptr<Endpoint> endpoint;
-    {
-      std::lock_guard lock(replica->mutex);
-      if (replica->down) {
-        continue;  // the supervisor reports when it is back
-      }
-      endpoint = replica->endpoint;
-    }
-    grpc::ClientContext context;
-    context.set_deadline(Clock::now() + kProbeTimeout);
-    grpc::health::v1::HealthCheckRequest request;
-    grpc::health::v1::HealthCheckResponse response;
-    grpc::Status status = endpoint->health->Check(&context, request, &response);
-    bool serving =
-        status.ok() && response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
-    if (serving && !replica->available.load()) {
-      {
-        std::lock_guard lock(replica->mutex);
-        if (replica->down || replica->endpoint != endpoint) {
-          continue;  // replaced or gone while it was probed
-        }
-        replica->available.store(true);
-      }
-      spdlog::info("deployment '{}': replica {} passed its health check; back in rotation",
-                   options_.deployment_name, replica->Describe(*endpoint));
-      UpdateHealth();
-    } else if (!serving && (status.ok() || status.error_code() == grpc::StatusCode::UNAVAILABLE)) {
-      MarkOut(*replica, *endpoint,
-              status.ok() ? "health check answered NOT_SERVING"
-                          : "health check failed: " + status.error_message());
-    }
+    lock.lock();
   }
 }
 
@@ -1059,11 +774,12 @@ ForwardDone Releasing(std::shared_ptr<std::atomic<T>> counter, T amount, Forward
 
 }  // namespace
 
-std::shared_ptr<ForwardHandle> Gateway::Impl::Refuse(ForwardDone done, const std::string& why) {
-  auto refused = std::make_shared<ForwardCall>();
-  refused->done_ = std::move(done);
-  Finish(refused, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, why));
-  return refused;
+std::shared_ptr<ForwardHandle> Gateway::Impl::Refuse(const ForwardDone& done,
+                                                     const std::string& why) {
+  ForwardResult result;
+  result.status = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, why);
+  done(std::move(result));
+  return std::make_shared<RefusedCall>();
 }
 
 std::shared_ptr<ForwardHandle> Gateway::Impl::Forward(const grpc::ByteBuffer& request,
@@ -1080,10 +796,9 @@ std::shared_ptr<ForwardHandle> Gateway::Impl::Forward(const grpc::ByteBuffer& re
   if (const int limit = options_.max_concurrent_requests; limit > 0) {
     if (requests_in_flight_->fetch_add(1) >= limit) {
       requests_in_flight_->fetch_sub(1);
-      return Refuse(std::move(done), "gateway of deployment '" + options_.deployment_name +
-                                         "' is busy: max_concurrent_requests is " +
-                                         std::to_string(limit) +
-                                         " and that many requests are in flight; retry later");
+      return Refuse(done, "gateway of deployment '" + options_.deployment_name +
+                              "' is busy: max_concurrent_requests is " + std::to_string(limit) +
+                              " and that many requests are in flight; retry later");
     }
     done = Releasing(requests_in_flight_, 1, std::move(done));
   }
@@ -1093,163 +808,17 @@ std::shared_ptr<ForwardHandle> Gateway::Impl::Forward(const grpc::ByteBuffer& re
   // One request alone always goes, whatever its size (up to the cap).
   if (before > 0 && before + size > budget) {
     bytes_in_flight_->fetch_sub(size);
-    return Refuse(std::move(done),
-                  "gateway of deployment '" + options_.deployment_name +
-                      "' is busy: " + std::to_string(before) +
-                      " bytes of requests in flight and of replies not yet delivered are "
-                      "held, and this " +
-                      std::to_string(size) + "-byte request would pass the " +
-                      std::to_string(budget) + " it holds at once (" +
-                      std::to_string(kGatewayMessagesInFlight) +
-                      " x max_message_bytes); retry later");
+    return Refuse(done, "gateway of deployment '" + options_.deployment_name +
+                            "' is busy: " + std::to_string(before) +
+                            " bytes of requests in flight and of replies not yet delivered are "
+                            "held, and this " +
+                            std::to_string(size) + "-byte request would pass the " +
+                            std::to_string(budget) + " it holds at once (" +
+                            std::to_string(kGatewayMessagesInFlight) +
+                            " x max_message_bytes); retry later");
   }
   done = Releasing(bytes_in_flight_, size, std::move(done));
-  if (options_.upstream) {
-    return options_.upstream->Forward(request, deadline, std::move(done));
-  }
-  auto call = std::make_shared<ForwardCall>();
-  call->request_ = request;
-  call->client_deadline_ = deadline;
-  call->done_ = std::move(done);
-  Attempt(call);
-  return call;
-}
-
-void Gateway::Impl::Finish(const std::shared_ptr<ForwardCall>& call, grpc::Status status) {
-  ForwardResult result;
-  result.status = std::move(status);
-  call->done_(std::move(result));
-}
-
-void Gateway::Impl::Attempt(std::shared_ptr<ForwardCall> call) {
-  std::optional<std::size_t> picked = PickReplica(*call);
-  if (!picked) {
-    std::string message = NoReplicaMessage();
-    if (!call->killed_.empty()) {
-      message += "; this request's replica " + call->killed_.front() +
-                 " dropped the connection while processing it";
-    }
-    Finish(call, grpc::Status(grpc::StatusCode::UNAVAILABLE, message));
-    return;
-  }
-  Clock::time_point now = Clock::now();
-  if (call->client_deadline_ <= now) {
-    Finish(call, grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                              "deployment '" + options_.deployment_name +
-                                  "': the request's deadline passed before it could be sent"));
-    return;
-  }
-  grpc::ClientContext* context = call->NewContext();
-  if (context == nullptr) {
-    Finish(call, grpc::Status(grpc::StatusCode::CANCELLED,
-                              "deployment '" + options_.deployment_name +
-                                  "': the request was cancelled by its client"));
-    return;
-  }
-  call->replica_ = *picked;
-  Replica& replica = *replicas_[call->replica_];
-  call->endpoint_ = replica.CurrentEndpoint();
-  replica.in_flight.fetch_add(1);
-  Clock::time_point deadline = call->client_deadline_;
-  call->send_timeout_bound_ = false;
-  if (options_.timeout_send.count() > 0 && now + options_.timeout_send < deadline) {
-    deadline = now + options_.timeout_send;
-    call->send_timeout_bound_ = true;
-  }
-  if (deadline != Clock::time_point::max()) {
-    context->set_deadline(deadline);
-  }
-  call->reply_.Clear();
-  ForwardCall* raw = call.get();
-  raw->HandOver();
-  raw->endpoint_->stub->UnaryCall(context, kSingleMethod, grpc::StubOptions(), &raw->request_,
-                                  &raw->reply_,
-                                  [this, call = std::move(call)](grpc::Status status) mutable {
-                                    OnAttemptDone(std::move(call), std::move(status));
-                                  });
-}
-
-void Gateway::Impl::OnAttemptDone(std::shared_ptr<ForwardCall> call, grpc::Status status) {
-  call->HandOver();
-  Replica& replica = *replicas_[call->replica_];
-  replica.in_flight.fetch_sub(1);
-  const std::string where = "deployment '" + options_.deployment_name + "': ";
-  const std::string described = replica.Describe(*call->endpoint_);
-  if (status.ok()) {
-    replica.served.fetch_add(1);
-    ForwardResult result;
-    const auto& trailers = call->context_->GetServerTrailingMetadata();
-    auto it = trailers.find("is-error");
-    result.is_error = it != trailers.end() && it->second == "true";
-    result.reply = call->reply_;
-    call->done_(result);
-    return;
-  }
-  if (call->cancelled()) {
-    Finish(call, grpc::Status(grpc::StatusCode::CANCELLED,
-                              where + "the request was cancelled by its client"));
-    return;
-  }
-  const bool past_deadline = Clock::now() >= call->client_deadline_;
-  const bool can_try_again = call->attempt_ + 1 < max_attempts_ && !past_deadline;
-  switch (status.error_code()) {
-    case grpc::StatusCode::UNAVAILABLE: {
-      // A transport failure: the replica is down or dying.
-      MarkOut(replica, *call->endpoint_, status.error_message());
-      if (!NeverConnected(status)) {
-        call->killed_.push_back(described);
-      }
-      if (call->killed_.size() >= static_cast<std::size_t>(kMaxReplicasKilledPerRequest)) {
-        std::string names;
-        for (std::size_t i = 0; i < call->killed_.size(); ++i) {
-          names += i == 0 ? "" : (i + 1 == call->killed_.size() ? " and " : ", ");
-          names += call->killed_[i];
-        }
-        status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                              where + "the request killed replica " + names +
-                                  " (each dropped the connection while processing it); "
-                                  "not retried again");
-        spdlog::error("{}", status.error_message());
-        Finish(call, std::move(status));
-        return;
-      }
-      if (can_try_again) {
-        spdlog::warn("{}request to {} failed ({}); retrying on another replica", where, described,
-                     status.error_message());
-        ++call->attempt_;
-        Attempt(std::move(call));
-        return;
-      }
-      status = grpc::Status(grpc::StatusCode::UNAVAILABLE, where + "replica " + described +
-                                                               " failed after " +
-                                                               std::to_string(call->attempt_ + 1) +
-                                                               " tries: " + status.error_message());
-      spdlog::error("{}", status.error_message());
-      break;
-    }
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      // Only timeout_send is retried (Jina's rule); the client's own
-      // deadline is final.
-      if (call->send_timeout_bound_ && can_try_again) {
-        spdlog::warn("{}request to {} took longer than timeout_send ({} ms); retrying", where,
-                     described, options_.timeout_send.count());
-        ++call->attempt_;
-        Attempt(std::move(call));
-        return;
-      }
-      status =
-          grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                       where + "replica " + described + " did not answer within " +
-                           (call->send_timeout_bound_ ? "timeout_send" : "the request's deadline") +
-                           ": " + status.error_message());
-      break;
-    default:
-      // The worker's own answer (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...):
-      // it reached the replica and was refused, so it passes through as is.
-      replica.served.fetch_add(1);
-      break;
-  }
-  Finish(call, std::move(status));
+  return upstream_->Forward(request, deadline, std::move(done));
 }
 
 // ---- Gateway ---------------------------------------------------------------
@@ -1287,22 +856,37 @@ std::shared_ptr<grpc::Channel> Gateway::InProcessChannel() const {
   return impl_->InProcessChannel();
 }
 
-std::vector<ReplicaState> Gateway::ReplicaStates() const { return impl_->States(); }
+std::vector<ReplicaState> Gateway::ReplicaStates() const {
+  return impl_->pool() ? impl_->pool()->States() : std::vector<ReplicaState>{};
+}
 
 void Gateway::Shutdown(std::chrono::milliseconds grace) { impl_->Shutdown(grace); }
 
 void Gateway::ReplicaDown(std::size_t index, const std::string& why) {
-  impl_->ReplicaDown(index, why);
+  if (impl_->pool()) {
+    impl_->pool()->ReplicaDown(index, why);
+  }
 }
 
-void Gateway::ReplicaRestarting(std::size_t index) { impl_->ReplicaRestarting(index); }
+void Gateway::ReplicaRestarting(std::size_t index) {
+  if (impl_->metrics()) {
+    impl_->metrics()->ReplicaRestarted(index);
+  }
+}
 
 void Gateway::ReplicaRestarted(std::size_t index, const std::string& address) {
-  impl_->ReplicaRestarted(index, address);
+  if (impl_->pool()) {
+    impl_->pool()->ReplicaRestarted(index, address);
+  }
 }
 
 void Gateway::ReplicaGivenUp(std::size_t index, const std::string& why) {
-  impl_->ReplicaGivenUp(index, why);
+  if (impl_->metrics()) {
+    impl_->metrics()->ReplicaGivenUp(index);
+  }
+  if (impl_->pool()) {
+    impl_->pool()->ReplicaGivenUp(index, why);
+  }
 }
 
 }  // namespace gantry::internal

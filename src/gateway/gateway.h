@@ -13,28 +13,11 @@
 // (so that grpcurl can list, describe and call them). With `http_port` set,
 // an HTTP/JSON gateway (gateway/http_gateway.h) forwards on the same path.
 //
-// Replica choice: among replicas in rotation, the one with the fewest
-// requests in flight, ties broken round-robin.
-//
-// Failures. Only transport failures (UNAVAILABLE) blame a replica: it leaves
-// rotation until its grpc.health.v1 Check passes again (probed every
-// kProbeInterval), and the gateway's own health answers NOT_SERVING while no
-// replica is in rotation; a request then fails fast with UNAVAILABLE. Any
-// other status from a worker (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...)
-// reaches the client with the worker's code and message, unretried.
-// A request is retried on another replica when its replica could not be
-// reached, or at most once when its replica dropped the connection mid-call
-// (it may have killed the replica: a poison request must not kill them all;
-// Ray Serve and Triton bound this too), or when `timeout_send` ran out
-// before the client's deadline (Jina's rule); never past the client's
-// deadline, and in all at most max(3, replicas) + 1 tries.
-//
-// Replicas that are restarted: the Deployment's supervisor reports a
-// replica's process gone (ReplicaDown: out of rotation, no longer probed),
-// started again on a new address (ReplicaRestarted: probed at once, back in
-// rotation when its health check passes; calls still in flight on the old
-// address end as they would have) or given up (ReplicaGivenUp: the reason
-// is added to the UNAVAILABLE message of a request that finds no replica).
+// Data requests go to an Upstream (gateway/upstream.h): for a Deployment
+// the gateway's own replica pool (gateway/replica_pool.h says how replicas
+// are picked, retried, health-checked and restarted), for a Flow the Flow's
+// router. The gateway's health answers NOT_SERVING while its upstream can
+// take no request; a request then fails fast with UNAVAILABLE.
 //
 // Shutdown drains: new calls (and new requests on open Call streams) are
 // refused with UNAVAILABLE and health answers NOT_SERVING, requests in
@@ -65,6 +48,7 @@
 #include <vector>
 
 #include "core/limits.h"
+#include "gateway/replica_pool.h"
 
 namespace grpc {
 class Channel;
@@ -106,8 +90,8 @@ struct GatewayOptions {
   // Prometheus metrics (gateway/gateway_metrics.h) on this HTTP port of
   // `host`: -1 for none, 0 for any free port.
   int monitoring_port = -1;
-  // When set, data requests go to it instead of to replicas (a Flow's
-  // router); `replica_addresses` may then be empty.
+  // When set, data requests go to it instead of to a pool of
+  // `replica_addresses` (a Flow's router); those may then be empty.
   std::shared_ptr<Upstream> upstream;
 };
 
@@ -121,16 +105,6 @@ GatewayOptions GatewayOptionsOf(const DeploymentOptions& options);
 // `fallback` when it is not a decimal number, kMaxPrefetch for 0 and less
 // (Jina's "no limit") and above kMaxPrefetch, else the number.
 int ParsePrefetch(std::string_view text, int fallback);
-
-// What the gateway knows of one replica, for Deployment::replicas().
-struct ReplicaState {
-  // Requests the replica answered (errors from the executor included).
-  std::uint64_t requests = 0;
-  // Requests forwarded to it and not yet answered, failed or cancelled.
-  int in_flight = 0;
-  // False while it is out of rotation after a transport failure.
-  bool available = true;
-};
 
 class Gateway {
  public:

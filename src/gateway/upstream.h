@@ -1,6 +1,6 @@
-// Where a gateway sends its data requests. A Deployment's gateway sends them
-// to its own replicas; a Flow's gateway hands them to an Upstream (the
-// Flow's router, gateway/flow_router.h) that walks them through the steps.
+// Where a gateway sends its data requests: a Deployment's gateway to its
+// replica pool (gateway/replica_pool.h), a Flow's to the Flow's router
+// (gateway/flow_router.h), which walks them through the steps.
 // Requests and replies are serialized DataRequestProtos.
 #ifndef GANTRY_GATEWAY_UPSTREAM_H_
 #define GANTRY_GATEWAY_UPSTREAM_H_
@@ -11,6 +11,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
 
 namespace gantry::internal {
 
@@ -42,6 +43,8 @@ class Upstream {
                                                  ForwardDone done) = 0;
   // Whether a request could be served now (the gateway's readiness).
   virtual bool Available() const = 0;
+  // While not Available(): why, for the gateway's log.
+  virtual std::string WhyUnavailable() const = 0;
 };
 
 }  // namespace gantry::internal

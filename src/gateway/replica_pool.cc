@@ -1,0 +1,539 @@
+#include "gateway/replica_pool.h"
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "common/grpc_options.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace gantry::internal {
+namespace {
+
+constexpr char kSingleMethod[] = "/jina.JinaSingleDataRequestRPC/process_single_data";
+// Tries of one request that may end with its replica dropping the
+// connection: the second such end is final.
+constexpr int kMaxReplicasKilledPerRequest = 2;
+
+using Clock = std::chrono::system_clock;
+
+// gRPC reports a replica it could not connect to ("failed to connect to all
+// addresses", "Connection refused") with the same code as one that dropped
+// a call mid-way; only the latter may have been killed by the request.
+bool NeverConnected(const grpc::Status& status) {
+  const std::string& message = status.error_message();
+  return message.find("failed to connect") != std::string::npos ||
+         message.find("Failed to connect") != std::string::npos ||
+         message.find("Connection refused") != std::string::npos;
+}
+
+class GrpcReplicaLink final : public ReplicaLink {
+ public:
+  GrpcReplicaLink(std::string address, std::int64_t max_message_bytes)
+      : address_(std::move(address)),
+        channel_(MakeChannel(address_, max_message_bytes)),
+        stub_(channel_),
+        health_(grpc::health::v1::Health::NewStub(channel_)) {}
+
+  const std::string& address() const override { return address_; }
+
+  void Send(grpc::ClientContext* context, const grpc::ByteBuffer& request,
+            ForwardDone done) override {
+    // The buffers live until the call completes.
+    struct InFlight {
+      std::mutex mutex;
+      grpc::ByteBuffer request;
+      grpc::ByteBuffer reply;
+      ForwardDone done;
+    };
+    auto call = std::make_shared<InFlight>();
+    {
+      // Passing through the mutex on both sides orders these writes before
+      // the completion's reads in a way ThreadSanitizer can see (gRPC's own
+      // ordering it cannot).
+      std::lock_guard lock(call->mutex);
+      call->request = request;
+      call->done = std::move(done);
+    }
+    InFlight* raw = call.get();
+    stub_.UnaryCall(context, kSingleMethod, grpc::StubOptions(), &raw->request, &raw->reply,
+                    [context, call = std::move(call)](grpc::Status status) {
+                      ForwardResult result;
+                      ForwardDone done;
+                      {
+                        std::lock_guard lock(call->mutex);
+                        done = std::move(call->done);
+                        if (status.ok()) {
+                          const auto& trailers = context->GetServerTrailingMetadata();
+                          auto it = trailers.find("is-error");
+                          result.is_error = it != trailers.end() && it->second == "true";
+                          result.reply = call->reply;
+                        }
+                      }
+                      result.status = std::move(status);
+                      done(std::move(result));
+                    });
+  }
+
+  bool Check(std::chrono::milliseconds timeout, grpc::Status* status) override {
+    grpc::ClientContext context;
+    context.set_deadline(Clock::now() + timeout);
+    grpc::health::v1::HealthCheckRequest request;
+    grpc::health::v1::HealthCheckResponse response;
+    *status = health_->Check(&context, request, &response);
+    return status->ok() && response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+  }
+
+ private:
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  grpc::GenericStub stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+};
+
+}  // namespace
+
+ReplicaLinkFactory GrpcReplicaLinks(std::int64_t max_message_bytes) {
+  return [max_message_bytes](const std::string& address) {
+    return std::make_shared<GrpcReplicaLink>(address, max_message_bytes);
+  };
+}
+
+struct ReplicaPool::Replica {
+  std::string name;
+  std::atomic<int> in_flight{0};
+  std::atomic<std::uint64_t> served{0};
+  // In rotation: cleared by a transport failure or by the supervisor, set by
+  // a passing probe of the current link (under `mutex`, read anywhere).
+  std::atomic<bool> available{true};
+
+  mutable std::mutex mutex;
+  // Replaced whole when the replica is started again on a new address; a
+  // call keeps the link it was sent on until it completes.
+  std::shared_ptr<ReplicaLink> link;  // guarded by mutex
+  // The supervisor says the process is gone: not probed until restarted.
+  bool down = false;  // guarded by mutex
+  // Non-empty once the supervisor gave the replica up: why.
+  std::string given_up;  // guarded by mutex
+
+  std::shared_ptr<ReplicaLink> CurrentLink() const {
+    std::lock_guard lock(mutex);
+    return link;
+  }
+  std::string Describe() const { return Describe(*CurrentLink()); }
+  std::string Describe(const ReplicaLink& on) const { return name + " (" + on.address() + ")"; }
+};
+
+// One request across its tries. Cancel() may come from any thread; the rest
+// is touched by one try at a time.
+class ReplicaPool::Call final : public ForwardHandle {
+ public:
+  // Cancels the try in flight and prevents further ones.
+  void Cancel() override {
+    std::lock_guard lock(mutex_);
+    cancelled_ = true;
+    if (context_) {
+      context_->TryCancel();
+    }
+  }
+
+ private:
+  friend class ReplicaPool;
+
+  // A fresh context for the next try, or null once cancelled.
+  grpc::ClientContext* NewContext() {
+    std::lock_guard lock(mutex_);
+    if (cancelled_) {
+      return nullptr;
+    }
+    context_ = std::make_unique<grpc::ClientContext>();
+    return context_.get();
+  }
+  bool cancelled() {
+    std::lock_guard lock(mutex_);
+    return cancelled_;
+  }
+  // Called by the thread that starts a try, after it set the fields below,
+  // and by the thread its completion runs on, before it reads them (see
+  // GrpcReplicaLink::Send).
+  void HandOver() { std::lock_guard lock(mutex_); }
+
+  grpc::ByteBuffer request_;
+  // The client's deadline; time_point::max() when it set none.
+  Clock::time_point client_deadline_ = Clock::time_point::max();
+  // Whether the try in flight runs under timeout_send rather than the
+  // client's deadline.
+  bool send_timeout_bound_ = false;
+  int attempt_ = 0;
+  std::size_t replica_ = 0;
+  // The link the try in flight was sent on.
+  std::shared_ptr<ReplicaLink> link_;
+  // Replicas that dropped the connection in the middle of this request, as
+  // "name (address)".
+  std::vector<std::string> killed_;
+  ForwardDone done_;
+
+  std::mutex mutex_;
+  std::unique_ptr<grpc::ClientContext> context_;  // guarded by mutex_
+  bool cancelled_ = false;                        // guarded by mutex_
+};
+
+ReplicaPool::ReplicaPool(ReplicaPoolOptions options) : options_(std::move(options)) {
+  if (!options_.links) {
+    options_.links = GrpcReplicaLinks(kDefaultMaxMessageBytes);
+  }
+  for (std::size_t i = 0; i < options_.replica_addresses.size(); ++i) {
+    auto replica = std::make_unique<Replica>();
+    replica->name = i < options_.replica_names.size()
+                        ? options_.replica_names[i]
+                        : options_.deployment_name + "/rep-" + std::to_string(i);
+    replica->link = options_.links(options_.replica_addresses[i]);
+    replicas_.push_back(std::move(replica));
+  }
+  max_attempts_ = std::max<int>(3, static_cast<int>(replicas_.size())) + 1;
+}
+
+ReplicaPool::~ReplicaPool() { Stop(); }
+
+void ReplicaPool::Start() {
+  if (!prober_.joinable()) {
+    prober_ = std::thread([this] { ProbeLoop(); });
+  }
+}
+
+void ReplicaPool::Stop() {
+  {
+    std::lock_guard lock(probe_mutex_);
+    stop_probing_ = true;
+  }
+  probe_wake_.notify_all();
+  if (prober_.joinable()) {
+    prober_.join();
+  }
+  std::lock_guard lock(listener_mutex_);
+  stopped_ = true;
+}
+
+std::vector<std::string> ReplicaPool::names() const {
+  std::vector<std::string> out;
+  for (const auto& r : replicas_) {
+    out.push_back(r->name);
+  }
+  return out;
+}
+
+std::vector<ReplicaState> ReplicaPool::States() const {
+  std::vector<ReplicaState> out;
+  for (const auto& r : replicas_) {
+    out.push_back({r->served.load(), r->in_flight.load(), r->available.load()});
+  }
+  return out;
+}
+
+bool ReplicaPool::Available() const {
+  return std::any_of(replicas_.begin(), replicas_.end(),
+                     [](const auto& r) { return r->available.load(); });
+}
+
+std::string ReplicaPool::WhyUnavailable() const {
+  std::string message = "no replica is available (all " + std::to_string(replicas_.size()) +
+                        " are out of rotation after failing; they rejoin when their health check "
+                        "passes)";
+  for (const auto& replica : replicas_) {
+    std::lock_guard lock(replica->mutex);
+    if (!replica->given_up.empty()) {
+      message += "; replica " + replica->name + " was given up: " + replica->given_up;
+    }
+  }
+  return message;
+}
+
+std::string ReplicaPool::NoReplicaMessage() const {
+  return "deployment '" + options_.deployment_name + "': " + WhyUnavailable();
+}
+
+void ReplicaPool::RotationChanged() {
+  // Under the lock, so that Stop returns only once no callback runs.
+  std::lock_guard lock(listener_mutex_);
+  if (!stopped_ && options_.on_rotation_change) {
+    options_.on_rotation_change();
+  }
+}
+
+std::optional<std::size_t> ReplicaPool::Pick(const Call& call) {
+  std::size_t n = replicas_.size();
+  if (n == 0) {
+    return std::nullopt;
+  }
+  std::size_t start = round_robin_.fetch_add(1, std::memory_order_relaxed) % n;
+  std::optional<std::size_t> best;
+  std::optional<std::size_t> previous;
+  for (std::size_t k = 0; k < n; ++k) {
+    std::size_t i = (start + k) % n;
+    if (!replicas_[i]->available.load()) {
+      continue;
+    }
+    // A retry goes to another replica when there is one.
+    if (call.attempt_ > 0 && i == call.replica_) {
+      previous = i;
+      continue;
+    }
+    if (!best || replicas_[i]->in_flight.load() < replicas_[*best]->in_flight.load()) {
+      best = i;
+    }
+  }
+  return best ? best : previous;
+}
+
+void ReplicaPool::MarkOut(Replica& replica, const ReplicaLink& on, const std::string& why) {
+  {
+    std::lock_guard lock(replica.mutex);
+    if (replica.link.get() != &on || !replica.available.exchange(false)) {
+      return;
+    }
+  }
+  spdlog::warn("deployment '{}': replica {} leaves rotation: {}", options_.deployment_name,
+               replica.Describe(on), why);
+  RotationChanged();
+}
+
+void ReplicaPool::ReplicaDown(std::size_t index, const std::string& why) {
+  Replica& replica = *replicas_.at(index);
+  bool was_available = false;
+  {
+    std::lock_guard lock(replica.mutex);
+    replica.down = true;
+    was_available = replica.available.exchange(false);
+  }
+  if (was_available) {
+    spdlog::warn("deployment '{}': replica {} leaves rotation: {}", options_.deployment_name,
+                 replica.Describe(), why);
+    RotationChanged();
+  }
+}
+
+void ReplicaPool::ReplicaRestarted(std::size_t index, const std::string& address) {
+  Replica& replica = *replicas_.at(index);
+  std::shared_ptr<ReplicaLink> link = options_.links(address);
+  {
+    std::lock_guard lock(replica.mutex);
+    replica.link = std::move(link);
+    replica.down = false;
+    replica.available.store(false);  // until its health check passes
+  }
+  {
+    std::lock_guard lock(probe_mutex_);
+    probe_now_ = true;
+  }
+  probe_wake_.notify_all();
+}
+
+void ReplicaPool::ReplicaGivenUp(std::size_t index, const std::string& why) {
+  Replica& replica = *replicas_.at(index);
+  {
+    std::lock_guard lock(replica.mutex);
+    replica.down = true;
+    replica.given_up = why;
+    replica.available.store(false);
+  }
+  RotationChanged();
+}
+
+void ReplicaPool::ProbeLoop() {
+  std::unique_lock lock(probe_mutex_);
+  while (true) {
+    probe_wake_.wait_for(lock, options_.probe_interval,
+                         [this] { return stop_probing_ || probe_now_; });
+    if (stop_probing_) {
+      return;
+    }
+    probe_now_ = false;
+    lock.unlock();
+    ProbeOnce();
+    lock.lock();
+  }
+}
+
+void ReplicaPool::ProbeOnce() {
+  for (auto& replica : replicas_) {
+    std::shared_ptr<ReplicaLink> link;
+    {
+      std::lock_guard lock(replica->mutex);
+      if (replica->down) {
+        continue;  // the supervisor reports when it is back
+      }
+      link = replica->link;
+    }
+    grpc::Status status;
+    const bool serving = link->Check(options_.probe_timeout, &status);
+    if (serving && !replica->available.load()) {
+      {
+        std::lock_guard lock(replica->mutex);
+        if (replica->down || replica->link != link) {
+          continue;  // replaced or gone while it was probed
+        }
+        replica->available.store(true);
+      }
+      spdlog::info("deployment '{}': replica {} passed its health check; back in rotation",
+                   options_.deployment_name, replica->Describe(*link));
+      RotationChanged();
+    } else if (!serving && (status.ok() || status.error_code() == grpc::StatusCode::UNAVAILABLE)) {
+      MarkOut(*replica, *link,
+              status.ok() ? "health check answered NOT_SERVING"
+                          : "health check failed: " + status.error_message());
+    }
+  }
+}
+
+std::shared_ptr<ForwardHandle> ReplicaPool::Forward(const grpc::ByteBuffer& request,
+                                                    Clock::time_point deadline,
+                                                    ForwardDone done) {
+  auto call = std::make_shared<Call>();
+  call->request_ = request;
+  call->client_deadline_ = deadline;
+  call->done_ = std::move(done);
+  Attempt(call);
+  return call;
+}
+
+namespace {
+
+void Finish(ForwardDone& done, grpc::Status status) {
+  ForwardResult result;
+  result.status = std::move(status);
+  done(std::move(result));
+}
+
+}  // namespace
+
+void ReplicaPool::Attempt(std::shared_ptr<Call> call) {
+  std::optional<std::size_t> picked = Pick(*call);
+  if (!picked) {
+    std::string message = NoReplicaMessage();
+    if (!call->killed_.empty()) {
+      message += "; this request's replica " + call->killed_.front() +
+                 " dropped the connection while processing it";
+    }
+    Finish(call->done_, grpc::Status(grpc::StatusCode::UNAVAILABLE, message));
+    return;
+  }
+  Clock::time_point now = Clock::now();
+  if (call->client_deadline_ <= now) {
+    Finish(call->done_,
+           grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        "deployment '" + options_.deployment_name +
+                            "': the request's deadline passed before it could be sent"));
+    return;
+  }
+  grpc::ClientContext* context = call->NewContext();
+  if (context == nullptr) {
+    Finish(call->done_, grpc::Status(grpc::StatusCode::CANCELLED,
+                                     "deployment '" + options_.deployment_name +
+                                         "': the request was cancelled by its client"));
+    return;
+  }
+  call->replica_ = *picked;
+  Replica& replica = *replicas_[call->replica_];
+  call->link_ = replica.CurrentLink();
+  replica.in_flight.fetch_add(1);
+  Clock::time_point deadline = call->client_deadline_;
+  call->send_timeout_bound_ = false;
+  if (options_.timeout_send.count() > 0 && now + options_.timeout_send < deadline) {
+    deadline = now + options_.timeout_send;
+    call->send_timeout_bound_ = true;
+  }
+  if (deadline != Clock::time_point::max()) {
+    context->set_deadline(deadline);
+  }
+  Call* raw = call.get();
+  raw->HandOver();
+  raw->link_->Send(context, raw->request_,
+                   [this, call = std::move(call)](ForwardResult result) mutable {
+                     OnAttemptDone(std::move(call), std::move(result));
+                   });
+}
+
+void ReplicaPool::OnAttemptDone(std::shared_ptr<Call> call, ForwardResult result) {
+  call->HandOver();
+  Replica& replica = *replicas_[call->replica_];
+  replica.in_flight.fetch_sub(1);
+  const std::string where = "deployment '" + options_.deployment_name + "': ";
+  const std::string described = replica.Describe(*call->link_);
+  grpc::Status status = std::move(result.status);
+  if (status.ok()) {
+    replica.served.fetch_add(1);
+    result.status = grpc::Status::OK;
+    call->done_(std::move(result));
+    return;
+  }
+  if (call->cancelled()) {
+    Finish(call->done_, grpc::Status(grpc::StatusCode::CANCELLED,
+                                     where + "the request was cancelled by its client"));
+    return;
+  }
+  const bool past_deadline = Clock::now() >= call->client_deadline_;
+  const bool can_try_again = call->attempt_ + 1 < max_attempts_ && !past_deadline;
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE: {
+      // A transport failure: the replica is down or dying.
+      MarkOut(replica, *call->link_, status.error_message());
+      if (!NeverConnected(status)) {
+        call->killed_.push_back(described);
+      }
+      if (call->killed_.size() >= static_cast<std::size_t>(kMaxReplicasKilledPerRequest)) {
+        std::string names;
+        for (std::size_t i = 0; i < call->killed_.size(); ++i) {
+          names += i == 0 ? "" : (i + 1 == call->killed_.size() ? " and " : ", ");
+          names += call->killed_[i];
+        }
+        status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              where + "the request killed replica " + names +
+                                  " (each dropped the connection while processing it); "
+                                  "not retried again");
+        spdlog::error("{}", status.error_message());
+        Finish(call->done_, std::move(status));
+        return;
+      }
+      if (can_try_again) {
+        spdlog::warn("{}request to {} failed ({}); retrying on another replica", where, described,
+                     status.error_message());
+        ++call->attempt_;
+        Attempt(std::move(call));
+        return;
+      }
+      status = grpc::Status(grpc::StatusCode::UNAVAILABLE, where + "replica " + described +
+                                                               " failed after " +
+                                                               std::to_string(call->attempt_ + 1) +
+                                                               " tries: " + status.error_message());
+      spdlog::error("{}", status.error_message());
+      break;
+    }
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      // Only timeout_send is retried (Jina's rule); the client's own
+      // deadline is final.
+      if (call->send_timeout_bound_ && can_try_again) {
+        spdlog::warn("{}request to {} took longer than timeout_send ({} ms); retrying", where,
+                     described, options_.timeout_send.count());
+        ++call->attempt_;
+        Attempt(std::move(call));
+        return;
+      }
+      status =
+          grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                       where + "replica " + described + " did not answer within " +
+                           (call->send_timeout_bound_ ? "timeout_send" : "the request's deadline") +
+                           ": " + status.error_message());
+      break;
+    default:
+      // The worker's own answer (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...):
+      // it reached the replica and was refused, so it passes through as is.
+      replica.served.fetch_add(1);
+      break;
+  }
+  Finish(call->done_, std::move(status));
+}
+
+}  // namespace gantry::internal

@@ -1,0 +1,182 @@
+// A Deployment's replicas as one Upstream (gateway/upstream.h): which
+// replica a request goes to, which ones are in rotation, their health
+// probes, and the tries of one request across them. The gateway in front
+// (gateway/gateway.h) keeps its services, admission, drain and health, and
+// forwards every data request to an Upstream: this pool for a Deployment, a
+// FlowRouter for a Flow.
+//
+// Picking: among replicas in rotation, the one with the fewest requests in
+// flight, ties broken round-robin; a retry goes to another replica when
+// there is one.
+//
+// Failures. Only transport failures (UNAVAILABLE) blame a replica: it leaves
+// rotation until its health check passes again (probed every
+// `probe_interval`); while none is in rotation a request fails at once with
+// UNAVAILABLE. Any other status from a worker reaches the caller as it is,
+// unretried. A request is tried again on another replica when its replica
+// could not be reached, at most once when its replica dropped the
+// connection mid-call (it may have killed the replica: a poison request must
+// not kill them all), or when `timeout_send` ran out before the client's
+// deadline (Jina's rule); never past the client's deadline, and in all at
+// most max(3, replicas) + 1 tries.
+//
+// Restarts: the Deployment's supervisor reports a replica's process gone
+// (ReplicaDown: out of rotation, not probed), started again on a new
+// address (ReplicaRestarted: probed at once, in rotation once its check
+// passes; calls in flight on the old address end as they would have) or
+// given up (ReplicaGivenUp: the reason joins the message of a request that
+// finds no replica).
+//
+// How a replica is reached is a ReplicaLink, made per address by a factory:
+// gRPC (process_single_data and grpc.health.v1) unless the options say
+// otherwise, so that the rules above can be tested without sockets.
+//
+// Thread safety: safe for concurrent use; Start and Stop from one thread.
+#ifndef GANTRY_GATEWAY_REPLICA_POOL_H_
+#define GANTRY_GATEWAY_REPLICA_POOL_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/limits.h"
+#include "gateway/upstream.h"
+
+namespace grpc {
+class ClientContext;
+}  // namespace grpc
+
+namespace gantry::internal {
+
+// What the pool knows of one replica, for Deployment::replicas().
+struct ReplicaState {
+  // Requests the replica answered (errors from the executor included).
+  std::uint64_t requests = 0;
+  // Requests forwarded to it and not yet answered, failed or cancelled.
+  int in_flight = 0;
+  // False while it is out of rotation after a transport failure.
+  bool available = true;
+};
+
+// One replica process's address. Thread safety: safe for concurrent use.
+class ReplicaLink {
+ public:
+  virtual ~ReplicaLink() = default;
+  virtual const std::string& address() const = 0;
+  // Sends one try of a request under `context`, which carries its deadline
+  // and cancels it (TryCancel); `done` runs exactly once, possibly before
+  // Send returns, with the worker's status, reply and is-error trailer.
+  virtual void Send(grpc::ClientContext* context, const grpc::ByteBuffer& request,
+                    ForwardDone done) = 0;
+  // One health check bounded by `timeout`: true when it answered SERVING.
+  // `status` is the check's gRPC status (OK when it answered at all).
+  virtual bool Check(std::chrono::milliseconds timeout, grpc::Status* status) = 0;
+};
+using ReplicaLinkFactory = std::function<std::shared_ptr<ReplicaLink>(const std::string& address)>;
+
+// process_single_data and grpc.health.v1 over a plaintext channel capped at
+// `max_message_bytes`.
+ReplicaLinkFactory GrpcReplicaLinks(std::int64_t max_message_bytes);
+
+struct ReplicaPoolOptions {
+  // For messages: "deployment '<name>': ...".
+  std::string deployment_name = "executor";
+  // One "host:port" per replica, and their runtime names for messages
+  // (missing names become "<deployment_name>/rep-<i>").
+  std::vector<std::string> replica_addresses;
+  std::vector<std::string> replica_names;
+  // Deadline for one try; zero means none (Jina's timeout_send).
+  std::chrono::milliseconds timeout_send{0};
+  // How often replicas are health-checked, and how long one check may take.
+  // A replica out of rotation is back within about one interval of
+  // recovering.
+  std::chrono::milliseconds probe_interval{250};
+  std::chrono::milliseconds probe_timeout{500};
+  // Makes each replica's link; GrpcReplicaLinks(kDefaultMaxMessageBytes)
+  // when unset.
+  ReplicaLinkFactory links;
+  // Runs whenever a replica enters or leaves rotation (the gateway updates
+  // its health). Not after Stop.
+  std::function<void()> on_rotation_change;
+};
+
+class ReplicaPool final : public Upstream {
+ public:
+  explicit ReplicaPool(ReplicaPoolOptions options);
+  ~ReplicaPool() override;
+  ReplicaPool(const ReplicaPool&) = delete;
+  ReplicaPool& operator=(const ReplicaPool&) = delete;
+
+  // Starts the probes. Without it replicas are only probed by ProbeOnce.
+  void Start();
+  // Stops the probes and the rotation callback. Idempotent.
+  void Stop();
+
+  std::shared_ptr<ForwardHandle> Forward(const grpc::ByteBuffer& request,
+                                         std::chrono::system_clock::time_point deadline,
+                                         ForwardDone done) override;
+  bool Available() const override;
+  // Why no replica is in rotation: each one given up, with its reason.
+  std::string WhyUnavailable() const override;
+
+  // Health-checks every replica not reported down, once: one out of
+  // rotation rejoins when it answers SERVING; one in rotation leaves when it
+  // cannot be reached or answers NOT_SERVING (a slow answer from a busy
+  // replica is not a failure).
+  void ProbeOnce();
+
+  std::size_t size() const { return replicas_.size(); }
+  std::vector<std::string> names() const;
+  // One entry per replica, in the order of `replica_addresses`.
+  std::vector<ReplicaState> States() const;
+
+  // From the Deployment's supervisor; `index` follows `replica_addresses`.
+  void ReplicaDown(std::size_t index, const std::string& why);
+  void ReplicaRestarted(std::size_t index, const std::string& address);
+  void ReplicaGivenUp(std::size_t index, const std::string& why);
+
+  // Defined in replica_pool.cc.
+  struct Replica;
+  class Call;
+
+ private:
+  void Attempt(std::shared_ptr<Call> call);
+  void OnAttemptDone(std::shared_ptr<Call> call, ForwardResult result);
+  // An available replica other than the one the previous try of `call`
+  // failed on, that one when it is the only one left, or nullopt.
+  std::optional<std::size_t> Pick(const Call& call);
+  // Takes `replica` out of rotation if `on` is still its link (a late
+  // failure of a replaced process must not take its successor out).
+  void MarkOut(Replica& replica, const ReplicaLink& on, const std::string& why);
+  void RotationChanged();
+  std::string NoReplicaMessage() const;
+  void ProbeLoop();
+
+  ReplicaPoolOptions options_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  std::atomic<std::size_t> round_robin_{0};
+  int max_attempts_ = 1;
+
+  std::mutex listener_mutex_;
+  bool stopped_ = false;  // guarded by listener_mutex_
+
+  std::mutex probe_mutex_;
+  std::condition_variable probe_wake_;
+  bool stop_probing_ = false;  // guarded by probe_mutex_
+  // A replica was restarted: probe now rather than at the next interval.
+  bool probe_now_ = false;  // guarded by probe_mutex_
+  std::thread prober_;
+};
+
+}  // namespace gantry::internal
+
+#endif  // GANTRY_GATEWAY_REPLICA_POOL_H_

@@ -1,0 +1,355 @@
+// The replica pool's rules (picking, retries, poison requests, probes,
+// restarts) against scripted replica links: no sockets, no processes.
+#include "gateway/replica_pool.h"
+
+#include <grpcpp/client_context.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gantry::internal {
+namespace {
+
+using Clock = std::chrono::system_clock;
+
+grpc::Status Unavailable(const std::string& message) {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, message);
+}
+
+// One scripted replica: answers each try with `answer` at once, or holds it
+// until the test completes it; answers probes with `serving`.
+class FakeLink final : public ReplicaLink {
+ public:
+  explicit FakeLink(std::string address) : address_(std::move(address)) {}
+  const std::string& address() const override { return address_; }
+
+  void Send(grpc::ClientContext* context, const grpc::ByteBuffer& /*request*/,
+            ForwardDone done) override {
+    std::unique_lock lock(mutex_);
+    ++sends_;
+    deadlines_.push_back(context->deadline());
+    if (hold_) {
+      held_.push_back(std::move(done));
+      return;
+    }
+    grpc::Status answer = answer_;
+    lock.unlock();
+    ForwardResult result;
+    result.status = answer;
+    done(std::move(result));
+  }
+
+  bool Check(std::chrono::milliseconds /*timeout*/, grpc::Status* status) override {
+    std::lock_guard lock(mutex_);
+    ++checks_;
+    *status = check_status_;
+    return check_status_.ok() && serving_;
+  }
+
+  void Answer(grpc::Status status) {
+    std::lock_guard lock(mutex_);
+    answer_ = std::move(status);
+  }
+  void Hold() {
+    std::lock_guard lock(mutex_);
+    hold_ = true;
+  }
+  // Completes the oldest held try with `status`.
+  void CompleteOne(grpc::Status status) {
+    ForwardDone done;
+    {
+      std::lock_guard lock(mutex_);
+      ASSERT_FALSE(held_.empty()) << address_ << " holds no request";
+      done = std::move(held_.front());
+      held_.erase(held_.begin());
+    }
+    ForwardResult result;
+    result.status = std::move(status);
+    done(std::move(result));
+  }
+  void Probes(bool serving, grpc::Status status = grpc::Status::OK) {
+    std::lock_guard lock(mutex_);
+    serving_ = serving;
+    check_status_ = std::move(status);
+  }
+  int sends() {
+    std::lock_guard lock(mutex_);
+    return sends_;
+  }
+  int checks() {
+    std::lock_guard lock(mutex_);
+    return checks_;
+  }
+  Clock::time_point last_deadline() {
+    std::lock_guard lock(mutex_);
+    return deadlines_.back();
+  }
+
+ private:
+  std::string address_;
+  std::mutex mutex_;
+  grpc::Status answer_ = grpc::Status::OK;
+  bool hold_ = false;
+  std::vector<ForwardDone> held_;
+  bool serving_ = true;
+  grpc::Status check_status_ = grpc::Status::OK;
+  int sends_ = 0;
+  int checks_ = 0;
+  std::vector<Clock::time_point> deadlines_;
+};
+
+// A pool of replicas "a:1", "b:2", ... whose links the test scripts.
+class ReplicaPoolTest : public ::testing::Test {
+ protected:
+  ReplicaPool& MakePool(int replicas, std::chrono::milliseconds timeout_send = {}) {
+    ReplicaPoolOptions options;
+    options.deployment_name = "enc";
+    for (int i = 0; i < replicas; ++i) {
+      options.replica_addresses.push_back(std::string(1, static_cast<char>('a' + i)) + ":" +
+                                          std::to_string(i + 1));
+    }
+    options.timeout_send = timeout_send;
+    options.links = [this](const std::string& address) {
+      auto link = std::make_shared<FakeLink>(address);
+      links_[address] = link;
+      return link;
+    };
+    options.on_rotation_change = [this] { ++rotation_changes_; };
+    pool_ = std::make_unique<ReplicaPool>(std::move(options));
+    return *pool_;
+  }
+  FakeLink& link(const std::string& address) { return *links_.at(address); }
+
+  // Forwards one request and returns its result, which must be ready.
+  ForwardResult Send(Clock::time_point deadline = Clock::time_point::max()) {
+    std::optional<ForwardResult> out;
+    pool_->Forward(grpc::ByteBuffer(), deadline, [&out](ForwardResult r) { out = std::move(r); });
+    EXPECT_TRUE(out.has_value()) << "the request was not answered";
+    return out.value_or(ForwardResult{});
+  }
+
+  std::map<std::string, std::shared_ptr<FakeLink>> links_;
+  int rotation_changes_ = 0;
+  std::unique_ptr<ReplicaPool> pool_;
+};
+
+TEST_F(ReplicaPoolTest, IdleReplicasShareRequestsRoundRobin) {
+  ReplicaPool& pool = MakePool(3);
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_TRUE(Send().status.ok());
+  }
+  for (const ReplicaState& state : pool.States()) {
+    EXPECT_EQ(state.requests, 100u);
+    EXPECT_EQ(state.in_flight, 0);
+    EXPECT_TRUE(state.available);
+  }
+}
+
+TEST_F(ReplicaPoolTest, ARequestGoesToTheReplicaWithFewestInFlight) {
+  ReplicaPool& pool = MakePool(3);
+  for (const char* address : {"a:1", "b:2", "c:3"}) {
+    link(address).Hold();
+  }
+  std::vector<ForwardResult> results;
+  auto keep = [&results](ForwardResult r) { results.push_back(std::move(r)); };
+  for (int i = 0; i < 3; ++i) {
+    pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), keep);
+  }
+  ASSERT_EQ(link("a:1").sends() + link("b:2").sends() + link("c:3").sends(), 3);
+  EXPECT_EQ(link("a:1").sends(), 1);
+  EXPECT_EQ(link("b:2").sends(), 1);
+  link("b:2").CompleteOne(grpc::Status::OK);
+  // b is now the only replica with nothing in flight.
+  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), keep);
+  EXPECT_EQ(link("b:2").sends(), 2);
+  EXPECT_EQ(pool.States()[1].in_flight, 1);
+  EXPECT_EQ(pool.States()[0].in_flight, 1);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].status.ok());
+}
+
+TEST_F(ReplicaPoolTest, AnUnreachableReplicaLeavesRotationAndItsRequestIsRetried) {
+  ReplicaPool& pool = MakePool(2);
+  link("a:1").Answer(Unavailable("failed to connect to all addresses; last error: refused"));
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(Send().status.ok()) << "request " << i;
+  }
+  EXPECT_EQ(link("a:1").sends(), 1) << "out of rotation after its first failure";
+  EXPECT_EQ(link("b:2").sends(), 10);
+  EXPECT_FALSE(pool.States()[0].available);
+  EXPECT_TRUE(pool.Available());
+  EXPECT_EQ(rotation_changes_, 1);
+}
+
+TEST_F(ReplicaPoolTest, APoisonRequestKillsAtMostTwoReplicas) {
+  ReplicaPool& pool = MakePool(3);
+  for (const char* address : {"a:1", "b:2", "c:3"}) {
+    link(address).Answer(Unavailable("Socket closed"));
+  }
+  ForwardResult result = Send();
+  EXPECT_EQ(result.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  const std::string& message = result.status.error_message();
+  EXPECT_NE(message.find("deployment 'enc': the request killed replica "), std::string::npos)
+      << message;
+  EXPECT_NE(message.find(" and "), std::string::npos) << message;
+  EXPECT_NE(message.find("not retried again"), std::string::npos) << message;
+  EXPECT_EQ(link("a:1").sends() + link("b:2").sends() + link("c:3").sends(), 2);
+  // The third replica was spared and still serves.
+  link("a:1").Answer(grpc::Status::OK);
+  link("b:2").Answer(grpc::Status::OK);
+  link("c:3").Answer(grpc::Status::OK);
+  EXPECT_TRUE(pool.Available());
+  EXPECT_TRUE(Send().status.ok());
+}
+
+TEST_F(ReplicaPoolTest, AWorkersOwnErrorPassesThroughUnretried) {
+  ReplicaPool& pool = MakePool(2);
+  for (const char* address : {"a:1", "b:2"}) {
+    link(address).Answer(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "document 3: bad"));
+  }
+  ForwardResult result = Send();
+  EXPECT_EQ(result.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(result.status.error_message(), "document 3: bad");
+  EXPECT_EQ(link("a:1").sends() + link("b:2").sends(), 1);
+  EXPECT_TRUE(pool.States()[0].available);
+  EXPECT_TRUE(pool.States()[1].available);
+  EXPECT_EQ(pool.States()[0].requests + pool.States()[1].requests, 1u);
+}
+
+TEST_F(ReplicaPoolTest, TimeoutSendIsRetriedAndBoundsEachTry) {
+  MakePool(2, std::chrono::milliseconds(1000));
+  for (const char* address : {"a:1", "b:2"}) {
+    link(address).Answer(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "slow"));
+  }
+  const Clock::time_point before = Clock::now();
+  ForwardResult result = Send();
+  EXPECT_EQ(result.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_NE(result.status.error_message().find("did not answer within timeout_send"),
+            std::string::npos)
+      << result.status.error_message();
+  // max(3, replicas) + 1 tries, alternating replicas.
+  EXPECT_EQ(link("a:1").sends(), 2);
+  EXPECT_EQ(link("b:2").sends(), 2);
+  const Clock::time_point deadline = link("a:1").last_deadline();
+  EXPECT_GE(deadline, before + std::chrono::milliseconds(1000));
+  EXPECT_LE(deadline, Clock::now() + std::chrono::milliseconds(1000));
+}
+
+TEST_F(ReplicaPoolTest, TheClientsOwnDeadlineIsFinal) {
+  MakePool(2);
+  for (const char* address : {"a:1", "b:2"}) {
+    link(address).Answer(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "slow"));
+  }
+  const Clock::time_point client_deadline = Clock::now() + std::chrono::seconds(30);
+  ForwardResult result = Send(client_deadline);
+  EXPECT_EQ(result.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_NE(result.status.error_message().find("within the request's deadline"),
+            std::string::npos)
+      << result.status.error_message();
+  EXPECT_EQ(link("a:1").sends() + link("b:2").sends(), 1);
+  EXPECT_EQ((link("a:1").sends() == 1 ? link("a:1") : link("b:2")).last_deadline(),
+            client_deadline);
+}
+
+TEST_F(ReplicaPoolTest, ADeadlineAlreadyPastIsNotSent) {
+  MakePool(1);
+  ForwardResult result = Send(Clock::now() - std::chrono::seconds(1));
+  EXPECT_EQ(result.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(link("a:1").sends(), 0);
+}
+
+TEST_F(ReplicaPoolTest, WithNoReplicaInRotationARequestFailsAtOnceNamingTheGivenUpOne) {
+  ReplicaPool& pool = MakePool(2);
+  pool.ReplicaGivenUp(0, "crashed 5 times in a row");
+  pool.ReplicaDown(1, "exited with code 1");
+  EXPECT_FALSE(pool.Available());
+  ForwardResult result = Send();
+  EXPECT_EQ(result.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  const std::string& message = result.status.error_message();
+  EXPECT_NE(message.find("deployment 'enc': no replica is available (all 2"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("replica enc/rep-0 was given up: crashed 5 times in a row"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(link("a:1").sends() + link("b:2").sends(), 0);
+  EXPECT_EQ(pool.WhyUnavailable(), message.substr(std::string("deployment 'enc': ").size()));
+}
+
+TEST_F(ReplicaPoolTest, ProbesTakeReplicasOutAndBringThemBack) {
+  ReplicaPool& pool = MakePool(2);
+  link("a:1").Probes(false);  // answers NOT_SERVING
+  link("b:2").Probes(false, grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "busy"));
+  pool.ProbeOnce();
+  EXPECT_FALSE(pool.States()[0].available);
+  EXPECT_TRUE(pool.States()[1].available) << "a slow answer from a busy replica is no failure";
+  link("a:1").Probes(true);
+  pool.ProbeOnce();
+  EXPECT_TRUE(pool.States()[0].available);
+  EXPECT_EQ(rotation_changes_, 2);
+}
+
+TEST_F(ReplicaPoolTest, ARestartedReplicaIsProbedOnItsNewAddressBeforeItServes) {
+  ReplicaPool& pool = MakePool(1);
+  pool.ReplicaDown(0, "killed by signal 9");
+  const int checks_before = link("a:1").checks();
+  pool.ProbeOnce();
+  EXPECT_EQ(link("a:1").checks(), checks_before) << "a replica reported down is not probed";
+  pool.ReplicaRestarted(0, "a:7");
+  EXPECT_FALSE(pool.Available()) << "not in rotation before its health check passes";
+  EXPECT_EQ(Send().status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  pool.ProbeOnce();
+  EXPECT_EQ(link("a:7").checks(), 1);
+  ASSERT_TRUE(pool.Available());
+  EXPECT_TRUE(Send().status.ok());
+  EXPECT_EQ(link("a:7").sends(), 1);
+  EXPECT_EQ(link("a:1").sends(), 0);
+}
+
+TEST_F(ReplicaPoolTest, ALateFailureOnAReplacedAddressLeavesTheSuccessorInRotation) {
+  ReplicaPool& pool = MakePool(1);
+  link("a:1").Hold();
+  std::optional<ForwardResult> result;
+  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(),
+               [&result](ForwardResult r) { result = std::move(r); });
+  pool.ReplicaRestarted(0, "a:8");
+  pool.ProbeOnce();
+  ASSERT_TRUE(pool.Available());
+  // The old process's call fails now; the request is retried on the new one.
+  link("a:1").CompleteOne(Unavailable("Socket closed"));
+  ASSERT_TRUE(result.has_value());
+  EXPECT_TRUE(result->status.ok()) << result->status.error_message();
+  EXPECT_TRUE(pool.States()[0].available);
+  EXPECT_EQ(link("a:8").sends(), 1);
+}
+
+TEST_F(ReplicaPoolTest, ACancelledRequestIsNotRetried) {
+  ReplicaPool& pool = MakePool(2);
+  link("a:1").Hold();
+  link("b:2").Hold();
+  std::optional<ForwardResult> result;
+  std::shared_ptr<ForwardHandle> handle = pool.Forward(
+      grpc::ByteBuffer(), Clock::time_point::max(),
+      [&result](ForwardResult r) { result = std::move(r); });
+  handle->Cancel();
+  FakeLink& sent_to = link("a:1").sends() == 1 ? link("a:1") : link("b:2");
+  sent_to.CompleteOne(grpc::Status(grpc::StatusCode::CANCELLED, "Cancelled"));
+  ASSERT_TRUE(result.has_value());
+  EXPECT_EQ(result->status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(link("a:1").sends() + link("b:2").sends(), 1);
+  EXPECT_TRUE(pool.States()[0].available);
+  EXPECT_TRUE(pool.States()[1].available);
+}
+
+TEST_F(ReplicaPoolTest, NoRotationCallbackAfterStop) {
+  ReplicaPool& pool = MakePool(1);
+  pool.Stop();
+  pool.ReplicaDown(0, "exited");
+  EXPECT_EQ(rotation_changes_, 0);
+}
+
+}  // namespace
+}  // namespace gantry::internal
