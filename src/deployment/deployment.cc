@@ -30,8 +30,8 @@
 #include "core/registry.h"
 #include "core/worker_mode.h"
 #include "deployment/child_process.h"
-#include "deployment/container_replica.h"
 #include "deployment/placement.h"
+#include "deployment/replica_launcher.h"
 #include "deployment/restart_policy.h"
 #include "deployment/serving_front.h"
 #include "deployment/worker_program.h"
@@ -79,9 +79,6 @@ struct Pipe {
 
 using SteadyClock = std::chrono::steady_clock;
 
-// How long a docker command that is not a replica (image inspect, rm) may take.
-constexpr std::chrono::milliseconds kDockerCommandTimeout{30000};
-
 // How often the supervisor looks for replicas that died.
 constexpr std::chrono::milliseconds kSuperviseInterval{50};
 // How long a worker that reported a failed start (or closed its status pipe)
@@ -117,9 +114,7 @@ struct Replica {
   std::string status_text;
   int port = 0;
   int monitoring_port = -1;
-  // Container replicas (uses: docker://IMAGE): the GPUs the container may
-  // see (`docker run --gpus`), and the current container's name.
-  std::string container_gpus;
+  // The current container's name (uses: docker://IMAGE), else empty.
   std::string container;
   // Times its process was spawned, for container names.
   int starts = 0;
@@ -151,45 +146,7 @@ void ParseReady(const std::string& text, Replica& replica) {
   }
 }
 
-std::string SelfExecutable() {
-  std::error_code ec;
-  auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string() : path.string();
-}
-
-bool IsExecutable(const std::string& path) { return ::access(path.c_str(), X_OK) == 0; }
-
 }  // namespace
-
-namespace internal {
-
-std::string FindWorkerProgram() {
-  if (const char* env = std::getenv("GANTRY_WORKER_PROGRAM"); env != nullptr && *env != '\0') {
-    return env;
-  }
-  std::filesystem::path self = SelfExecutable();
-  for (const auto& candidate :
-       {self.parent_path() / "gantry-worker", self.parent_path() / "../bin/gantry-worker"}) {
-    if (IsExecutable(candidate.string())) {
-      return candidate.lexically_normal().string();
-    }
-  }
-  if (const char* path = std::getenv("PATH")) {
-    std::string_view rest = path;
-    while (!rest.empty()) {
-      std::size_t colon = rest.find(':');
-      std::string dir(rest.substr(0, colon));
-      rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
-      std::string candidate = dir + "/gantry-worker";
-      if (!dir.empty() && IsExecutable(candidate)) {
-        return candidate;
-      }
-    }
-  }
-  return "";
-}
-
-}  // namespace internal
 
 class Deployment::Impl {
  public:
@@ -238,7 +195,8 @@ class Deployment::Impl {
   // metrics are not worth stopping the deployment for.
   void WriteMonitoringTargets(int gateway_monitoring_port) const;
 
-  std::string program_;
+  // Chosen by Validate: processes, or containers for uses: docker://IMAGE.
+  std::unique_ptr<internal::ReplicaLauncher> launcher_;
   std::thread supervisor_;
   // Written by StopSupervisor to wake the supervisor's poll.
   Pipe supervisor_wake_;
@@ -268,21 +226,8 @@ Status Deployment::Impl::Validate() {
   // The rules live in core/deployment_rules.h, shared with the YAML loader.
   GANTRY_RETURN_IF_ERROR(internal::ValidateDeploymentOptions(options_));
   const std::string where = "deployment '" + options_.name + "'";
-  if (internal::IsDockerUses(options_.uses)) {
-    GANTRY_RETURN_IF_ERROR(internal::CheckDockerImageName(internal::DockerImageOf(options_.uses))
-                               .WithPrefix(where + ": uses"));
-    if (options_.volumes.size() > internal::kMaxVolumes) {
-      return InvalidArgumentError(where + ": more than " + std::to_string(internal::kMaxVolumes) +
-                                  " volumes");
-    }
-    for (std::string& volume : options_.volumes) {
-      GANTRY_RETURN_IF_ERROR(internal::CheckVolumeSpec(volume).WithPrefix(where + ": volumes"));
-      volume = internal::AbsoluteVolumeSpec(volume, "");
-    }
-  } else if (!options_.volumes.empty()) {
-    return InvalidArgumentError(where + ": volumes are for container replicas only (uses: " +
-                                "docker://IMAGE); \"" + options_.uses + "\" runs as a process");
-  }
+  launcher_ = internal::ReplicaLauncher::For(options_);
+  GANTRY_RETURN_IF_ERROR(launcher_->CheckOptions(options_));
   if (internal::KindOfUses(options_.uses) == internal::UsesKind::kExecutorFile) {
     GANTRY_ASSIGN_OR_RETURN(ExecutorConfig config, LoadExecutorConfig(options_.uses));
     internal::MergeExecutorConfig(std::move(config), options_);
@@ -331,29 +276,7 @@ Status Deployment::Impl::Start() {
                                .WithPrefix("deployment '" + options_.name + "'"));
   }
 
-  std::string& program = program_;
-  program = options_.worker_program;
-  if (internal::IsDockerUses(options_.uses)) {
-    program = internal::DockerProgram();
-    GANTRY_RETURN_IF_ERROR(internal::CheckDockerImagePresent(program,
-                                                             internal::DockerImageOf(options_.uses),
-                                                             kDockerCommandTimeout)
-                               .WithPrefix("deployment '" + options_.name + "'"));
-  } else if (program.empty()) {
-    if (internal::FindExecutorType(options_.uses) != nullptr) {
-      // Re-execute this program: gantry::Init turns it into the worker.
-      program = SelfExecutable();
-    } else {
-      program = internal::FindWorkerProgram();
-      if (program.empty()) {
-        return internal::UnknownExecutorError(options_.uses)
-            .WithPrefix(
-                "deployment '" + options_.name +
-                "': this program does not register the executor and no gantry-worker program was "
-                "found (set GANTRY_WORKER_PROGRAM)");
-      }
-    }
-  }
+  GANTRY_RETURN_IF_ERROR(launcher_->Prepare(options_));
   GANTRY_RETURN_IF_ERROR(SpawnReplicas());
   GANTRY_RETURN_IF_ERROR(AwaitReplicas());
 
@@ -410,14 +333,9 @@ Status Deployment::Impl::SpawnReplicas() {
         options_.restart_backoff_initial, options_.restart_backoff_max, options_.max_init_failures);
     replica.name = options_.name + "/rep-" + std::to_string(i);
     internal::WorkerSpec& spec = replica.spec;
-    // A container's worker takes the executor its image names.
-    spec.jtype = internal::IsDockerUses(options_.uses) ? "" : options_.uses;
+    launcher_->ConfigureWorker(options_, spec);
     spec.with = options_.uses_with;
     spec.metas = options_.uses_metas;
-    // A container sees its own file system, not this machine's folders.
-    if (!internal::IsDockerUses(options_.uses)) {
-      spec.config_dir = options_.config_dir;
-    }
     auto metas_name = spec.metas.find("name");
     spec.executor_name = metas_name != spec.metas.end() && metas_name->second.AsText()
                              ? *metas_name->second.AsText()
@@ -440,22 +358,8 @@ Status Deployment::Impl::SpawnReplicas() {
         replica.env[variable] = std::to_string(*threads_per_replica);
       }
     }
-    if (placement.cuda_visible_devices && internal::IsDockerUses(options_.uses)) {
-      // Docker gives the container these GPUs (numbered from 0 inside);
-      // the CUDA variables would name host indices.
-      replica.env.erase("CUDA_VISIBLE_DEVICES");
-      replica.container_gpus = *placement.cuda_visible_devices;
-      replica.cuda_visible_devices = *placement.cuda_visible_devices;
-    } else if (placement.cuda_visible_devices) {
-      // Replaces any "RR..." value, which CUDA itself would reject.
-      replica.env["CUDA_VISIBLE_DEVICES"] = *placement.cuda_visible_devices;
-      replica.cuda_visible_devices = *placement.cuda_visible_devices;
-      // Indices were counted in NVML's (PCI bus) order; make CUDA agree.
-      if (!placement.gpus.empty() && !replica.env.contains("CUDA_DEVICE_ORDER") &&
-          std::getenv("CUDA_DEVICE_ORDER") == nullptr) {
-        replica.env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
-      }
-    }
+    launcher_->Environment(placement, replica.env);
+    replica.cuda_visible_devices = placement.cuda_visible_devices.value_or("");
     GANTRY_RETURN_IF_ERROR(SpawnReplica(replica));
     if (placement.cuda_visible_devices && !placement.cuda_visible_devices->empty()) {
       spdlog::info("{} placed on {}: CUDA_VISIBLE_DEVICES={} device={}", replica.name,
@@ -471,33 +375,20 @@ Status Deployment::Impl::SpawnReplica(Replica& replica) {
   if (!status_pipe->ok() || !lifeline->ok()) {
     return InternalError(std::string("cannot create pipes: ") + std::strerror(errno));
   }
-  internal::ChildProcessOptions child;
-  child.program = program_;
   ++replica.starts;
-  if (internal::IsDockerUses(options_.uses)) {
-    internal::DockerRunRequest run;
-    run.image = std::string(internal::DockerImageOf(options_.uses));
-    run.container_name =
-        internal::ContainerName(options_.name, replica.spec.replica_id, replica.starts);
-    run.labels = {{"gantry.deployment", options_.name},
-                  {"gantry.replica", replica.name},
-                  {"gantry.owner-pid", std::to_string(::getpid())}};
-    run.env = replica.env;
-    run.volumes = options_.volumes;
-    run.gpus = replica.container_gpus;
-    run.worker_args = internal::WorkerArguments(replica.spec);
-    child.args = internal::DockerRunArguments(run);
-    // The attached client: its stdin is the container's (the lifeline), its
-    // stdout the container's (the status report).
-    child.fds = {{0, lifeline->read_fd}, {1, status_pipe->write_fd}};
-    replica.container = run.container_name;
-  } else {
-    child.args = internal::WorkerArguments(replica.spec);
-    child.args.insert(child.args.end(), {"--status-fd", "3", "--lifeline-fd", "4"});
-    child.env = replica.env;
-    child.fds = {{3, status_pipe->write_fd}, {4, lifeline->read_fd}};
-  }
-  auto process = ChildProcess::Spawn(child);
+  internal::ReplicaLaunch launch;
+  launch.deployment = options_.name;
+  launch.replica_name = replica.name;
+  launch.replica_index = replica.spec.replica_id;
+  launch.start = replica.starts;
+  launch.spec = &replica.spec;
+  launch.env = replica.env;
+  launch.gpus = replica.cuda_visible_devices;
+  launch.status_fd = status_pipe->write_fd;
+  launch.lifeline_fd = lifeline->read_fd;
+  internal::LaunchCommand command = launcher_->Command(launch);
+  replica.container = command.container;
+  auto process = ChildProcess::Spawn(command.child);
   if (!process.ok()) {
     return process.status().WithPrefix("replica " + replica.name);
   }
@@ -806,12 +697,8 @@ void Deployment::Impl::Stop() {
     }
     replica.lifeline.reset();
     replica.status.reset();
-    if (!replica.container.empty()) {
-      // Normally gone already (--rm); this covers a client that was killed
-      // while its container still ran.
-      if (Status removed =
-              internal::RemoveContainer(program_, replica.container, kDockerCommandTimeout);
-          !removed.ok()) {
+    if (launcher_) {
+      if (Status removed = launcher_->CleanUp(replica.container); !removed.ok()) {
         spdlog::warn("{}: {}", replica.name, removed.message());
       }
     }

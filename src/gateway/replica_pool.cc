@@ -389,8 +389,7 @@ void ReplicaPool::ProbeOnce() {
 }
 
 std::shared_ptr<ForwardHandle> ReplicaPool::Forward(const grpc::ByteBuffer& request,
-                                                    Clock::time_point deadline,
-                                                    ForwardDone done) {
+                                                    Clock::time_point deadline, ForwardDone done) {
   auto call = std::make_shared<Call>();
   call->request_ = request;
   call->client_deadline_ = deadline;

@@ -247,8 +247,7 @@ TEST_F(ReplicaPoolTest, TheClientsOwnDeadlineIsFinal) {
   const Clock::time_point client_deadline = Clock::now() + std::chrono::seconds(30);
   ForwardResult result = Send(client_deadline);
   EXPECT_EQ(result.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-  EXPECT_NE(result.status.error_message().find("within the request's deadline"),
-            std::string::npos)
+  EXPECT_NE(result.status.error_message().find("within the request's deadline"), std::string::npos)
       << result.status.error_message();
   EXPECT_EQ(link("a:1").sends() + link("b:2").sends(), 1);
   EXPECT_EQ((link("a:1").sends() == 1 ? link("a:1") : link("b:2")).last_deadline(),
@@ -331,9 +330,9 @@ TEST_F(ReplicaPoolTest, ACancelledRequestIsNotRetried) {
   link("a:1").Hold();
   link("b:2").Hold();
   std::optional<ForwardResult> result;
-  std::shared_ptr<ForwardHandle> handle = pool.Forward(
-      grpc::ByteBuffer(), Clock::time_point::max(),
-      [&result](ForwardResult r) { result = std::move(r); });
+  std::shared_ptr<ForwardHandle> handle =
+      pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(),
+                   [&result](ForwardResult r) { result = std::move(r); });
   handle->Cancel();
   FakeLink& sent_to = link("a:1").sends() == 1 ? link("a:1") : link("b:2");
   sent_to.CompleteOne(grpc::Status(grpc::StatusCode::CANCELLED, "Cancelled"));
