@@ -255,8 +255,9 @@ TEST(HostileInputTest, PoisonTensorIsInvalidArgumentAndBothReplicasKeepServing) 
     EXPECT_THAT(result.status.error_message(),
                 HasSubstr("docs[0] (id 'abc'): field 'embedding': shape [1000000000] of float32 "
                           "needs 4000000000 bytes, over the 67108864-byte message cap"));
-    // Generous for a loaded CI machine; in practice a few milliseconds.
-    EXPECT_LT(elapsed, std::chrono::seconds(1));
+    // An answer, not a hang. In practice a few milliseconds; under TSan the
+    // first call on a replica's channel alone can take two seconds.
+    EXPECT_LT(elapsed, std::chrono::seconds(10));
     std::cout << "poison request " << poison.size() << " bytes: error after "
               << std::chrono::duration<double, std::milli>(elapsed).count() << " ms\n";
   }
