@@ -58,6 +58,18 @@ class FakeLink final : public ReplicaLink {
     std::lock_guard lock(mutex_);
     hold_ = true;
   }
+  // Completes every held try with `status`.
+  void CompleteAll(const grpc::Status& status) {
+    while (true) {
+      {
+        std::lock_guard lock(mutex_);
+        if (held_.empty()) {
+          return;
+        }
+      }
+      CompleteOne(status);
+    }
+  }
   // Completes the oldest held try with `status`.
   void CompleteOne(grpc::Status status) {
     ForwardDone done;
@@ -170,6 +182,11 @@ TEST_F(ReplicaPoolTest, ARequestGoesToTheReplicaWithFewestInFlight) {
   EXPECT_EQ(pool.States()[0].in_flight, 1);
   ASSERT_EQ(results.size(), 1u);
   EXPECT_TRUE(results[0].status.ok());
+  // A held try keeps its request, and the request its link: answer them.
+  for (const char* address : {"a:1", "b:2", "c:3"}) {
+    link(address).CompleteAll(grpc::Status::OK);
+  }
+  EXPECT_EQ(results.size(), 4u);
 }
 
 TEST_F(ReplicaPoolTest, AnUnreachableReplicaLeavesRotationAndItsRequestIsRetried) {
