@@ -11,6 +11,13 @@
 // time. `--mode post` instead times gantry::Client::Post of a whole job
 // (e.g. 10,000 docs at request_size 32), the seed job's shape.
 //
+// `--mode http` posts the bytes of `--http-body-file` (application/json) to
+// `--http-path` over HTTP/1.1, each thread on its own keep-alive
+// cpp-httplib client (a new connection only where the server closes one).
+// Only a 200 (whose body contains `--http-expect`, if given) counts; any
+// other status or a connection error stops the run with exit status 1 and
+// the first error on stderr: a figure of failed requests is no figure.
+//
 // One JSON object per measured point is printed on a line starting with
 // "RESULT " (and appended to --json FILE), for the bench/peer harness.
 #include <gantry/client.h>
@@ -18,6 +25,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/proto_buffer_reader.h>
+#include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -29,6 +37,7 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -50,7 +59,7 @@ constexpr char kStreamMethod[] = "/jina.JinaRPC/Call";
 
 struct Options {
   std::string address;
-  std::string mode = "unary";  // unary, stream, post
+  std::string mode = "unary";  // unary, stream, post, probe, http
   std::vector<int> concurrency{1};
   int docs_per_request = 1;
   std::string endpoint = "/default";
@@ -60,10 +69,14 @@ struct Options {
   int stable = 3;
   double stable_pct = 10.0;
   int timeout_ms = 10000;
-  int total_docs = 10000;     // post mode
-  int request_size = 32;      // post mode
-  int prefetch = 64;          // post mode
-  std::int64_t since_ns = 0;  // probe mode: CLOCK_REALTIME of the server's start
+  int total_docs = 10000;      // post mode
+  int request_size = 32;       // post mode
+  int prefetch = 64;           // post mode
+  std::int64_t since_ns = 0;   // probe mode: CLOCK_REALTIME of the server's start
+  std::string http_path;       // http mode: POST target, e.g. /post
+  std::string http_body_file;  // http mode: the request body, sent as application/json
+  std::string http_body;       // ...its contents, read once before the threads start
+  std::string http_expect;     // http mode: a 200 must contain this, if not empty
   std::string label;
   std::string json_file;
 };
@@ -254,6 +267,56 @@ void ClientLoop(const Options& options, int thread_index, const std::atomic<bool
   cq.Shutdown();
 }
 
+// HTTP mode: POSTs the same JSON body back to back on one keep-alive
+// connection until `stop`. The first failure ends the thread; the main
+// thread sees the error at the next window and stops the run.
+void HttpClientLoop(const Options& options, const std::atomic<bool>* stop, ThreadSamples* out) {
+  auto record_error = [out](const std::string& message) {
+    std::lock_guard lock(out->mutex);
+    if (out->errors++ == 0) {
+      out->first_error = message;
+    }
+  };
+  const bool has_scheme = options.address.rfind("http://", 0) == 0;
+  httplib::Client client(has_scheme ? options.address : "http://" + options.address);
+  client.set_keep_alive(true);
+  // Nagle off on our side too: cpp-httplib writes headers and body apart.
+  client.set_tcp_nodelay(true);
+  const auto timeout = std::chrono::milliseconds(options.timeout_ms);
+  client.set_connection_timeout(timeout);
+  client.set_read_timeout(timeout);
+  client.set_write_timeout(timeout);
+  // Bounded by `stop`, which the main thread always sets after at most
+  // max_windows windows; each request is bounded by the timeouts above.
+  while (!stop->load(std::memory_order_relaxed)) {
+    Clock::time_point t0 = Clock::now();
+    httplib::Result result =
+        client.Post(options.http_path.c_str(), options.http_body, "application/json");
+    Clock::time_point t1 = Clock::now();
+    if (!result) {
+      record_error("POST " + options.http_path + " to " + options.address +
+                   ": connection error (cpp-httplib: " + httplib::to_string(result.error()) + ")");
+      return;
+    }
+    if (result->status != 200) {
+      record_error("POST " + options.http_path + ": HTTP " + std::to_string(result->status) + ": " +
+                   result->body.substr(0, 300));
+      return;
+    }
+    if (!options.http_expect.empty() &&
+        result->body.find(options.http_expect) == std::string::npos) {
+      record_error("POST " + options.http_path + ": a 200 without \"" + options.http_expect +
+                   "\": " + result->body.substr(0, 300));
+      return;
+    }
+    Sample sample;
+    sample.latency = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+    std::lock_guard lock(out->mutex);
+    out->samples.push_back(sample);
+  }
+  client.stop();
+}
+
 double Percentile(std::vector<Nanos>& values, double p) {
   if (values.empty()) {
     return 0;
@@ -286,12 +349,18 @@ void Emit(const Options& options, const nlohmann::json& result) {
 
 // Runs one concurrency level; returns false on a failure worth exit 1.
 bool MeasureConcurrency(const Options& options, int concurrency) {
+  // HTTP mode fails on any error; a thread stops at its first.
+  const bool http = options.mode == "http";
   std::atomic<bool> stop{false};
   std::vector<std::unique_ptr<ThreadSamples>> per_thread;
   std::vector<std::thread> threads;
   for (int i = 0; i < concurrency; ++i) {
     per_thread.push_back(std::make_unique<ThreadSamples>());
-    threads.emplace_back(ClientLoop, std::cref(options), i, &stop, per_thread.back().get());
+    if (http) {
+      threads.emplace_back(HttpClientLoop, std::cref(options), &stop, per_thread.back().get());
+    } else {
+      threads.emplace_back(ClientLoop, std::cref(options), i, &stop, per_thread.back().get());
+    }
   }
   auto drain = [&](std::uint64_t* errors, std::string* first_error) {
     std::vector<Sample> all;
@@ -312,6 +381,15 @@ bool MeasureConcurrency(const Options& options, int concurrency) {
   std::string first_error;
   std::this_thread::sleep_for(std::chrono::milliseconds(options.warmup_ms));
   drain(&errors, &first_error);  // warm-up samples are dropped
+  if (http && errors > 0) {
+    stop = true;
+    for (auto& t : threads) {
+      t.join();
+    }
+    std::fprintf(stderr, "%s c=%d: FAILED in warm-up, %llu errors: %s\n", options.label.c_str(),
+                 concurrency, static_cast<unsigned long long>(errors), first_error.c_str());
+    return false;
+  }
 
   struct Window {
     std::vector<Sample> samples;
@@ -319,7 +397,7 @@ bool MeasureConcurrency(const Options& options, int concurrency) {
   };
   std::vector<Window> windows;
   bool stable = false;
-  for (int w = 0; w < options.max_windows && !stable; ++w) {
+  for (int w = 0; w < options.max_windows && !stable && !(http && errors > 0); ++w) {
     Clock::time_point start = Clock::now();
     std::this_thread::sleep_for(std::chrono::milliseconds(options.window_ms));
     std::vector<Sample> samples = drain(&errors, &first_error);
@@ -365,6 +443,7 @@ bool MeasureConcurrency(const Options& options, int concurrency) {
       {"address", options.address},
       {"mode", options.mode},
       {"concurrency", concurrency},
+      {"http_path", options.http_path},
       {"docs_per_request", options.docs_per_request},
       {"requests", samples.size()},
       {"seconds", seconds},
@@ -394,6 +473,11 @@ bool MeasureConcurrency(const Options& options, int concurrency) {
                result["client_serialize_us"].get<double>(),
                result["client_deserialize_us"].get<double>(), stable ? "" : " (NOT stable)",
                static_cast<unsigned long long>(errors), errors ? ": " : "", first_error.c_str());
+  if (http && errors > 0) {
+    std::fprintf(stderr, "%s c=%d: FAILED, %llu errors: %s\n", options.label.c_str(), concurrency,
+                 static_cast<unsigned long long>(errors), first_error.c_str());
+    return false;
+  }
   return !samples.empty();
 }
 
@@ -493,12 +577,12 @@ bool MeasurePost(const Options& options) {
 
 void Usage() {
   std::fprintf(stderr,
-               "usage: gantry_loadgen --address HOST:PORT [--mode unary|stream|post|probe]\n"
+               "usage: gantry_loadgen --address HOST:PORT [--mode unary|stream|post|probe|http]\n"
                "  [--concurrency 1,4,16] [--docs-per-request N] [--endpoint /default]\n"
                "  [--window-ms 2000] [--warmup-ms 500] [--max-windows 10] [--stable 3]\n"
                "  [--stable-pct 10] [--timeout-ms 10000] [--total-docs 10000]\n"
                "  [--request-size 32] [--prefetch 64] [--since-ns EPOCH_NS] [--label NAME]\n"
-               "  [--json FILE]\n");
+               "  [--json FILE] [--http-path /post --http-body-file FILE [--http-expect TEXT]]\n");
 }
 
 bool ParseArgs(int argc, char** argv, Options* options) {
@@ -544,6 +628,12 @@ bool ParseArgs(int argc, char** argv, Options* options) {
       options->prefetch = number();
     } else if (flag == "--since-ns") {
       options->since_ns = std::atoll(value.c_str());
+    } else if (flag == "--http-path") {
+      options->http_path = value;
+    } else if (flag == "--http-body-file") {
+      options->http_body_file = value;
+    } else if (flag == "--http-expect") {
+      options->http_expect = value;
     } else if (flag == "--label") {
       options->label = value;
     } else if (flag == "--json") {
@@ -560,8 +650,22 @@ bool ParseArgs(int argc, char** argv, Options* options) {
       options->window_ms < 1 || options->max_windows < 1 || options->stable < 1 ||
       options->total_docs < 1 || options->request_size < 1 ||
       (options->mode != "unary" && options->mode != "stream" && options->mode != "post" &&
-       options->mode != "probe")) {
+       options->mode != "probe" && options->mode != "http")) {
     return false;
+  }
+  if (options->mode == "http") {
+    if (options->http_path.empty() || options->http_path[0] != '/' ||
+        options->http_body_file.empty()) {
+      std::fprintf(stderr, "--mode http needs --http-path /PATH and --http-body-file FILE\n");
+      return false;
+    }
+    std::ifstream body(options->http_body_file, std::ios::binary);
+    if (!body) {
+      std::fprintf(stderr, "cannot read --http-body-file %s\n", options->http_body_file.c_str());
+      return false;
+    }
+    options->http_body.assign(std::istreambuf_iterator<char>(body),
+                              std::istreambuf_iterator<char>());
   }
   if (options->label.empty()) {
     options->label = options->address;
