@@ -16,6 +16,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libutf8proc-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
+  # Boost.Beast and Asio (header-only): the HTTP server under the HTTP ports
+  libboost-dev
   libb64-0d
   # Prometheus: the metrics library, and the server the metrics test scrapes with
   prometheus-cpp-dev prometheus

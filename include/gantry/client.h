@@ -52,6 +52,9 @@ struct ClientOptions {
   // TLS to a gateway that serves it (gantry/tls.h). A bad CA or client
   // certificate file fails Post, Ping and DryRun with a message naming it.
   ClientTlsOptions tls{};
+  // A gateway's API key, sent with every call as the metadata
+  // `authorization: Bearer <api_key>`; empty: none.
+  std::string api_key{};
 };
 
 class Client {

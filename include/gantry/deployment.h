@@ -126,6 +126,15 @@ struct DeploymentOptions {
   // RESOURCE_EXHAUSTED (HTTP 429) rather than left to wait. 0: no bound of
   // its own (its byte budget and each replica's 1,024 calls still hold).
   int max_concurrent_requests = 0;
+  // Non-empty: the gateway's data routes want this key, as gRPC metadata
+  // `authorization: Bearer <key>` (else UNAUTHENTICATED) and as the HTTP
+  // header `Authorization: Bearer <key>` (else 401). Health, readiness,
+  // metrics and server metadata stay open (docs/security.md). The `gantry`
+  // command reads $GANTRY_API_KEY when neither YAML nor --api-key sets it.
+  std::string api_key{};
+  // Answer CORS preflights on the HTTP port and allow any origin (Jina's
+  // `cors`); off, browsers on other origins cannot read its replies.
+  bool cors = false;
   // Respawning a replica whose process died: the first restart waits
   // `restart_backoff_initial`, each further one twice as long as the one
   // before, at most `restart_backoff_max` (>= initial, both >= 1 ms). The
@@ -141,6 +150,11 @@ struct DeploymentOptions {
   // already in flight may take to finish after the gateway stops accepting
   // new ones (>= 0); whatever is left is then cancelled.
   std::chrono::milliseconds timeout_drain{10000};
+  // The longest a request may take at the gateway, retries included, over
+  // every protocol (Jina's `timeout_send`): past it the client gets
+  // DEADLINE_EXCEEDED (HTTP 504) and the replica's call is cancelled. A
+  // client's own deadline, when sooner, wins. 0: no bound of its own.
+  std::chrono::milliseconds timeout_send{0};
   // Prometheus metrics (Jina's `monitoring`/`port_monitoring`, docs/metrics.md):
   // the gateway serves GET /metrics on `port_monitoring` of `host` (0: any
   // free port, read it back with monitoring_port()), and each replica on a

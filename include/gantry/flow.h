@@ -80,6 +80,11 @@ struct FlowOptions {
   // Requests the Flow's gateway forwards at once (see DeploymentOptions);
   // 0: no bound of its own.
   int max_concurrent_requests = 0;
+  // The gateway's API key and CORS, as DeploymentOptions has them.
+  // A request's whole time at the gateway, as DeploymentOptions has it.
+  std::chrono::milliseconds timeout_send{0};
+  std::string api_key{};
+  bool cors = false;
   // On Stop: how long requests in flight may take to finish (>= 0).
   std::chrono::milliseconds timeout_drain{10000};
   // Prometheus metrics (docs/metrics.md), as Jina's Flow-level

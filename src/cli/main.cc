@@ -208,6 +208,14 @@ int ServeUntilSignal(Service& service, const ListenFlags& listen) {
   return 0;
 }
 
+// The API key from the environment when neither YAML nor --api-key gives
+// one, so that it need not be written in a file or a process's arguments.
+void ApiKeyFromEnvironment(std::string& api_key) {
+  if (const char* key = std::getenv("GANTRY_API_KEY"); api_key.empty() && key != nullptr) {
+    api_key = key;
+  }
+}
+
 int RunDeployment(const std::string& uses, const ListenFlags& listen, const std::string& log_level,
                   const GivenOptions& given) {
   gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
@@ -216,6 +224,7 @@ int RunDeployment(const std::string& uses, const ListenFlags& listen, const std:
     return Fail(options.status());
   }
   ApplyTableFlags(given, &OptionRow::deployment, *options);
+  ApiKeyFromEnvironment(options->api_key);
   if (gantry::Status s = CheckHttpPortFile(listen, options->http_port); !s.ok()) {
     return Fail(s);
   }
@@ -239,6 +248,7 @@ int RunFlow(const std::string& uses, const ListenFlags& listen, const std::strin
     return Fail(options.status());
   }
   ApplyTableFlags(given, &OptionRow::flow, *options);
+  ApiKeyFromEnvironment(options->api_key);
   if (gantry::Status s = CheckHttpPortFile(listen, options->http_port); !s.ok()) {
     return Fail(s);
   }
@@ -332,6 +342,7 @@ int RunGateway(const std::string& addresses, const std::string& host, const List
   // The gateway's settings are a Deployment's, less its replicas.
   gantry::DeploymentOptions settings{.name = name, .host = host};
   ApplyTableFlags(given, &OptionRow::deployment, settings);
+  ApiKeyFromEnvironment(settings.api_key);
   if (gantry::Status s = CheckHttpPortFile(listen, settings.http_port); !s.ok()) {
     return Fail(s);
   }

@@ -41,6 +41,13 @@ class Client::Impl {
   StatusOr<DocList> Post(std::string_view endpoint, const DocList& docs,
                          const PostOptions& options);
 
+  // The API key, when set, goes with every call.
+  void Authorize(grpc::ClientContext& context) const {
+    if (!options_.api_key.empty()) {
+      context.AddMetadata("authorization", "Bearer " + options_.api_key);
+    }
+  }
+
  private:
   std::string address_;
   ClientOptions options_;
@@ -109,6 +116,7 @@ StatusOr<DocList> Client::Impl::Post(std::string_view endpoint, const DocList& d
   GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, this->channel());
   auto stub = jina::JinaRPC::NewStub(channel);
   grpc::ClientContext context;
+  Authorize(context);
   if (options.timeout.count() > 0) {
     context.set_deadline(std::chrono::system_clock::now() + options.timeout);
   }
@@ -257,6 +265,7 @@ Status Client::Ping(std::chrono::milliseconds timeout) {
   GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, impl_->channel());
   auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
+  impl_->Authorize(context);
   context.set_deadline(std::chrono::system_clock::now() + timeout);
   grpc::health::v1::HealthCheckRequest request;
   grpc::health::v1::HealthCheckResponse response;
@@ -274,6 +283,7 @@ Status Client::DryRun(std::chrono::milliseconds timeout) {
   GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, impl_->channel());
   auto stub = jina::JinaGatewayDryRunRPC::NewStub(channel);
   grpc::ClientContext context;
+  impl_->Authorize(context);
   context.set_deadline(std::chrono::system_clock::now() + timeout);
   google::protobuf::Empty request;
   jina::StatusProto response;

@@ -1,6 +1,5 @@
 #include "common/metrics_server.h"
 
-#include <httplib.h>
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
@@ -9,15 +8,9 @@
 #include <utility>
 
 #include "common/grpc_options.h"
-#include "common/http_listen.h"
+#include "common/http_server.h"
 
 namespace gantry::internal {
-
-namespace {
-// Prometheus scrapes one target at a time; the second thread answers a
-// curl beside it. Anything more waits in cpp-httplib's queue.
-constexpr std::size_t kThreads = 2;
-}  // namespace
 
 const std::vector<double>& LatencyBucketsSeconds() {
   static const std::vector<double> buckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
@@ -37,56 +30,50 @@ StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   }
   std::unique_ptr<MetricsServer> out(new MetricsServer());
   out->collectables_ = std::move(collectables);
-  out->server_ = std::make_unique<httplib::Server>();
-  httplib::Server& server = *out->server_;
-  server.new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
-  UseExclusivePort(server);
+  HttpServerOptions options;
+  options.host = host;
+  options.port = port;
+  options.name = "metrics";
   // A scrape is a bodiless GET; nothing else is read.
-  server.set_payload_max_length(1024);
-  server.set_read_timeout(5, 0);
-  server.set_write_timeout(5, 0);
-  server.set_keep_alive_max_count(100);
+  options.max_body_bytes = 1024;
+  options.max_connections = 256;
+  options.header_timeout = std::chrono::seconds(5);
+  options.idle_timeout = std::chrono::seconds(120);  // Prometheus keeps its connection
+  options.write_timeout = std::chrono::seconds(10);
+  options.io_threads = 1;
   MetricsServer* self = out.get();
-  server.Get("/metrics", [self](const httplib::Request&, httplib::Response& res) {
-    std::vector<prometheus::MetricFamily> families;
-    for (const auto& collectable : self->collectables_) {
-      auto collected = collectable->Collect();
-      families.insert(families.end(), std::make_move_iterator(collected.begin()),
-                      std::make_move_iterator(collected.end()));
-    }
-    res.set_content(prometheus::TextSerializer().Serialize(families),
-                    "text/plain; version=0.0.4; charset=utf-8");
-  });
-  const std::string address = JoinHostPort(host, port);
-  out->port_ =
-      port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
-  if (out->port_ <= 0) {
-    return UnavailableError("metrics: cannot listen on " + address +
+  auto started = HttpServer::Start(
+      std::move(options), [self](const HttpRequest& request, const HttpRespond& respond) {
+        HttpResponse response;
+        if (request.method != "GET" || request.path != "/metrics") {
+          response.status = 404;
+          response.content_type = "text/plain; charset=utf-8";
+          response.body = "metrics are at GET /metrics\n";
+          respond(std::move(response));
+          return;
+        }
+        std::vector<prometheus::MetricFamily> families;
+        for (const auto& collectable : self->collectables_) {
+          auto collected = collectable->Collect();
+          families.insert(families.end(), std::make_move_iterator(collected.begin()),
+                          std::make_move_iterator(collected.end()));
+        }
+        response.content_type = "text/plain; version=0.0.4; charset=utf-8";
+        response.body = prometheus::TextSerializer().Serialize(families);
+        respond(std::move(response));
+      });
+  if (!started.ok()) {
+    return UnavailableError("metrics: cannot listen on " + JoinHostPort(host, port) +
                             " (port_monitoring: port in use or address not available)");
   }
-  out->thread_ = std::thread([self] {
-    self->server_->listen_after_bind();
-    self->listen_returned_.store(true);
-  });
-  // As the HTTP gateway: cpp-httplib's stop() does nothing until the listen
-  // loop runs, so Start returns once it runs.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!server.is_running() && !self->listen_returned_.load()) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      return UnavailableError("metrics: " + address + " did not start listening within 10 s");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  out->server_ = std::move(started).value();
+  out->port_ = out->server_->port();
   return out;
 }
 
 MetricsServer::~MetricsServer() {
-  if (thread_.joinable()) {
-    while (!listen_returned_.load()) {
-      server_->stop();
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    thread_.join();
+  if (server_) {
+    server_->Shutdown(std::chrono::seconds(5));
   }
 }
 

@@ -200,7 +200,8 @@ Status ValidateDeploymentOptions(const DeploymentOptions& options) {
         CheckRestartBackoff(options.restart_backoff_initial.count(),
                             options.restart_backoff_max.count()),
         CheckIntOption(kMaxInitFailuresRule, "max_init_failures", options.max_init_failures),
-        CheckIntOption(kTimeoutDrainRule, "timeout_drain", options.timeout_drain.count())}) {
+        CheckIntOption(kTimeoutDrainRule, "timeout_drain", options.timeout_drain.count()),
+        CheckIntOption(kTimeoutSendRule, "timeout_send", options.timeout_send.count())}) {
     if (!s.ok()) {
       return InvalidArgumentError(prefix + s.message());
     }

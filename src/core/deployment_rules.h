@@ -66,6 +66,9 @@ inline constexpr IntRule kMaxInitFailuresRule{1, kIntMax, "an integer >= 1", fal
 // `timeout_drain` (ms): how long requests in flight may finish on shutdown.
 inline constexpr IntRule kTimeoutDrainRule{0, std::numeric_limits<std::int64_t>::max(),
                                            "milliseconds >= 0", false};
+// `timeout_send`: a request's whole time at the gateway (0: unbounded).
+inline constexpr IntRule kTimeoutSendRule{0, std::numeric_limits<std::int64_t>::max(),
+                                          "milliseconds >= 0", false};
 // Dynamic batching: preferred_batch_size, timeout (ms), and the caps
 // max_batch_size and max_queue_size.
 inline constexpr IntRule kPreferredBatchSizeRule{1, kIntMax, "an integer >= 1", false};

@@ -290,8 +290,8 @@ Status Deployment::Impl::Start() {
   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<internal::Gateway> gateway,
                           internal::Gateway::Start(std::move(gateway_options)));
   // Over TLS, Post goes in-process: no CA or client certificate to hold.
-  front_.Open(std::move(gateway), options_.host, options_.max_message_bytes,
-              options_.tls.enabled());
+  front_.Open(std::move(gateway), options_.host, options_.max_message_bytes, options_.tls.enabled(),
+              options_.api_key);
   if (!supervisor_wake_.ok()) {
     return InternalError(std::string("cannot create a pipe: ") + std::strerror(errno));
   }

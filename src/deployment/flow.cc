@@ -101,7 +101,9 @@ Status Flow::Impl::Start() {
         internal::CheckIntOption(internal::kMaxConcurrentRequestsRule, "max_concurrent_requests",
                                  options_.max_concurrent_requests),
         internal::CheckIntOption(internal::kTimeoutDrainRule, "timeout_drain",
-                                 options_.timeout_drain.count())}) {
+                                 options_.timeout_drain.count()),
+        internal::CheckIntOption(internal::kTimeoutSendRule, "timeout_send",
+                                 options_.timeout_send.count())}) {
     if (!s.ok()) {
       return InvalidArgumentError(Where() + ": " + s.message());
     }
@@ -203,7 +205,7 @@ Status Flow::Impl::Start() {
   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<internal::Gateway> gateway,
                           internal::Gateway::Start(std::move(gateway_options)));
   front_.Open(std::move(gateway), options_.host, options_.max_message_bytes,
-              /*in_process=*/false);
+              /*in_process=*/false, options_.api_key);
   std::string steps;
   for (std::size_t i = 0; i < names.size(); ++i) {
     steps += "\n|   " + names[i] + " <- ";

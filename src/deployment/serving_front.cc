@@ -7,10 +7,11 @@
 namespace gantry::internal {
 
 void ServingFront::Open(std::unique_ptr<Gateway> gateway, std::string_view host,
-                        std::int64_t max_message_bytes, bool in_process) {
+                        std::int64_t max_message_bytes, bool in_process,
+                        const std::string& api_key) {
   std::string address =
       JoinHostPort(host == "0.0.0.0" ? std::string_view("127.0.0.1") : host, gateway->port());
-  ClientOptions options{.max_message_bytes = max_message_bytes};
+  ClientOptions options{.max_message_bytes = max_message_bytes, .api_key = api_key};
   std::shared_ptr<Client> client =
       in_process ? std::shared_ptr<Client>(
                        new Client(std::move(address), options, gateway->InProcessChannel()))

@@ -28,7 +28,7 @@ class ServingFront {
   // gateway: no CA or client certificate to hold), on its in-process
   // channel.
   void Open(std::unique_ptr<Gateway> gateway, std::string_view host, std::int64_t max_message_bytes,
-            bool in_process);
+            bool in_process, const std::string& api_key);
 
   std::shared_ptr<Gateway> gateway() const;
   // 0, -1, -1 and "" before Open and after Release.

@@ -25,6 +25,7 @@
 #include "common/sanitizer_handoff.h"
 #include "common/tls.h"
 #include "core/limits.h"
+#include "gateway/api_key.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/http_gateway.h"
 #include "gateway/kserve_service.h"
@@ -97,6 +98,7 @@ class Gateway::Impl {
   int prefetch() const { return options_.prefetch; }
   int port() const { return port_; }
   int http_port() const { return http_ ? http_->port() : -1; }
+  const std::string& api_key() const { return options_.api_key; }
   int monitoring_port() const { return metrics_server_ ? metrics_server_->port() : -1; }
   std::shared_ptr<grpc::Channel> InProcessChannel() const {
     grpc::ChannelArguments args = MakeChannelArguments(options_.max_message_bytes);
@@ -129,8 +131,9 @@ class Gateway::Impl {
   // Refuses new calls, tells every data call to finish once its requests in
   // flight are answered, and waits up to `grace` for them all to be done.
   void Drain(std::chrono::milliseconds grace);
-  HttpForwardResult ForwardAndWait(const std::string& request,
-                                   Clock::time_point deadline = Clock::time_point::max());
+  // A serialized request forwarded for HTTP and KServe; `done` runs once.
+  void ForwardBytes(const std::string& request, Clock::time_point deadline, HttpForwardDone done);
+  HttpForwardResult ForwardAndWait(const std::string& request, Clock::time_point deadline);
   // Serving health follows whether the upstream can take a request.
   void UpdateHealth();
   void HealthLoop();
@@ -188,13 +191,18 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
       : gateway_(gateway), context_(context) {
     const std::string& method = context->method();
     const bool known = method == kSingleMethod || method == kCallMethod;
+    const grpc::Status authorized = CheckGrpcApiKey(*context, gateway->api_key());
     // Outside mutex_: Drain takes the gateway's reactor lock, then ours.
-    const bool registered = known && gateway->Register(this);
+    const bool registered = known && authorized.ok() && gateway->Register(this);
     // Held to the end, so that OnDone, on another thread, sees what is set
     // here on every path.
     std::lock_guard lock(mutex_);
     if (!known) {
       Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "gateway does not serve " + method));
+      return;
+    }
+    if (!authorized.ok()) {
+      Finish(authorized);
       return;
     }
     if (!registered) {
@@ -484,6 +492,10 @@ class Gateway::Impl::DryRunService final : public jina::JinaGatewayDryRunRPC::Ca
                                     jina::StatusProto* reply) override {
     ReceiveOnGrpcThread(this);
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    if (grpc::Status s = CheckGrpcApiKey(*context, gateway_->api_key()); !s.ok()) {
+      reactor->Finish(s);
+      return reactor;
+    }
     jina::DataRequestProto probe;
     probe.mutable_header()->set_request_id("dry-run");
     probe.mutable_header()->set_exec_endpoint("_jina_dry_run_");
@@ -534,7 +546,8 @@ Status Gateway::Impl::Init() {
     pool.deployment_name = options_.deployment_name;
     pool.replica_addresses = options_.replica_addresses;
     pool.replica_names = options_.replica_names;
-    pool.timeout_send = options_.timeout_send;
+    // timeout_send bounds the whole request in Forward, so the pool's
+    // per-try bound (retried on expiry) stays off.
     pool.links = GrpcReplicaLinks(options_.max_message_bytes);
     pool.on_rotation_change = [this] { UpdateHealth(); };
     pool_ = std::make_shared<ReplicaPool>(std::move(pool));
@@ -570,7 +583,7 @@ Status Gateway::Impl::Init() {
         return ForwardAndWait(request, deadline);
       },
       [this] { return upstream_->Available(); },
-      static_cast<std::uint64_t>(options_.max_message_bytes), options_.signature);
+      static_cast<std::uint64_t>(options_.max_message_bytes), options_.signature, options_.api_key);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(builder, options_.max_message_bytes);
@@ -599,12 +612,22 @@ Status Gateway::Impl::Init() {
                             " (port in use or address not available)");
   }
   if (options_.http_port >= 0) {
+    HttpGatewayOptions http_options;
+    http_options.host = options_.host;
+    http_options.port = options_.http_port;
+    http_options.info = {{"gantry", GANTRY_VERSION}, {"protocol", "jina-3.x/docarray-v2"}};
+    http_options.max_message_bytes = options_.max_message_bytes;
+    http_options.tls = options_.tls;
+    http_options.models = options_.models;
+    http_options.ready = [this] { return upstream_->Available(); };
+    http_options.signature = options_.signature;
+    http_options.api_key = options_.api_key;
+    http_options.cors = options_.cors;
     auto http = HttpGateway::Start(
-        options_.host, options_.http_port,
-        [this](const std::string& request) { return ForwardAndWait(request); },
-        {{"gantry", GANTRY_VERSION}, {"protocol", "jina-3.x/docarray-v2"}},
-        options_.max_message_bytes, options_.tls, options_.models,
-        [this] { return upstream_->Available(); }, options_.signature);
+        std::move(http_options),
+        [this](const std::string& request, Clock::time_point deadline, HttpForwardDone done) {
+          ForwardBytes(request, deadline, std::move(done));
+        });
     if (!http.ok()) {
       return http.status().WithPrefix("gateway");
     }
@@ -617,33 +640,41 @@ Status Gateway::Impl::Init() {
   return OkStatus();
 }
 
-HttpForwardResult Gateway::Impl::ForwardAndWait(const std::string& request,
-                                                Clock::time_point deadline) {
+void Gateway::Impl::ForwardBytes(const std::string& request, Clock::time_point deadline,
+                                 HttpForwardDone done) {
   // HTTP, OpenAI and KServe requests are refused like Jina calls once the
-  // gateway drains; those already forwarded finish (the gRPC server's and
-  // cpp-httplib's shutdowns wait for their handlers).
+  // gateway drains; those already forwarded finish (the HTTP server's and
+  // the gRPC server's shutdowns wait for their answers).
   if (stopping_.load()) {
     HttpForwardResult refused;
     refused.grpc_code = static_cast<int>(grpc::StatusCode::UNAVAILABLE);
     refused.grpc_message = ShuttingDownMessage();
-    return refused;
+    done(std::move(refused));
+    return;
   }
   grpc::Slice slice(request);
+  Forward(grpc::ByteBuffer(&slice, 1), deadline,
+          [done = std::move(done)](const ForwardResult& result) {
+            HttpForwardResult out;
+            out.grpc_code = static_cast<int>(result.status.error_code());
+            out.grpc_message = result.status.error_message();
+            out.is_error = result.is_error;
+            std::vector<grpc::Slice> slices;
+            if (result.status.ok() && result.reply.Dump(&slices).ok()) {
+              for (const grpc::Slice& s : slices) {
+                out.reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
+              }
+            }
+            done(std::move(out));
+          });
+}
+
+HttpForwardResult Gateway::Impl::ForwardAndWait(const std::string& request,
+                                                Clock::time_point deadline) {
   auto promise = std::make_shared<std::promise<HttpForwardResult>>();
   std::future<HttpForwardResult> future = promise->get_future();
-  Forward(grpc::ByteBuffer(&slice, 1), deadline, [promise](const ForwardResult& result) {
-    HttpForwardResult out;
-    out.grpc_code = static_cast<int>(result.status.error_code());
-    out.grpc_message = result.status.error_message();
-    out.is_error = result.is_error;
-    std::vector<grpc::Slice> slices;
-    if (result.status.ok() && result.reply.Dump(&slices).ok()) {
-      for (const grpc::Slice& s : slices) {
-        out.reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
-      }
-    }
-    promise->set_value(std::move(out));
-  });
+  ForwardBytes(request, deadline,
+               [promise](HttpForwardResult result) { promise->set_value(std::move(result)); });
   return future.get();
 }
 
@@ -698,7 +729,7 @@ void Gateway::Impl::Drain(std::chrono::milliseconds grace) {
 void Gateway::Impl::Shutdown(std::chrono::milliseconds grace) {
   std::call_once(shutdown_once_, [&] {
     if (http_) {
-      http_->Shutdown();
+      http_->Shutdown(grace);
     }
     if (server_) {
       Drain(grace);
@@ -818,6 +849,20 @@ std::shared_ptr<ForwardHandle> Gateway::Impl::Forward(const grpc::ByteBuffer& re
                             " x max_message_bytes); retry later");
   }
   done = Releasing(bytes_in_flight_, size, std::move(done));
+  // timeout_send bounds the request end to end, retries included.
+  if (const std::chrono::milliseconds send = options_.timeout_send; send.count() > 0) {
+    if (const Clock::time_point bound = Clock::now() + send; bound < deadline) {
+      deadline = bound;
+      done = [send, done = std::move(done)](ForwardResult result) {
+        if (result.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+          result.status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                       "timeout_send (" + std::to_string(send.count()) +
+                                           " ms) ran out: " + result.status.error_message());
+        }
+        done(std::move(result));
+      };
+    }
+  }
   return upstream_->Forward(request, deadline, std::move(done));
 }
 
@@ -836,6 +881,9 @@ GatewayOptions GatewayOptionsOf(const DeploymentOptions& options) {
   gateway.max_message_bytes = options.max_message_bytes;
   gateway.max_concurrent_requests = options.max_concurrent_requests;
   gateway.tls = options.tls;
+  gateway.api_key = options.api_key;
+  gateway.timeout_send = options.timeout_send;
+  gateway.cors = options.cors;
   gateway.monitoring_port = options.monitoring ? options.port_monitoring : -1;
   return gateway;
 }

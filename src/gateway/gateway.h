@@ -69,7 +69,8 @@ struct GatewayOptions {
   // Default requests in flight per Call stream (`__prefetch__` overrides);
   // both are bounded to [1, kMaxPrefetch].
   int prefetch = kMaxPrefetch;
-  // Deadline for one forwarded request; zero means none (Jina's timeout_send).
+  // A request's whole time at the gateway, retries included; zero means none
+  // (Jina's timeout_send).
   std::chrono::milliseconds timeout_send{0};
   // Cap on one request or reply message, to clients and to workers.
   std::int64_t max_message_bytes = kDefaultMaxMessageBytes;
@@ -87,6 +88,11 @@ struct GatewayOptions {
   std::optional<TensorSignature> signature;
   // TLS on the gRPC and HTTP ports (gantry/tls.h); replicas stay plaintext.
   ServerTlsOptions tls{};
+  // Non-empty: data requests want `authorization: Bearer <api_key>`
+  // (gRPC metadata, else UNAUTHENTICATED; HTTP header, else 401).
+  std::string api_key;
+  // CORS on the HTTP port (Jina's `cors`).
+  bool cors = false;
   // Prometheus metrics (gateway/gateway_metrics.h) on this HTTP port of
   // `host`: -1 for none, 0 for any free port.
   int monitoring_port = -1;

@@ -20,9 +20,15 @@
 // Client mistakes are 400 with a message: an empty body, a body that is not
 // JSON or not an object, nesting past kMaxNestingDepth, bad documents (the
 // gateway's checks or the worker's INVALID_ARGUMENT); a body over the
-// message cap is 413. A 500 is our bug or the executor's error.
+// message cap is 413; a JSON route's body sent as anything but
+// application/json is 415 (a browser posts text/plain or a form to any
+// origin without asking first); a missing or wrong API key is 401. A 500 is
+// our bug or the executor's error. A `Gantry-Timeout-Ms` header is the
+// request's deadline, carried to the replica as a gRPC deadline.
 //
-// Thread safety: requests are served on cpp-httplib's thread pool.
+// Thread safety: requests are read and parsed on common/http_server.h's I/O
+// threads and answered from the thread that completes their forward; a
+// request waiting on a replica holds no thread.
 #ifndef GANTRY_GATEWAY_HTTP_GATEWAY_H_
 #define GANTRY_GATEWAY_HTTP_GATEWAY_H_
 
@@ -30,6 +36,7 @@
 #include <gantry/tensor_signature.h>
 #include <gantry/tls.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -51,34 +58,51 @@ struct HttpForwardResult {
   // The replica flagged the reply as an executor error (`is-error`).
   bool is_error = false;
 };
-// Sends a serialized DataRequestProto to a replica and blocks for the answer.
-using HttpForwardFn = std::function<HttpForwardResult(const std::string& request)>;
+using HttpForwardDone = std::function<void(HttpForwardResult result)>;
+// Sends a serialized DataRequestProto to a replica; `done` runs once, on any
+// thread, with the answer. `deadline` is time_point::max() for none.
+using HttpForwardFn =
+    std::function<void(const std::string& request, std::chrono::system_clock::time_point deadline,
+                       HttpForwardDone done)>;
+
+struct HttpGatewayOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0: any free port
+  // Reported by GET /status under "jina".
+  std::map<std::string, std::string> info;
+  // Bodies over it get 413, as do requests that would exceed it once
+  // converted to protobuf.
+  std::int64_t max_message_bytes = kDefaultMaxMessageBytes;
+  // HTTPS (TLS 1.2 or later), with client certificates when a CA is given;
+  // bad files are an error naming the file.
+  ServerTlsOptions tls;
+  // Model names -> the executor endpoints that serve them (none: no /v1
+  // routes).
+  std::map<std::string, std::string> models;
+  // Answers /v2/health/ready (null: always ready).
+  std::function<bool()> ready;
+  // The models' KServe v2 signature (gateway/kserve.h), when set.
+  std::optional<TensorSignature> signature;
+  // Non-empty: every data route wants `Authorization: Bearer <api_key>`
+  // (401 otherwise); health, readiness and /status stay open.
+  std::string api_key;
+  // Answer CORS preflights and allow any origin (Jina's `cors`).
+  bool cors = false;
+};
 
 class HttpGateway {
  public:
-  // Binds host:port (0 picks a free port) and serves on a thread of its own.
-  // `info` is reported by GET /status under "jina". Bodies over
-  // `max_message_bytes` get 413, as do requests that would exceed it once
-  // converted to protobuf. With `tls` enabled it serves HTTPS (OpenSSL
-  // through cpp-httplib's SSLServer, TLS 1.2 or later), and with a client CA
-  // it requires client certificates signed by it; bad files are an error
-  // naming the file. `models` maps model names to the executor endpoints
-  // that serve them (none: no /v1 routes); `ready` answers
-  // /v2/health/ready (null: always ready); `signature`, when set, is the
-  // models' KServe v2 signature (gateway/kserve.h).
-  static StatusOr<std::unique_ptr<HttpGateway>> Start(
-      const std::string& host, int port, HttpForwardFn forward,
-      std::map<std::string, std::string> info,
-      std::int64_t max_message_bytes = kDefaultMaxMessageBytes, const ServerTlsOptions& tls = {},
-      std::map<std::string, std::string> models = {}, std::function<bool()> ready = nullptr,
-      std::optional<TensorSignature> signature = std::nullopt);
+  // Binds host:port and serves on threads of its own.
+  static StatusOr<std::unique_ptr<HttpGateway>> Start(HttpGatewayOptions options,
+                                                      HttpForwardFn forward);
   ~HttpGateway();
   HttpGateway(const HttpGateway&) = delete;
   HttpGateway& operator=(const HttpGateway&) = delete;
 
   int port() const;
-  // Stops listening and waits for the server thread. Idempotent.
-  void Shutdown();
+  // Stops listening, waits up to `grace` for the requests being answered.
+  // Idempotent.
+  void Shutdown(std::chrono::milliseconds grace = std::chrono::seconds(30));
 
   class Impl;
 

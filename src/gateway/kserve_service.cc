@@ -7,6 +7,7 @@
 
 #include "common/call_slot.h"
 #include "core/limits.h"
+#include "gateway/api_key.h"
 #include "gateway/kserve.h"
 
 namespace gantry::internal {
@@ -20,12 +21,13 @@ grpc::Status ToGrpc(const Status& status) {
 
 KServeService::KServeService(std::map<std::string, std::string> models, DeadlineForwardFn forward,
                              std::function<bool()> ready, std::uint64_t max_message_bytes,
-                             std::optional<TensorSignature> signature)
+                             std::optional<TensorSignature> signature, std::string api_key)
     : models_(std::move(models)),
       signature_(std::move(signature)),
       forward_(std::move(forward)),
       ready_(std::move(ready)),
-      max_message_bytes_(max_message_bytes) {}
+      max_message_bytes_(max_message_bytes),
+      api_key_(std::move(api_key)) {}
 
 grpc::Status KServeService::CheckModel(const std::string& name, const std::string& version) const {
   if (!models_.contains(name)) {
@@ -100,6 +102,9 @@ grpc::Status KServeService::ModelConfig(grpc::ServerContext* /*context*/,
 grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) {
+  if (grpc::Status s = CheckGrpcApiKey(*context, api_key_); !s.ok()) {
+    return s;
+  }
   CallSlot slot(infer_calls_in_flight_, kMaxKServeCallsInFlight);
   if (!slot.admitted()) {
     return {grpc::StatusCode::RESOURCE_EXHAUSTED,

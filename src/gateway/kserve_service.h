@@ -37,7 +37,7 @@ class KServeService final : public inference::GRPCInferenceService::Service {
   // tensors map to document fields (gateway/kserve.h).
   KServeService(std::map<std::string, std::string> models, DeadlineForwardFn forward,
                 std::function<bool()> ready, std::uint64_t max_message_bytes,
-                std::optional<TensorSignature> signature = std::nullopt);
+                std::optional<TensorSignature> signature = std::nullopt, std::string api_key = "");
 
   grpc::Status ServerLive(grpc::ServerContext* context, const inference::ServerLiveRequest* request,
                           inference::ServerLiveResponse* response) override;
@@ -67,6 +67,7 @@ class KServeService final : public inference::GRPCInferenceService::Service {
   const DeadlineForwardFn forward_;
   const std::function<bool()> ready_;
   const std::uint64_t max_message_bytes_;
+  const std::string api_key_;  // empty: none wanted (gateway/api_key.h)
   std::atomic<int> infer_calls_in_flight_{0};
 };
 

@@ -294,7 +294,8 @@ TEST(CliTest, HttpPortFileReportsThePortPicked) {
   ASSERT_GT(std::stoi(http_port), 0) << http_port;
   std::string reply = testing::RunCommand(
       "curl -s --max-time 60 -X POST http://127.0.0.1:" + std::to_string(std::stoi(http_port)) +
-      "/post -d '{\"execEndpoint\": \"/encode\", \"data\": [{\"text\": \"a\"}]}'");
+      "/post -H 'Content-Type: application/json' "
+      "-d '{\"execEndpoint\": \"/encode\", \"data\": [{\"text\": \"a\"}]}'");
   EXPECT_THAT(reply, HasSubstr("Embeddings calculated on CPU"));
   cli->Signal(SIGTERM);
   EXPECT_TRUE(cli->WaitFor(std::chrono::seconds(30)));

@@ -30,9 +30,10 @@ def read_port(path):
 class GantryProcess:
     """`gantry ARGS --port-file F`: waits for the port, always reaped. With
     http=True it also serves HTTP on a port of the kernel's choosing
-    (`--http-port 0`, over any in the YAML), found in `http_port`."""
+    (`--http-port 0`, over any in the YAML), found in `http_port`. `env` is
+    added to this process's environment for it."""
 
-    def __init__(self, args, tmp, name, http=False):
+    def __init__(self, args, tmp, name, http=False, env=None):
         self.port_file = os.path.join(tmp, name + ".port")
         self.log_path = os.path.join(tmp, name + ".log")
         self.log = open(self.log_path, "w")
@@ -43,7 +44,8 @@ class GantryProcess:
             extra += ["--http-port", "0", "--http-port-file", http_port_file]
         self.proc = subprocess.Popen(
             [os.environ["GANTRY_CLI"]] + args + extra,
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT,
+            env=None if env is None else {**os.environ, **env})
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             port = read_port(self.port_file)

@@ -223,18 +223,24 @@ TEST_F(PluginDeploymentTest, HttpStatusDryRunHealthAndErrors) {
   std::string dry = Curl(Http("/dry_run"));
   EXPECT_THAT(dry, HasSubstr("\"code\":0")) << dry;
 
-  std::string failed = Curl("-X POST -d '{\"data\": [{\"text\": \"a\"}]}' " + Http("/fail"));
+  const std::string json_post = "-X POST -H 'Content-Type: application/json' ";
+  std::string failed = Curl(json_post + "-d '{\"data\": [{\"text\": \"a\"}]}' " + Http("/fail"));
   EXPECT_THAT(failed, ::testing::EndsWith("\n500")) << failed;
   EXPECT_THAT(failed, HasSubstr("interop failure requested for 1 documents"));
 
-  std::string bad = Curl("-X POST -d 'not json' " + Http("/encode"));
+  std::string bad = Curl(json_post + "-d 'not json' " + Http("/encode"));
   EXPECT_THAT(bad, ::testing::EndsWith("\n400")) << bad;
   EXPECT_THAT(bad, HasSubstr("JSON object"));
 
   std::string ragged =
-      Curl("-X POST -d '{\"data\": [{\"tensor\": [[1, 2], [3]]}]}' " + Http("/encode"));
+      Curl(json_post + "-d '{\"data\": [{\"tensor\": [[1, 2], [3]]}]}' " + Http("/encode"));
   EXPECT_THAT(ragged, ::testing::EndsWith("\n400")) << ragged;
   EXPECT_THAT(ragged, HasSubstr("data[0] (no id): field 'tensor'"));
+
+  // A form body, as a page in a browser may post to any origin: 415.
+  std::string form = Curl("-X POST -d '{\"data\": [{\"text\": \"a\"}]}' " + Http("/encode"));
+  EXPECT_THAT(form, ::testing::EndsWith("\n415")) << form;
+  EXPECT_THAT(form, HasSubstr("application/x-www-form-urlencoded"));
 }
 
 TEST_F(PluginDeploymentTest, GatewayReflectionListsJinaAndHealth) {

@@ -224,6 +224,28 @@ def flow_yaml(tmp):
     return path
 
 
+class JinaClientWithAnApiKey(unittest.TestCase):
+    """The stock Jina client sends the key as gRPC metadata (its `metadata`
+    argument); without it the call fails with UNAUTHENTICATED."""
+
+    def test_key_in_metadata(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            gantry = GantryProcess(
+                ["deployment", "--uses", deployment_yaml(tmp, replicas=1), "--port", "0",
+                 "--api-key", "j-789"], tmp, "deployment")
+            try:
+                client = Client(host="127.0.0.1", port=gantry.port, protocol="grpc")
+                docs = DocList[MyDoc]([MyDoc(text="abc")])
+                out = client.post("/encode", docs, return_type=DocList[MyDoc],
+                                  metadata=(("authorization", "Bearer j-789"),))
+                self.assertEqual(float(out[0].embedding[0]), 3.0)
+                with self.assertRaises(Exception) as caught:
+                    client.post("/encode", docs, return_type=DocList[MyDoc], max_attempts=1)
+                self.assertIn("API key", str(caught.exception))
+            finally:
+                gantry.stop()
+
+
 class JinaClientToGantryFlow(unittest.TestCase):
     """The stock Jina client posting to `gantry flow`: two steps chained."""
 

@@ -334,5 +334,46 @@ class TritonClientsToSentenceEncoder(unittest.TestCase):
         self.assertEqual(scope["embeddings"].shape, (2, 384))
 
 
+class TritonClientsWithAnApiKey(unittest.TestCase):
+    """tritonclient's `headers` carry the key over HTTP and gRPC; health
+    stays open without it."""
+
+    def test_key_over_http_and_grpc(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "deployment.yml")
+            with open(path, "w") as f:
+                f.write("jtype: Deployment\nwith:\n  name: keyed\n"
+                        "  models: {tiny-encoder: /encode}\n  api_key: t-456\n"
+                        "  uses:\n    jtype: InteropExec\n"
+                        f"    metas:\n      libs: [{PLUGIN}]\n")
+            gantry = GantryProcess(["deployment", "--uses", path, "--port", "0"], tmp,
+                                   "deployment", http=True)
+            http = httpclient.InferenceServerClient(f"127.0.0.1:{gantry.http_port}")
+            grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{gantry.port}")
+            try:
+                key = {"Authorization": "Bearer t-456"}
+                self.assertTrue(http.is_server_ready())
+                self.assertTrue(grpc_client.is_server_ready())
+                data = np.array([[b"abcd"]], dtype=np.object_)
+                tensor = httpclient.InferInput("text", [1, 1], "BYTES")
+                tensor.set_data_from_numpy(data)
+                result = http.infer("tiny-encoder", [tensor], headers=key)
+                self.assertEqual(result.as_numpy("embedding")[0][0], 4)
+                with self.assertRaises(InferenceServerException) as caught:
+                    http.infer("tiny-encoder", [tensor])
+                self.assertIn("API key", caught.exception.message())
+                result = grpc_client.infer("tiny-encoder", [text_input(["abcdef"])],
+                                           headers={"authorization": "Bearer t-456"})
+                self.assertEqual(result.as_numpy("embedding")[0][0], 6)
+                with self.assertRaises(InferenceServerException) as caught:
+                    grpc_client.infer("tiny-encoder", [text_input(["abcdef"])],
+                                      headers={"authorization": "Bearer nope"})
+                self.assertIn("UNAUTHENTICATED", str(caught.exception.status()))
+            finally:
+                http.close()
+                grpc_client.close()
+                gantry.stop()
+
+
 if __name__ == "__main__":
     unittest.main()

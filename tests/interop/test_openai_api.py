@@ -236,5 +236,30 @@ class OpenAiClientToSentenceEncoder(unittest.TestCase):
         self.assertGreater(scope["vectors"].usage.prompt_tokens, 2)
 
 
+class OpenAiClientWithAnApiKey(unittest.TestCase):
+    """The key from $GANTRY_API_KEY: the client's api_key is its bearer token."""
+
+    def test_right_key_is_served_and_wrong_key_is_401(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "deployment.yml")
+            with open(path, "w") as f:
+                f.write("jtype: Deployment\nwith:\n  name: keyed\n"
+                        "  models: {tiny-encoder: /encode}\n"
+                        "  uses:\n    jtype: InteropExec\n"
+                        f"    metas:\n      libs: [{PLUGIN}]\n")
+            gantry = GantryProcess(["deployment", "--uses", path, "--port", "0"], tmp,
+                                   "deployment", http=True, env={"GANTRY_API_KEY": "k-123"})
+            try:
+                base = f"http://127.0.0.1:{gantry.http_port}/v1"
+                right = openai.OpenAI(base_url=base, api_key="k-123", max_retries=0, timeout=60)
+                result = right.embeddings.create(model="tiny-encoder", input=["abc"])
+                self.assertEqual(len(result.data), 1)
+                wrong = openai.OpenAI(base_url=base, api_key="k-999", max_retries=0, timeout=60)
+                with self.assertRaises(openai.AuthenticationError):
+                    wrong.embeddings.create(model="tiny-encoder", input=["abc"])
+            finally:
+                gantry.stop()
+
+
 if __name__ == "__main__":
     unittest.main()

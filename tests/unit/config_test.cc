@@ -658,10 +658,10 @@ TEST(DeploymentConfigTest, RejectsUnknownKeys) {
       DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  replica: 2\n"),
       "dep.yml:4:3: with.replica: unknown key; allowed keys: uses, uses_with, uses_metas, "
       "name, replicas, port, host, env, timeout_ready, log_level, gpus, uses_dynamic_batching, "
-      "http_port, max_message_bytes, max_concurrent_requests, models, ssl_certfile, "
-      "ssl_keyfile, ssl_client_cafile, "
+      "http_port, max_message_bytes, max_concurrent_requests, models, api_key, cors, "
+      "ssl_certfile, ssl_keyfile, ssl_client_cafile, "
       "restart_backoff_initial, restart_backoff_max, max_init_failures, timeout_drain, "
-      "monitoring, port_monitoring, monitoring_targets_file, volumes");
+      "timeout_send, monitoring, port_monitoring, monitoring_targets_file, volumes");
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  uses_metas: {size: 1}\n"),
             "dep.yml:4:16: with.uses_metas.size: unknown key; allowed keys: name, description, "
             "workspace, url, keywords, libs");
