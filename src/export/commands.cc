@@ -148,8 +148,12 @@ Value::List GatewayArgs(const Topology& t, std::string_view replica_addresses) {
       continue;
     }
     internal::OptionValue value = row.deployment.get(t.gateway);
-    if (value != row.deployment.get(defaults)) {
-      args.push_back(Text(std::string(row.flag)));
+    if (value == row.deployment.get(defaults)) {
+      continue;
+    }
+    args.push_back(Text(std::string(row.flag)));
+    // A bool is a flag, present or not (--cors).
+    if (row.type != internal::OptionType::kBool) {
       args.push_back(Text(internal::OptionText(value)));
     }
   }

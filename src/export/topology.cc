@@ -123,6 +123,10 @@ Status ResolveGpus(const Topology& t, Step& step) {
   return OkStatus();
 }
 
+constexpr std::string_view kApiKeyNotExported =
+    "API keys are not written into manifests: remove it and give the exported gateway the "
+    "environment variable GANTRY_API_KEY from a Kubernetes Secret or a compose secret";
+
 // What the containers cannot carry over is refused by name rather than
 // dropped without a word.
 Status CheckExportable(const Topology& t, const Step& step) {
@@ -133,6 +137,10 @@ Status CheckExportable(const Topology& t, const Step& step) {
   }
   if (d.monitoring || !d.monitoring_targets_file.empty()) {
     return Refuse(t, step.key_path + ".monitoring", "metrics are not exported yet");
+  }
+  // A key written into manifests would sit in plain text in a repository.
+  if (!d.api_key.empty()) {
+    return Refuse(t, step.key_path + ".api_key", kApiKeyNotExported);
   }
   if (!d.models.empty()) {
     return Refuse(t, step.key_path + ".models", "served model names are not exported yet");
@@ -206,6 +214,9 @@ StatusOr<Topology> LoadTopology(const std::string& path) {
     t.gateway = internal::DeploymentOptionsOfFlow(flow);
     if (flow.monitoring) {
       return Refuse(t, "with.monitoring", "metrics are not exported yet");
+    }
+    if (!flow.api_key.empty()) {
+      return Refuse(t, "with.api_key", kApiKeyNotExported);
     }
     for (std::size_t i = 0; i < flow.executors.size(); ++i) {
       FlowStep& s = flow.executors[i];

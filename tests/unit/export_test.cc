@@ -268,6 +268,37 @@ TEST(ExportTest, MaxConcurrentRequestsGoesToTheGatewayOrIsRefusedForAStep) {
                         "exported (set it in the Flow's `with:`)"));
 }
 
+TEST(ExportTest, GatewaySettingsGoToTheGatewayButAnApiKeyIsRefused) {
+  TempDir dir;
+  WriteFile(dir.File("dep.yml"),
+            "jtype: Deployment\nwith: {name: encoder, uses: NoOpExec, timeout_send: 2500, "
+            "cors: true}\n");
+  auto written = ExportDockerCompose(dir.File("dep.yml"), dir.File("c.yml"));
+  ASSERT_TRUE(written.ok()) << written.status();
+  const std::vector<std::string> command =
+      Strings(YAML::LoadFile(dir.File("c.yml"))["services"]["gateway"]["command"]);
+  auto flag = std::find(command.begin(), command.end(), "--timeout-send");
+  ASSERT_NE(flag, command.end());
+  ASSERT_NE(flag + 1, command.end());
+  EXPECT_EQ(*(flag + 1), "2500");
+  auto cors = std::find(command.begin(), command.end(), "--cors");
+  ASSERT_NE(cors, command.end());
+  // A flag without a value: the next argument is another flag.
+  EXPECT_TRUE(cors + 1 == command.end() || (cors + 1)->starts_with("--")) << *(cors + 1);
+
+  WriteFile(dir.File("keyed.yml"),
+            "jtype: Deployment\nwith: {name: encoder, uses: NoOpExec, api_key: k}\n");
+  auto keyed = ExportKubernetes(dir.File("keyed.yml"), dir.File("out"));
+  ASSERT_FALSE(keyed.ok());
+  EXPECT_THAT(keyed.status().message(), HasSubstr("with.api_key: API keys are not written"));
+  EXPECT_THAT(keyed.status().message(), HasSubstr("GANTRY_API_KEY"));
+  WriteFile(dir.File("flow.yml"),
+            "jtype: Flow\nwith: {api_key: k}\nexecutors:\n  - {name: a, uses: NoOpExec}\n");
+  auto flow = ExportDockerCompose(dir.File("flow.yml"), dir.File("f.yml"));
+  ASSERT_FALSE(flow.ok());
+  EXPECT_THAT(flow.status().message(), HasSubstr("with.api_key"));
+}
+
 constexpr char kDockerStepYaml[] = R"(jtype: Deployment
 with:
   name: encoder
