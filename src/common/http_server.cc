@@ -4,6 +4,7 @@
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -171,6 +172,20 @@ class HttpServer::Core {
     std::lock_guard lock(mutex_);
     sessions_.erase(session);
   }
+  // Reserves `bytes` of the body budget; false when they do not fit.
+  bool ReserveBody(std::uint64_t bytes) {
+    std::lock_guard lock(mutex_);
+    if (body_bytes_ + bytes > body_budget_) {
+      return false;
+    }
+    body_bytes_ += bytes;
+    return true;
+  }
+  void ReleaseBody(std::uint64_t bytes) {
+    std::lock_guard lock(mutex_);
+    body_bytes_ -= bytes;
+  }
+  std::uint64_t body_budget() const { return body_budget_; }
   void BeginAnswer() {
     std::lock_guard lock(mutex_);
     ++answering_;
@@ -207,6 +222,10 @@ class HttpServer::Core {
   std::unordered_map<SessionBase*, std::weak_ptr<SessionBase>> sessions_;  // under mutex_
   std::size_t answering_ = 0;                                              // under mutex_
   bool stopped_ = false;                                                   // under mutex_
+  std::uint64_t body_bytes_ = 0;                                           // under mutex_
+  const std::uint64_t body_budget_ = options_.max_body_bytes_in_flight > 0
+                                         ? options_.max_body_bytes_in_flight
+                                         : 16 * options_.max_body_bytes;
   std::atomic<std::uint64_t> refused_connections_{0};
   std::optional<asio::ssl::context> ssl_;
   int port_ = 0;
@@ -249,7 +268,10 @@ template <class Stream>
 class Session final : public SessionBase, public std::enable_shared_from_this<Session<Stream>> {
  public:
   Session(HttpServer::Core* core, tcp::socket socket) : core_(core), stream_(MakeStream(socket)) {}
-  ~Session() override { core_->Forget(this); }
+  ~Session() override {
+    ReleaseBody();
+    core_->Forget(this);
+  }
 
   void Run() override {
     if constexpr (std::is_same_v<Stream, TlsStream>) {
@@ -293,7 +315,15 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   }
   beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
 
+  void ReleaseBody() {
+    if (body_reserved_ > 0) {
+      core_->ReleaseBody(body_reserved_);
+      body_reserved_ = 0;
+    }
+  }
+
   void CloseNow() {
+    ReleaseBody();
     beast::error_code ignored;
     Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
     Lowest().close();
@@ -342,6 +372,22 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       Dispatch();
       return;
     }
+    // What the body will hold, counted against every connection's budget
+    // before it is read: the Content-Length, or the cap when chunked.
+    const auto length = parser_->content_length();
+    const std::uint64_t reserve =
+        length ? std::min<std::uint64_t>(*length, core_->options().max_body_bytes)
+               : core_->options().max_body_bytes;
+    if (!core_->ReserveBody(reserve)) {
+      keep_alive_ = false;
+      HttpResponse busy = core_->ErrorResponse(
+          503, "the server holds " + std::to_string(core_->body_budget()) +
+                   " bytes of request bodies at once, the most it takes; retry later");
+      busy.headers.emplace_back("Retry-After", "1");
+      Write(std::move(busy), /*answer=*/false);
+      return;
+    }
+    body_reserved_ = reserve;
     const auto& header = parser_->get();
     if (EqualsIgnoreCase(View(header[http::field::expect]), "100-continue")) {
       // Clients such as curl wait for this before sending a large body.
@@ -375,6 +421,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   // A request that could not be read: answered when the client is still
   // there to read it, and the connection closed either way.
   void Refuse(beast::error_code ec) {
+    ReleaseBody();
     keep_alive_ = false;
     if (ec == http::error::body_limit) {
       Write(core_->ErrorResponse(413, "request body exceeds the " +
@@ -426,6 +473,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       // The Target answered 500 when the handler dropped it; say why.
       spdlog::error("{}: handler threw: {}", core_->options().name, e.what());
     }
+    // The handler has made what it forwards of the body; the body is gone.
+    ReleaseBody();
   }
 
   void Write(HttpResponse response, bool answer) {
@@ -508,9 +557,10 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   unsigned version_ = 11;
   bool keep_alive_ = true;
   bool head_ = false;
-  bool answering_ = false;  // a handler holds this connection's request
-  bool answer_ = false;     // the write in flight is a handler's answer
-  bool closing_ = false;    // the server is shutting down
+  bool answering_ = false;           // a handler holds this connection's request
+  bool answer_ = false;              // the write in flight is a handler's answer
+  bool closing_ = false;             // the server is shutting down
+  std::uint64_t body_reserved_ = 0;  // of the Core's body budget
 };
 
 }  // namespace

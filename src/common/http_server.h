@@ -6,11 +6,10 @@
 // but its connection. What a client can make it hold is bounded: open
 // connections, the time from a request's first byte to its last header,
 // the time to send the body, an idle keep-alive connection's time, the
-// header bytes and the body bytes (over the cap: 413 from the
-// Content-Length, before the body is read). Keep-alive and pipelining
-// follow HTTP/1.1: pipelined requests are answered in order, one at a time.
-// With TLS (OpenSSL, 1.2 or later, client certificates when a CA is given)
-// it serves HTTPS.
+// header bytes, the body bytes (over the cap: 413 from the Content-Length,
+// before the body is read) and the body bytes of all connections together. Keep-alive and
+// pipelining follow HTTP/1.1: pipelined requests are answered in order, one at a time. With TLS
+// (OpenSSL, 1.2 or later, client certificates when a CA is given) it serves HTTPS.
 //
 // Thread safety: Start and Shutdown from one thread; the handler runs on
 // the I/O threads, and a Respond may be called from any thread.
@@ -82,6 +81,11 @@ struct HttpServerOptions {
   // Sending one response (a client that stops reading).
   std::chrono::milliseconds write_timeout{60000};
   std::uint64_t max_body_bytes = 1 << 20;
+  // Request bodies held at once, from every connection (a body counts from
+  // its headers, at its Content-Length, or at max_body_bytes when chunked,
+  // until its handler returns); a request past it is 503, retry later.
+  // 0: 16 x max_body_bytes.
+  std::uint64_t max_body_bytes_in_flight = 0;
   std::uint32_t max_header_bytes = 64 * 1024;
   // I/O threads; 0: one per core, at least two.
   int io_threads = 0;
