@@ -539,7 +539,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
 
   void DiscardUntilClosed() {
     buffer_.consume(buffer_.size());
-    stream_.async_read_some(buffer_.prepare(64 * 1024),
+    stream_.async_read_some(buffer_.prepare(std::size_t{64} * 1024),
                             [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
                               if (ec) {
                                 self->CloseNow();
