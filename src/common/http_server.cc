@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
@@ -274,6 +275,14 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   }
 
   void Run() override {
+    // On the connection's strand from the first operation: Close() may
+    // already be queued there by a Shutdown on another thread.
+    asio::dispatch(stream_.get_executor(), [self = this->shared_from_this()] { self->Start(); });
+  }
+
+  // The TLS handshake (bounded by the header deadline), then the first
+  // request.
+  void Start() {
     if constexpr (std::is_same_v<Stream, TlsStream>) {
       Lowest().expires_after(core_->options().header_timeout);
       stream_.async_handshake(asio::ssl::stream_base::server,
