@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
-#include <regex>
 #include <variant>
 
 #include "common/http_server.h"
@@ -101,6 +100,40 @@ std::string MediaType(std::string_view content_type) {
       out.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c);
     }
   }
+  return out;
+}
+
+// /v2/models/NAME[/versions/VERSION][SUFFIX], NAME and VERSION without a
+// slash; SUFFIX is the rest ("/infer", "/ready", "", ...).
+struct ModelPath {
+  std::string name;
+  std::string version;
+  std::string suffix;
+};
+std::optional<ModelPath> ParseModelPath(std::string_view path) {
+  constexpr std::string_view kModels = "/v2/models/";
+  constexpr std::string_view kVersions = "/versions/";
+  if (!path.starts_with(kModels)) {
+    return std::nullopt;
+  }
+  path.remove_prefix(kModels.size());
+  ModelPath out;
+  std::size_t slash = path.find('/');
+  out.name = std::string(path.substr(0, slash));
+  if (out.name.empty()) {
+    return std::nullopt;
+  }
+  path = slash == std::string_view::npos ? std::string_view() : path.substr(slash);
+  if (path.starts_with(kVersions)) {
+    path.remove_prefix(kVersions.size());
+    slash = path.find('/');
+    out.version = std::string(path.substr(0, slash));
+    if (out.version.empty()) {
+      return std::nullopt;
+    }
+    path = slash == std::string_view::npos ? std::string_view() : path.substr(slash);
+  }
+  out.suffix = std::string(path);
   return out;
 }
 
@@ -206,13 +239,12 @@ class HttpGateway::Impl {
     if (!Authorized(request, send)) {
       return;
     }
-    std::smatch match;
-    static const std::regex kInfer(R"(/v2/models/([^/]+)(?:/versions/([^/]+))?/infer)");
-    if (std::regex_match(path, match, kInfer)) {
+    if (const std::optional<ModelPath> model = ParseModelPath(path);
+        model && model->suffix == "/infer") {
       // Triton's rule: any Content-Type (tritonclient sends none).
       const auto deadline = Deadline(request, send);
       if (deadline) {
-        KServeInfer(request, match[1].str(), match[2].str(), *deadline, send);
+        KServeInfer(request, model->name, model->version, *deadline, send);
       }
       return;
     }
@@ -446,17 +478,17 @@ class HttpGateway::Impl {
       send(EmptyResponse(options_.ready() ? 200 : 400));
       return true;
     }
-    static const std::regex kModel(R"(/v2/models/([^/]+)(?:/versions/([^/]+))?(/ready|/config)?)");
-    std::smatch match;
-    if (!std::regex_match(path, match, kModel)) {
+    const std::optional<ModelPath> model = ParseModelPath(path);
+    if (!model ||
+        (!model->suffix.empty() && model->suffix != "/ready" && model->suffix != "/config")) {
       return false;
     }
-    const std::string name = match[1].str();
-    if (!ModelEndpoint(name, match[2].str(), send)) {
+    const std::string& name = model->name;
+    if (!ModelEndpoint(name, model->version, send)) {
       return true;
     }
     const TensorSignature* signature = signature_.get();
-    const std::string what = match[3].str();
+    const std::string& what = model->suffix;
     if (what == "/ready") {
       send(EmptyResponse(options_.ready() ? 200 : 400));
     } else if (what == "/config") {
