@@ -1,5 +1,6 @@
 #include "gateway/gateway.h"
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <future>
@@ -198,15 +200,16 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     // here on every path.
     std::lock_guard lock(mutex_);
     if (!known) {
-      Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "gateway does not serve " + method));
+      RefuseLocked(
+          grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "gateway does not serve " + method));
       return;
     }
     if (!authorized.ok()) {
-      Finish(authorized);
+      RefuseLocked(authorized);
       return;
     }
     if (!registered) {
-      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, gateway->ShuttingDownMessage()));
+      RefuseLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, gateway->ShuttingDownMessage()));
       return;
     }
     registered_ = true;
@@ -238,6 +241,16 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
   void OnReadDone(bool ok) override {
     std::unique_lock lock(mutex_);
     reading_ = false;
+    if (refusal_) {
+      // What a refused call sends is read and dropped until it half-closes.
+      if (ok && !finished_ && ++refused_reads_ < kMaxRefusedReads) {
+        reading_ = true;
+        StartRead(&read_buffer_);
+      } else {
+        FinishRefusalLocked();
+      }
+      return;
+    }
     if (!ok || failed_ || draining_) {
       reads_done_ = true;
       MaybeFinishLocked();
@@ -310,10 +323,17 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     // not one of them (it runs on a worker call's thread) and may have called
     // Finish under mutex_: it must have let go of mutex_ before the delete.
     bool registered = false;
+    std::shared_ptr<RefusalTimer> refusal;
     {
       std::lock_guard lock(mutex_);
       registered = registered_;
+      refusal = std::move(refusal_);
       ReleaseReplyBytesLocked(reply_bytes_held_);  // replies a failed call never wrote
+    }
+    if (refusal) {
+      // Its alarm may be firing now: once this returns, it cannot reach us.
+      std::lock_guard lock(refusal->mutex);
+      refusal->reactor = nullptr;
     }
     if (registered) {
       gateway_->Unregister(this);
@@ -322,6 +342,50 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
   }
 
  private:
+  // A call refused before its first request (unknown method, wrong API key,
+  // shutting down) still reads what the client sends, up to its half-close,
+  // before it finishes: grpc's asyncio client (Jina's) reports INTERNAL
+  // "Internal error from Core" instead of the server's status when one of its
+  // writes lands after that status (grpc/grpc#36066). Bounded in messages and
+  // time, so that a client waiting for replies before it half-closes is not
+  // kept waiting.
+  static constexpr int kMaxRefusedReads = 16;
+  static constexpr std::chrono::milliseconds kRefusalReadTime{1000};
+  struct RefusalTimer {
+    std::mutex mutex;
+    DataReactor* reactor = nullptr;  // null once the reactor is done
+    grpc::Alarm alarm;
+  };
+
+  void RefuseLocked(grpc::Status status) {
+    final_status_ = std::move(status);
+    refusal_ = std::make_shared<RefusalTimer>();
+    refusal_->reactor = this;
+    // A weak reference: the alarm's callback lives as long as the alarm, which
+    // lives in the state it would otherwise keep alive.
+    std::weak_ptr<RefusalTimer> weak = refusal_;
+    refusal_->alarm.Set(std::chrono::system_clock::now() + kRefusalReadTime, [weak](bool fired) {
+      std::shared_ptr<RefusalTimer> timer = weak.lock();
+      if (!fired || !timer) {
+        return;
+      }
+      std::lock_guard timer_lock(timer->mutex);
+      if (timer->reactor != nullptr) {
+        std::lock_guard lock(timer->reactor->mutex_);
+        timer->reactor->FinishRefusalLocked();
+      }
+    });
+    reading_ = true;
+    StartRead(&read_buffer_);
+  }
+
+  void FinishRefusalLocked() {
+    if (!finished_) {
+      finished_ = true;
+      Finish(final_status_);
+    }
+  }
+
   void OnForwardDone(std::uint64_t sequence, ForwardResult result) {
     std::vector<std::shared_ptr<ForwardHandle>> to_cancel;
     {
@@ -463,6 +527,9 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
   bool draining_ = false;
   bool finished_ = false;
   grpc::Status final_status_;
+  // Set for a refused call (see RefuseLocked).
+  std::shared_ptr<RefusalTimer> refusal_;
+  int refused_reads_ = 0;
 };
 
 }  // namespace

@@ -469,6 +469,22 @@ TEST(HttpGatewayTest, ApiKeyGuardsDataRoutesOverHttpAndGrpc) {
       EXPECT_THAT(s.error_message(), HasSubstr("authorization")) << key;
     }
   }
+  // A stream refused for its key reads what the client sends until it
+  // half-closes, and finishes on its own when the client never does (one
+  // waiting for a reply first): the refusal still arrives, within seconds.
+  {
+    auto streams = jina::JinaRPC::NewStub(channel);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto stream = streams->Call(&context);
+    const auto start = Clock::now();
+    stream->Write(request);  // and no WritesDone
+    jina::DataRequestProto reply;
+    EXPECT_FALSE(stream->Read(&reply));
+    grpc::Status s = stream->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  }
   auto kserve = inference::GRPCInferenceService::NewStub(channel);
   grpc::ClientContext infer_context;
   inference::ModelInferRequest infer;

@@ -239,9 +239,15 @@ class JinaClientWithAnApiKey(unittest.TestCase):
                 out = client.post("/encode", docs, return_type=DocList[MyDoc],
                                   metadata=(("authorization", "Bearer j-789"),))
                 self.assertEqual(float(out[0].embedding[0]), 3.0)
-                with self.assertRaises(Exception) as caught:
-                    client.post("/encode", docs, return_type=DocList[MyDoc], max_attempts=1)
-                self.assertIn("API key", str(caught.exception))
+                # Repeated, and with several requests in one stream: the refusal
+                # must reach the asyncio client as UNAUTHENTICATED every time, not
+                # as the INTERNAL it reports when its writes race the status.
+                many = DocList[MyDoc]([MyDoc(text=str(i)) for i in range(5)])
+                for attempt in range(20):
+                    with self.assertRaises(Exception, msg=f"attempt {attempt}") as caught:
+                        client.post("/encode", many if attempt % 2 else docs,
+                                    return_type=DocList[MyDoc], max_attempts=1, request_size=1)
+                    self.assertIn("API key", str(caught.exception), f"attempt {attempt}")
             finally:
                 gantry.stop()
 
