@@ -205,6 +205,13 @@ StatusOr<BertConfig> BertConfig::FromJson(const std::string& text, const std::st
       return InvalidArgumentError(path + ": hidden_act '" + act +
                                   "' is not supported (only exact erf \"gelu\")");
     }
+    // RoBERTa-family encoders share BERT's parameter names but not its
+    // position ids (they start after the padding id): refused by name.
+    const std::string model_type = j.value("model_type", "bert");
+    if (model_type != "bert") {
+      return InvalidArgumentError(path + ": model_type '" + model_type +
+                                  "' is not supported (only \"bert\")");
+    }
     const std::string pos = j.value("position_embedding_type", "absolute");
     if (pos != "absolute") {
       return InvalidArgumentError(path + ": position_embedding_type '" + pos +
@@ -275,9 +282,6 @@ std::vector<BertModel::Slot> BertModel::Slots() {
     };
     slots.insert(slots.end(), layer_slots.begin(), layer_slots.end());
   }
-  // Unused by sentence-transformers, but part of the checkpoint.
-  slots.push_back({"pooler.dense.weight", {h, h}, &pooler_w_});
-  slots.push_back({"pooler.dense.bias", {h}, &pooler_b_});
   return slots;
 }
 
@@ -297,7 +301,10 @@ Status BertModel::LoadWeights(const SafetensorsFile& file) {
     expected.insert(slot.name);
   }
   for (const SafetensorsEntry& entry : file.entries()) {
-    if (entry.name != kPositionIds && !expected.count(entry.name)) {
+    // BERT's pooler (a dense layer over [CLS]) is not used by
+    // sentence-transformers: not loaded, and not required.
+    if (entry.name != kPositionIds && entry.name.rfind("pooler.dense.", 0) != 0 &&
+        !expected.count(entry.name)) {
       return InvalidArgumentError(file.path() + ": unexpected tensor '" + entry.name +
                                   "' (not a parameter of BertModel)");
     }
@@ -471,19 +478,6 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
                        l.out_ln_w, l.out_ln_b, eps);
   }
   return x;
-}
-
-at::Tensor BertModel::MeanPoolNormalize(const at::Tensor& hidden, const at::Tensor& attention_mask,
-                                        bool normalize) {
-  const at::Tensor h = hidden.to(at::kFloat);
-  const at::Tensor m = attention_mask.unsqueeze(-1).to(at::kFloat);
-  const at::Tensor summed = (h * m).sum(1);
-  const at::Tensor counts = m.sum(1).clamp_min(1e-9);
-  at::Tensor pooled = summed / counts;
-  if (normalize) {
-    pooled = pooled / pooled.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-12);
-  }
-  return pooled;
 }
 
 }  // namespace gantry::sentence_encoder

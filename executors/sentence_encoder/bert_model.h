@@ -2,8 +2,7 @@
 //
 // A BERT encoder (Hugging Face BertModel, eval mode) on plain ATen ops, with
 // parameters named exactly as the checkpoint keys ("encoder.layer.0.
-// attention.self.query.weight", ...), plus sentence-transformers' mean
-// pooling and L2 normalization.
+// attention.self.query.weight", ...). Pooling is sentence_pipeline.h's.
 //
 // Thread safety: Forward is safe for concurrent use once loaded; Load and To
 // are "one thread at a time".
@@ -86,11 +85,6 @@ class BertModel {
   at::Tensor Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                      std::optional<bool> padded = std::nullopt) const;
 
-  // Mask-weighted mean over tokens (incl. [CLS]/[SEP]) then L2 normalize, in
-  // float32: [B, hidden].
-  static at::Tensor MeanPoolNormalize(const at::Tensor& hidden, const at::Tensor& attention_mask,
-                                      bool normalize = true);
-
  private:
   struct Layer {
     at::Tensor query_w, query_b, key_w, key_b, value_w, value_b;
@@ -112,7 +106,6 @@ class BertModel {
   at::Tensor word_embeddings_, position_embeddings_, token_type_embeddings_;
   at::Tensor embeddings_ln_w_, embeddings_ln_b_;
   std::vector<Layer> layers_;
-  at::Tensor pooler_w_, pooler_b_;
   bool fused_cpu_linear_ = false;
   bool prepacked_cpu_linear_ = false;
 };

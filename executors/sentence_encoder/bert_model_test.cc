@@ -18,6 +18,7 @@
 #include "safetensors.h"
 #include "sentence_embedder.h"
 #include "sentence_encoder.h"
+#include "sentence_pipeline.h"
 
 namespace gantry::sentence_encoder {
 namespace {
@@ -44,6 +45,11 @@ const char kTinyConfigJson[] = R"({"architectures": ["BertModel"], "hidden_act":
   "type_vocab_size": 2, "vocab_size": 40})";
 
 using Weights = std::map<std::string, at::Tensor>;
+
+// all-MiniLM-L6-v2's pooling: mean over the tokens, then L2 normalised.
+at::Tensor MeanPoolNormalize(const at::Tensor& hidden, const at::Tensor& mask) {
+  return Pool(hidden, mask, {PoolingMode::kMean}, /*normalize=*/true);
+}
 
 Weights RandomWeights(const BertConfig& config) {
   at::manual_seed(1234);
@@ -143,21 +149,22 @@ at::Tensor ReferenceEmbedding(const Weights& w, const BertConfig& c, const at::T
 
 TEST(BertModelTest, ParameterNamesAreCheckpointKeys) {
   const auto params = BertModel(TinyConfig()).NamedParameters();
-  ASSERT_EQ(params.size(), 5u + 16u * 2u + 2u);
+  // No pooler: sentence-transformers does not use BERT's.
+  ASSERT_EQ(params.size(), 5u + 16u * 2u);
   EXPECT_EQ(params[0].first, "embeddings.word_embeddings.weight");
   EXPECT_EQ(params[5].first, "encoder.layer.0.attention.self.query.weight");
-  EXPECT_EQ(params.back().first, "pooler.dense.bias");
+  EXPECT_EQ(params.back().first, "encoder.layer.1.output.LayerNorm.bias");
 }
 
 void ExpectMatchesReference(const BertModel& model, const Weights& w, const BertConfig& config) {
   // Second row padded: exercises the attention mask and masked pooling.
   const at::Tensor ids = at::tensor({2, 7, 9, 11, 3, 2, 5, 3, 0, 0}, at::kLong).view({2, 5});
   const at::Tensor mask = at::tensor({1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, at::kLong).view({2, 5});
-  const at::Tensor got = BertModel::MeanPoolNormalize(model.Forward(ids, mask), mask);
+  const at::Tensor got = MeanPoolNormalize(model.Forward(ids, mask), mask);
   const at::Tensor want = ReferenceEmbedding(w, config, ids, mask);
   EXPECT_LT((got - want).abs().max().item<double>(), 1e-5) << got << want;
   // Unpadded row alone gives the same result as inside a padded batch.
-  const at::Tensor alone = BertModel::MeanPoolNormalize(
+  const at::Tensor alone = MeanPoolNormalize(
       model.Forward(ids.slice(0, 1, 2).slice(1, 0, 3), mask.slice(0, 1, 2).slice(1, 0, 3)),
       mask.slice(0, 1, 2).slice(1, 0, 3));
   EXPECT_LT((alone[0] - got[1]).abs().max().item<double>(), 1e-5);
@@ -199,15 +206,14 @@ TEST(CudaShapesTest, FillerRowsAndPaddedTokensLeaveTheRealRowsUnchanged) {
   const BertModel& model = batch.model;
   const at::Tensor& ids = batch.ids;
   const at::Tensor& mask = batch.mask;
-  const at::Tensor want = BertModel::MeanPoolNormalize(model.Forward(ids, mask), mask);
+  const at::Tensor want = MeanPoolNormalize(model.Forward(ids, mask), mask);
   // Two rows as four, five tokens as eight.
   at::Tensor padded_ids = at::zeros({4, 8}, at::kLong);
   at::Tensor padded_mask = at::zeros({4, 8}, at::kLong);
   padded_ids.slice(0, 0, 2).slice(1, 0, 5).copy_(ids);
   padded_mask.slice(0, 0, 2).slice(1, 0, 5).copy_(mask);
   padded_mask.slice(0, 2, 4).select(1, 0).fill_(1);
-  const at::Tensor got =
-      BertModel::MeanPoolNormalize(model.Forward(padded_ids, padded_mask), padded_mask);
+  const at::Tensor got = MeanPoolNormalize(model.Forward(padded_ids, padded_mask), padded_mask);
   EXPECT_TRUE(at::isfinite(got).all().item<bool>());
   EXPECT_LT((got.slice(0, 0, 2) - want).abs().max().item<double>(), 1e-5);
 }
@@ -283,7 +289,7 @@ TEST(BertModelTest, ToAgainRepacksFromThePlainWeightsOfAMappedFile) {
   const at::Tensor want = ReferenceEmbedding(w, config, ids, mask);
   model.To(at::Device(at::kCPU), at::kFloat);
   EXPECT_EQ(model.prepacked_cpu_linear(), at::hasMKLDNN());
-  const at::Tensor first = BertModel::MeanPoolNormalize(model.Forward(ids, mask), mask);
+  const at::Tensor first = MeanPoolNormalize(model.Forward(ids, mask), mask);
   EXPECT_LT((first - want).abs().max().item<double>(), 1e-5);
 
   model.To(at::Device(at::kCPU), at::kBFloat16);
@@ -294,7 +300,7 @@ TEST(BertModelTest, ToAgainRepacksFromThePlainWeightsOfAMappedFile) {
     EXPECT_EQ(tensor.scalar_type(), at::kFloat) << name;
   }
   // Within bfloat16's rounding of the weights it went through.
-  const at::Tensor again = BertModel::MeanPoolNormalize(model.Forward(ids, mask), mask);
+  const at::Tensor again = MeanPoolNormalize(model.Forward(ids, mask), mask);
   EXPECT_GT(at::cosine_similarity(again, want, 1).min().item<double>(), 0.999);
 }
 
@@ -349,7 +355,7 @@ TEST(BertModelTest, BothAttentionPathsMatchTheReference) {
     at::Tensor mask = at::ones({3, length}, at::kLong);
     mask[1].slice(0, (length + 1) / 2).fill_(0);  // the second row is half padding
     ids.masked_fill_(mask == 0, 0);
-    const at::Tensor got = BertModel::MeanPoolNormalize(model.Forward(ids, mask), mask);
+    const at::Tensor got = MeanPoolNormalize(model.Forward(ids, mask), mask);
     const at::Tensor want = ReferenceEmbedding(w, config, ids, mask);
     const at::Tensor cosine = (got * want).sum(1);  // both are unit vectors
     EXPECT_GT(cosine.min().item<double>(), 0.999) << "length " << length << ": " << cosine;
@@ -392,18 +398,20 @@ TEST(BertModelTest, MisShapedKeyIsNamed) {
 
 TEST(BertModelTest, WrongDtypeIsNamed) {
   Weights w = RandomWeights(TinyConfig());
-  w["pooler.dense.bias"] = at::zeros({8}, at::kDouble);
+  w["encoder.layer.1.output.dense.bias"] = at::zeros({8}, at::kDouble);
   std::string bytes = ToSafetensors(w, 16);
   // ToSafetensors labels everything F32: relabel the double tensor as F64.
-  const std::string from = R"("pooler.dense.bias":{"dtype":"F32","shape":[8],)";
+  const std::string from = R"("encoder.layer.1.output.dense.bias":{"dtype":"F32","shape":[8],)";
   const std::size_t at_pos = bytes.find(from);
   ASSERT_NE(at_pos, std::string::npos);
-  bytes.replace(at_pos, from.size(), R"("pooler.dense.bias":{"dtype":"F64","shape":[8],)");
+  bytes.replace(at_pos, from.size(),
+                R"("encoder.layer.1.output.dense.bias":{"dtype":"F64","shape":[8],)");
   StatusOr<SafetensorsFile> file = ParseBytes(bytes);
   ASSERT_TRUE(file.ok()) << file.status();
   BertModel model(TinyConfig());
   const Status s = model.LoadWeights(*file);
-  EXPECT_NE(s.message().find("'pooler.dense.bias' has dtype F64, expected F32, F16 or BF16"),
+  EXPECT_NE(s.message().find(
+                "'encoder.layer.1.output.dense.bias' has dtype F64, expected F32, F16 or BF16"),
             std::string::npos)
       << s;
 }
@@ -435,6 +443,14 @@ TEST(BertConfigTest, RejectsTanhGeluAndNamesFile) {
   ASSERT_TRUE(heads.ok()) << heads.status();
   EXPECT_EQ(heads->num_attention_heads, 2);
   EXPECT_FALSE(BertConfig::FromJson(R"({"hidden_size": 8})", "m/config.json").ok());
+  StatusOr<BertConfig> roberta = BertConfig::FromJson(
+      R"({"vocab_size": 4, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+          "intermediate_size": 4, "max_position_embeddings": 8, "type_vocab_size": 1,
+          "model_type": "xlm-roberta"})",
+      "m/config.json");
+  ASSERT_FALSE(roberta.ok());
+  EXPECT_NE(roberta.status().message().find("m/config.json: model_type 'xlm-roberta'"),
+            std::string::npos);
 }
 
 // A whole sentence-transformers folder with the tiny model.
@@ -582,11 +598,11 @@ TEST_F(TinyFolderTest, LoadErrorsNameTheFile) {
             std::string::npos)
       << e.status();
 
-  Write("1_Pooling/config.json", R"({"pooling_mode_cls_token": true})");
+  Write("1_Pooling/config.json", R"({"pooling_mode": "attention"})");
   options.dtype = "float32";
   e = SentenceEmbedder::Load(options);
   ASSERT_FALSE(e.ok());
-  EXPECT_NE(e.status().message().find("1_Pooling/config.json: pooling_mode_cls_token"),
+  EXPECT_NE(e.status().message().find("1_Pooling/config.json: pooling_mode \"attention\""),
             std::string::npos)
       << e.status();
 

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "sentence_pipeline.h"
 #include "weight_cache.h"
 
 namespace gantry::sentence_encoder {
@@ -49,81 +50,6 @@ std::vector<fs::path> PythonDirs(const fs::path& lib, const std::vector<std::str
     }
   }
   return out;
-}
-
-StatusOr<nlohmann::json> ReadJson(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return NotFoundError(path.string() + ": cannot open file");
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    return InvalidArgumentError(path.string() + ": not valid JSON");
-  }
-  return j;
-}
-
-struct PipelineInfo {
-  bool normalize = false;
-  std::string pooling_dir;
-};
-
-// modules.json: Transformer, then Pooling (mean only), optionally Normalize.
-StatusOr<PipelineInfo> ReadModules(const fs::path& folder, std::int64_t hidden) {
-  PipelineInfo info;
-  const fs::path modules_path = folder / "modules.json";
-  std::error_code ec;
-  if (!fs::exists(modules_path, ec)) {
-    // A bare transformer folder: the sentence-transformers default (mean
-    // pooling, as ST builds it) without a Normalize module.
-    return info;
-  }
-  GANTRY_ASSIGN_OR_RETURN(nlohmann::json modules, ReadJson(modules_path));
-  if (!modules.is_array()) {
-    return InvalidArgumentError(modules_path.string() + ": expected a JSON array of modules");
-  }
-  for (const nlohmann::json& m : modules) {
-    const std::string type = m.is_object() ? m.value("type", "") : "";
-    if (type == "sentence_transformers.models.Transformer") {
-      continue;
-    }
-    if (type == "sentence_transformers.models.Pooling") {
-      info.pooling_dir = m.value("path", "");
-    } else if (type == "sentence_transformers.models.Normalize") {
-      info.normalize = true;
-    } else {
-      return InvalidArgumentError(modules_path.string() + ": module type '" + type +
-                                  "' is not supported (Transformer, Pooling, Normalize)");
-    }
-  }
-  if (!info.pooling_dir.empty()) {
-    const fs::path pooling_path = folder / info.pooling_dir / "config.json";
-    GANTRY_ASSIGN_OR_RETURN(nlohmann::json pooling, ReadJson(pooling_path));
-    if (!pooling.is_object()) {
-      return InvalidArgumentError(pooling_path.string() + ": not a JSON object");
-    }
-    for (const char* key :
-         {"pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens",
-          "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken"}) {
-      if (pooling.value(key, false)) {
-        return InvalidArgumentError(pooling_path.string() + ": " + key +
-                                    " is not supported (only mean pooling)");
-      }
-    }
-    if (!pooling.value("pooling_mode_mean_tokens", false)) {
-      return InvalidArgumentError(pooling_path.string() +
-                                  ": pooling_mode_mean_tokens must be true (only mean pooling)");
-    }
-    const std::int64_t dim = pooling.value("word_embedding_dimension", hidden);
-    if (dim != hidden) {
-      return InvalidArgumentError(pooling_path.string() + ": word_embedding_dimension " +
-                                  std::to_string(dim) + " differs from hidden_size " +
-                                  std::to_string(hidden) + " in config.json");
-    }
-  }
-  return info;
 }
 
 }  // namespace
@@ -222,12 +148,25 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
   }
 
   GANTRY_ASSIGN_OR_RETURN(BertConfig config, BertConfig::Load((folder / "config.json").string()));
-  GANTRY_ASSIGN_OR_RETURN(PipelineInfo pipeline, ReadModules(folder, config.hidden_size));
+  GANTRY_ASSIGN_OR_RETURN(SentencePipeline pipeline,
+                          ReadSentencePipeline(folder.string(), config.hidden_size));
 
-  std::int64_t max_seq_length = std::min<std::int64_t>(512, config.max_position_embeddings);
+  // As sentence-transformers: sentence_bert_config.json's max_seq_length,
+  // else the tokenizer's model_max_length, at most max_position_embeddings.
+  std::int64_t max_seq_length = config.max_position_embeddings;
+  const fs::path tokenizer_config_path = folder / "tokenizer_config.json";
+  if (fs::exists(tokenizer_config_path, ec)) {
+    GANTRY_ASSIGN_OR_RETURN(nlohmann::json tokenizer_config,
+                            ReadJsonFile(tokenizer_config_path.string()));
+    if (tokenizer_config.is_object() && tokenizer_config.contains("model_max_length") &&
+        tokenizer_config["model_max_length"].is_number_integer()) {
+      max_seq_length =
+          std::min(max_seq_length, tokenizer_config["model_max_length"].get<std::int64_t>());
+    }
+  }
   const fs::path st_config_path = folder / "sentence_bert_config.json";
   if (fs::exists(st_config_path, ec)) {
-    GANTRY_ASSIGN_OR_RETURN(nlohmann::json st, ReadJson(st_config_path));
+    GANTRY_ASSIGN_OR_RETURN(nlohmann::json st, ReadJsonFile(st_config_path.string()));
     if (!st.is_object()) {
       return InvalidArgumentError(st_config_path.string() + ": not a JSON object");
     }
@@ -287,7 +226,7 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
   embedder->max_seq_length_ = max_seq_length;
   embedder->batch_size_ = options.batch_size;
   embedder->max_positions_ = config.max_position_embeddings;
-  embedder->normalize_ = pipeline.normalize;
+  embedder->pipeline_ = std::move(pipeline);
   embedder->device_ = device;
   embedder->dtype_ = dtype_name;
   embedder->torch_device_ = gantry::ToTorchDevice(device);
@@ -359,20 +298,57 @@ std::int64_t SentenceEmbedder::PaddedLength(std::int64_t longest) const {
 }
 
 std::vector<std::vector<std::int64_t>> SentenceEmbedder::Tokenize(
-    const std::vector<std::string_view>& texts) const {
+    const std::vector<std::string_view>& texts, std::string_view prompt,
+    Truncation truncation) const {
   std::vector<std::vector<std::int64_t>> ids;
   ids.reserve(texts.size());
+  std::string prompted;
   for (std::string_view text : texts) {
-    ids.push_back(tokenizer_.Encode(text, static_cast<std::size_t>(max_seq_length_)));
+    // As sentence-transformers: the prompt is put before the text as a string.
+    if (!prompt.empty()) {
+      prompted.assign(prompt);
+      prompted.append(text);
+      text = prompted;
+    }
+    ids.push_back(tokenizer_.EncodeAll(text));
+    if (truncation != Truncation::kNone) {
+      CutIds(ids.back(), static_cast<std::size_t>(max_seq_length_),
+             truncation == Truncation::kLeft);
+    }
   }
   return ids;
 }
 
-at::Tensor SentenceEmbedder::Encode(const std::vector<std::string_view>& texts) const {
-  return EncodeIds(Tokenize(texts));
+const std::string* SentenceEmbedder::FindPrompt(std::string_view name) const {
+  const auto it = pipeline_.prompts.find(name);
+  return it == pipeline_.prompts.end() ? nullptr : &it->second;
 }
 
-at::Tensor SentenceEmbedder::EncodeIds(const std::vector<std::vector<std::int64_t>>& ids) const {
+std::int64_t SentenceEmbedder::PoolingSkip(std::string_view prompt) const {
+  if (pipeline_.include_prompt || prompt.empty()) {
+    return 0;
+  }
+  // [CLS] and the prompt's own tokens (its [SEP] dropped), as
+  // sentence-transformers counts them.
+  const std::size_t tokens =
+      tokenizer_.Encode(prompt, static_cast<std::size_t>(max_seq_length_)).size();
+  return static_cast<std::int64_t>(tokens) - 1;
+}
+
+at::Tensor SentenceEmbedder::Encode(const std::vector<std::string_view>& texts,
+                                    std::string_view prompt) const {
+  return EncodeIds(Tokenize(texts, prompt), PoolingSkip(prompt));
+}
+
+at::Tensor SentenceEmbedder::EncodeIds(const std::vector<std::vector<std::int64_t>>& ids,
+                                       std::int64_t pooling_skip) const {
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (static_cast<std::int64_t>(ids[i].size()) > max_seq_length_) {
+      throw std::length_error("input " + std::to_string(i) + " has " +
+                              std::to_string(ids[i].size()) + " tokens, over max_seq_length " +
+                              std::to_string(max_seq_length_));
+    }
+  }
   // InferenceMode, and on CUDA this worker's own stream (not the default one).
   InferenceScope scope(device_);
   const auto n = static_cast<std::int64_t>(ids.size());
@@ -415,7 +391,12 @@ at::Tensor SentenceEmbedder::EncodeIds(const std::vector<std::vector<std::int64_
     batch_ids = ToDeviceAsync(batch_ids, device_);
     batch_mask = ToDeviceAsync(batch_mask, device_);
     const at::Tensor hidden = model_.Forward(batch_ids, batch_mask, padded);
-    const at::Tensor pooled = BertModel::MeanPoolNormalize(hidden, batch_mask, normalize_)
+    at::Tensor pooling_mask = batch_mask;
+    if (pooling_skip > 0) {
+      pooling_mask = batch_mask.clone();
+      pooling_mask.narrow(1, 0, std::min(pooling_skip, length)).zero_();
+    }
+    const at::Tensor pooled = Pool(hidden, pooling_mask, pipeline_.pooling, pipeline_.normalize)
                                   .narrow(0, 0, count)
                                   .to(at::kCPU)
                                   .contiguous();

@@ -1,8 +1,9 @@
 // File: executors/sentence_encoder/sentence_embedder.h
 //
-// The bare sentence-transformers model (all-MiniLM-L6-v2 and other BERT +
-// mean pooling + Normalize folders): loads a Hugging Face model folder,
-// tokenizes, batches by token count, runs BertModel and pools. Used by the
+// The bare sentence-transformers model (all-MiniLM-L6-v2 and other BERT
+// WordPiece folders: bge, e5, ...): loads a Hugging Face model folder,
+// tokenizes (with the folder's prompts), batches by token count, runs
+// BertModel and pools as the folder's modules say (sentence_pipeline.h). Used by the
 // SentenceEncoder executor and by the encoder_bare benchmark.
 //
 // Thread safety: immutable after Load; Encode is safe for concurrent use.
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "bert_model.h"
+#include "sentence_pipeline.h"
 #include "tokenizer.h"
 
 namespace gantry::sentence_encoder {
@@ -68,7 +70,9 @@ struct EmbedderOptions {
   // Documents per forward pass; 0 = the device's default (kCpuBatchSize on
   // a CPU, kGpuBatchSize on CUDA, where wide passes cost little more).
   std::int64_t batch_size = 32;
-  // Tokens including [CLS]/[SEP]; 0 = sentence_bert_config.json's value.
+  // Tokens including [CLS]/[SEP]; 0 = the folder's: sentence_bert_config.json,
+  // else tokenizer_config.json's model_max_length, at most
+  // max_position_embeddings (as sentence-transformers reads it).
   std::int64_t max_seq_length = 0;
   // "float32", "float16", "bfloat16", or "auto" (see ResolveDType).
   std::string dtype = "float32";
@@ -82,20 +86,41 @@ struct EmbedderOptions {
   std::optional<std::string> weight_cache_dir;
 };
 
+// Where an input longer than max_seq_length is cut (TEI's
+// truncation_direction), or kNone to keep it whole and refuse it.
+enum class Truncation { kRight, kLeft, kNone };
+
 class SentenceEmbedder {
  public:
   // Every error names the file or option at fault.
   static StatusOr<std::unique_ptr<SentenceEmbedder>> Load(EmbedderOptions options);
 
-  // Token ids ([CLS] ... [SEP], truncated to max_seq_length) per text.
-  // Throws std::invalid_argument for invalid UTF-8.
-  std::vector<std::vector<std::int64_t>> Tokenize(const std::vector<std::string_view>& texts) const;
+  // Token ids ([CLS] ... [SEP]) per text, with `prompt` put before each
+  // text, cut to max_seq_length as `truncation` says (kNone: uncut; EncodeIds
+  // refuses what is then too long). Throws std::invalid_argument for invalid
+  // UTF-8.
+  std::vector<std::vector<std::int64_t>> Tokenize(const std::vector<std::string_view>& texts,
+                                                  std::string_view prompt = {},
+                                                  Truncation truncation = Truncation::kRight) const;
 
-  // float32 CPU [N, dimension()], row i for texts[i]. Throws on bad input.
-  at::Tensor Encode(const std::vector<std::string_view>& texts) const;
-  at::Tensor EncodeIds(const std::vector<std::vector<std::int64_t>>& ids) const;
+  // float32 CPU [N, dimension()], row i for texts[i] (after `prompt`).
+  // Throws on bad input.
+  at::Tensor Encode(const std::vector<std::string_view>& texts, std::string_view prompt = {}) const;
+  // `pooling_skip` leading tokens of every row are left out of the pooling
+  // (PoolingSkip of the prompt the ids were made with). Throws
+  // std::length_error for a row longer than max_seq_length.
+  at::Tensor EncodeIds(const std::vector<std::vector<std::int64_t>>& ids,
+                       std::int64_t pooling_skip = 0) const;
 
-  std::int64_t dimension() const { return model_.config().hidden_size; }
+  // The folder's named prompts (config_sentence_transformers.json): the text
+  // for `name`, or null.
+  const std::string* FindPrompt(std::string_view name) const;
+  const SentencePipeline& pipeline() const { return pipeline_; }
+  // Leading tokens left out of the pooling for inputs made with `prompt`: 0
+  // unless the folder's Pooling says include_prompt false.
+  std::int64_t PoolingSkip(std::string_view prompt) const;
+
+  std::int64_t dimension() const { return pipeline_.Dimension(model_.config().hidden_size); }
   // The model's parameters by checkpoint key, for the worker's device check.
   std::vector<std::pair<std::string, at::Tensor>> NamedParameters() const {
     return model_.NamedParameters();
@@ -127,7 +152,7 @@ class SentenceEmbedder {
   std::int64_t max_seq_length_ = 256;
   std::int64_t batch_size_ = 32;
   std::int64_t max_positions_ = 512;
-  bool normalize_ = true;
+  SentencePipeline pipeline_;
   Device device_;
   std::string dtype_ = "float32";
   at::Device torch_device_{at::kCPU};

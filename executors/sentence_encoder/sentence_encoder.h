@@ -1,19 +1,28 @@
 // File: executors/sentence_encoder/sentence_encoder.h
 //
 // SentenceEncoder: sentence-transformers' all-MiniLM-L6-v2 (or another BERT
-// + mean pooling folder) in libtorch, the C++ counterpart of the Jina
-// "GPU Executor" tutorial. Sets each document's `embedding` (float32 [384])
-// from its text on "/encode" and "/default". With the request parameter
+// WordPiece folder, pooled as its modules say) in libtorch, the C++
+// counterpart of the Jina "GPU Executor" tutorial. Sets each document's
+// `embedding` (float32 [384] for the default model) from its text on
+// "/encode" and "/default". With the request parameter
 // `return_token_counts: true` it also tags each document with `num_tokens`
 // (tokens the model saw, [CLS]/[SEP] included), which the gateway's OpenAI
-// API reports as usage.
+// API reports as usage. `prompt_name` (one of the folder's prompts, e.g.
+// "query") or `prompt` (the text itself) put a prompt before every text, as
+// sentence-transformers' encode() does.
 //
 // `with:` keys:
 //   model_path      HF sentence-transformers folder (default: see
 //                   FindDefaultModelPath in sentence_embedder.h)
 //   batch_size      documents per forward pass (default 32 on a CPU, 256 on
 //                   CUDA)
-//   max_seq_length  tokens incl. [CLS]/[SEP] (default: sentence_bert_config.json, 256)
+//   max_seq_length  tokens incl. [CLS]/[SEP] (default: the folder's, 256 for
+//                   all-MiniLM-L6-v2)
+//   auto_truncate   cut inputs over max_seq_length when a request does not say
+//                   (default true); request parameters `truncate` and
+//                   `truncation_direction` ("right"/"left") override it, and an
+//                   input over the limit with truncation off throws
+//                   std::length_error (HTTP 413) naming the document
 //   dtype           float32 (default), float16, bfloat16, or auto: float16 on
 //                   CUDA, bfloat16 on CPUs with AVX512-BF16/AMX, else float32
 // The device is context.device ("auto" resolves to cuda when visible).
@@ -34,9 +43,11 @@
 #include <gantry/executor.h>
 
 #include <memory>
+#include <string>
 
 namespace gantry::sentence_encoder {
 class SentenceEmbedder;
+enum class Truncation;
 }  // namespace gantry::sentence_encoder
 
 namespace gantry {
@@ -52,11 +63,21 @@ class SentenceEncoder final : public Executor {
 
   GANTRY_REQUESTS(Encode, "/encode", "/default");
   GANTRY_DYNAMIC_BATCHING_ON_GPU(Encode, {.preferred_batch_size = 256, .timeout_ms = 0});
-  // Throws std::invalid_argument for texts that are not valid UTF-8.
+  // Throws std::invalid_argument for texts that are not valid UTF-8 and for
+  // a prompt the model does not have.
   void Encode(DocList& docs, const Parameters& parameters);
 
  private:
+  // `truncate` / `truncation_direction` of the request, `auto_truncate` when
+  // it sends no `truncate`.
+  sentence_encoder::Truncation TruncationOf(const Parameters& parameters) const;
+  // The text the request's `prompt` / `prompt_name` parameters ask to put
+  // before every document (the folder's default prompt when neither is given).
+  std::string Prompt(const Parameters& parameters) const;
+
   std::unique_ptr<sentence_encoder::SentenceEmbedder> embedder_;
+  // Whether inputs over max_seq_length are cut when a request does not say.
+  bool auto_truncate_ = true;
   // Lets the worker verify, after construction, that every weight is on the
   // assigned device.
   DeviceCheckRegistration device_check_;

@@ -402,8 +402,28 @@ void WordPieceTokenizer::EncodeSegment(std::string_view text,
   }
 }
 
+void CutIds(std::vector<std::int64_t>& ids, std::size_t max_length, bool from_left) {
+  if (ids.size() <= max_length || ids.size() < 2) {
+    return;
+  }
+  const std::size_t drop = ids.size() - std::max<std::size_t>(max_length, 2);
+  const auto first_piece = ids.begin() + 1;
+  if (from_left) {
+    ids.erase(first_piece, first_piece + static_cast<std::ptrdiff_t>(drop));
+  } else {
+    const auto sep = ids.end() - 1;
+    ids.erase(sep - static_cast<std::ptrdiff_t>(drop), sep);
+  }
+}
+
 std::vector<std::int64_t> WordPieceTokenizer::Encode(std::string_view text,
                                                      std::size_t max_length) const {
+  std::vector<std::int64_t> ids = EncodeAll(text);
+  CutIds(ids, max_length, /*from_left=*/false);
+  return ids;
+}
+
+std::vector<std::int64_t> WordPieceTokenizer::EncodeAll(std::string_view text) const {
   std::vector<std::int64_t> pieces;
   // Special tokens are cut out of the raw text first (leftmost, then longest).
   std::size_t segment_start = 0;
@@ -427,10 +447,6 @@ std::vector<std::int64_t> WordPieceTokenizer::Encode(std::string_view text,
   }
   EncodeSegment(text.substr(segment_start), pieces);
 
-  const std::size_t budget = max_length >= 2 ? max_length - 2 : 0;
-  if (pieces.size() > budget) {
-    pieces.resize(budget);
-  }
   std::vector<std::int64_t> ids;
   ids.reserve(pieces.size() + 2);
   ids.push_back(cls_id_);

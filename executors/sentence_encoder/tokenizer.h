@@ -37,6 +37,10 @@ struct WordPieceOptions {
   std::vector<std::string> special_tokens = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
 };
 
+// Ids [CLS] pieces... [SEP] cut to at most `max_length` (>= 2) by dropping
+// pieces at the end (right) or at the start (left), [CLS] and [SEP] kept.
+void CutIds(std::vector<std::int64_t>& ids, std::size_t max_length, bool from_left);
+
 class WordPieceTokenizer {
  public:
   // `vocab`: token -> id.
@@ -51,9 +55,11 @@ class WordPieceTokenizer {
   // Prefers tokenizer.json in `folder`, else vocab.txt.
   static StatusOr<WordPieceTokenizer> LoadFromFolder(const std::string& folder);
 
-  // [CLS] pieces... [SEP], at most `max_length` ids in all (>= 2). Throws
-  // std::invalid_argument if `text` is not valid UTF-8.
+  // [CLS] pieces... [SEP], at most `max_length` ids in all (>= 2), cut on
+  // the right. Throws std::invalid_argument if `text` is not valid UTF-8.
   std::vector<std::int64_t> Encode(std::string_view text, std::size_t max_length) const;
+  // The same, uncut: every piece of `text`.
+  std::vector<std::int64_t> EncodeAll(std::string_view text) const;
 
   // The normalized text of one segment without special tokens (for tests).
   std::string Normalize(std::string_view text) const;

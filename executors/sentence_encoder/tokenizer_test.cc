@@ -111,6 +111,22 @@ TEST(TokenizerTest, NormalizeAndPreTokenize) {
   EXPECT_EQ(t.PreTokenize("a«b»c"), (std::vector<std::string>{"a", "«", "b", "»", "c"}));
 }
 
+TEST(TokenizerTest, CutIdsKeepsClsAndSepAndCutsEitherEnd) {
+  const std::vector<std::int64_t> all = {101, 1, 2, 3, 4, 102};
+  std::vector<std::int64_t> ids = all;
+  CutIds(ids, 4, /*from_left=*/false);
+  EXPECT_EQ(ids, (std::vector<std::int64_t>{101, 1, 2, 102}));
+  ids = all;
+  CutIds(ids, 4, /*from_left=*/true);
+  EXPECT_EQ(ids, (std::vector<std::int64_t>{101, 3, 4, 102}));
+  ids = all;
+  CutIds(ids, 6, /*from_left=*/true);
+  EXPECT_EQ(ids, all);
+  ids = all;
+  CutIds(ids, 0, /*from_left=*/false);  // never below [CLS] [SEP]
+  EXPECT_EQ(ids, (std::vector<std::int64_t>{101, 102}));
+}
+
 TEST(TokenizerTest, CreateRejectsVocabWithoutSpecialTokens) {
   StatusOr<WordPieceTokenizer> t = WordPieceTokenizer::Create({{"hello", 0}});
   ASSERT_FALSE(t.ok());

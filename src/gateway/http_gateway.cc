@@ -359,8 +359,9 @@ class HttpGateway::Impl {
       return DetailResponse(500, "gateway: the replica's reply to " + endpoint + " does not parse");
     }
     if (result.is_error || reply.header().status().code() == jina::StatusProto::ERROR) {
-      return JsonResponse(500, json{{"detail", reply.header().status().description()},
-                                    {"header", MessageToJson(reply.header())}});
+      return JsonResponse(IsInputTooLarge(reply.header().status()) ? 413 : 500,
+                          json{{"detail", reply.header().status().description()},
+                               {"header", MessageToJson(reply.header())}});
     }
     StatusOr<docarray::DocListProto> list = ReplyDocProtos(reply);
     if (!list.ok()) {
@@ -427,7 +428,8 @@ class HttpGateway::Impl {
     }
     if (result.is_error || reply.header().status().code() == jina::StatusProto::ERROR) {
       return error_response(
-          OpenAiError::WithStatus(500, "executor error: " + reply.header().status().description()));
+          OpenAiError::WithStatus(IsInputTooLarge(reply.header().status()) ? 413 : 500,
+                                  "executor error: " + reply.header().status().description()));
     }
     auto response = MakeOpenAiEmbeddingsResponse(request, reply, cap);
     if (const auto* error = std::get_if<OpenAiError>(&response)) {
@@ -550,7 +552,8 @@ class HttpGateway::Impl {
       return KServeError(500, "gateway: the replica's reply does not parse");
     }
     if (result.is_error || reply.header().status().code() == jina::StatusProto::ERROR) {
-      return KServeError(500, "executor error: " + reply.header().status().description());
+      return KServeError(IsInputTooLarge(reply.header().status()) ? 413 : 500,
+                         "executor error: " + reply.header().status().description());
     }
     StatusOr<inference::ModelInferResponse> response =
         DataReplyToKServe(request, reply, cap, signature);

@@ -9,6 +9,7 @@
 #include "core/limits.h"
 #include "gateway/api_key.h"
 #include "gateway/kserve.h"
+#include "gateway/reply_docs.h"
 
 namespace gantry::internal {
 namespace {
@@ -133,7 +134,9 @@ grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
     return {grpc::StatusCode::INTERNAL, "gateway: the replica's reply does not parse"};
   }
   if (result.is_error || reply.header().status().code() == jina::StatusProto::ERROR) {
-    return {grpc::StatusCode::INTERNAL, "executor error: " + reply.header().status().description()};
+    return {IsInputTooLarge(reply.header().status()) ? grpc::StatusCode::INVALID_ARGUMENT
+                                                     : grpc::StatusCode::INTERNAL,
+            "executor error: " + reply.header().status().description()};
   }
   StatusOr<inference::ModelInferResponse> out =
       DataReplyToKServe(*request, reply, max_message_bytes_, signature_ ? &*signature_ : nullptr);

@@ -24,4 +24,9 @@ StatusOr<DocList> ReplyDocs(const jina::DataRequestProto& reply, const DecodeLim
   return DocList();
 }
 
+bool IsInputTooLarge(const jina::StatusProto& status) {
+  return status.code() == jina::StatusProto::ERROR &&
+         status.exception().name() == "std::length_error";
+}
+
 }  // namespace gantry::internal

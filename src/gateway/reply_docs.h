@@ -1,7 +1,7 @@
 // The documents of an executor's reply (a Jina DataRequestProto), in either
 // of Jina's forms: `docs`, or `docs_bytes` (a serialized DocListProto). A
-// reply with neither has no documents. The HTTP, OpenAI and KServe front
-// ends all read replies through here.
+// reply with neither has no documents. Also what kind of error a reply is. The HTTP, OpenAI and
+// KServe front ends all read replies through here.
 //
 // Thread safety: stateless functions, safe from any thread.
 #ifndef GANTRY_GATEWAY_REPLY_DOCS_H_
@@ -22,6 +22,12 @@ StatusOr<docarray::DocListProto> ReplyDocProtos(const jina::DataRequestProto& re
 
 // Decoded as Documents within `limits` (core/doc_proto.h's errors).
 StatusOr<DocList> ReplyDocs(const jina::DataRequestProto& reply, const DecodeLimits& limits);
+
+// Whether an executor's error reply says the input was too large for it (its
+// handler threw std::length_error, e.g. a text over the model's token limit
+// with truncation off): HTTP 413 and gRPC INVALID_ARGUMENT, where other
+// executor errors are 500 and INTERNAL.
+bool IsInputTooLarge(const jina::StatusProto& status);
 
 }  // namespace gantry::internal
 

@@ -1,0 +1,302 @@
+"""SentenceEncoder against sentence-transformers on model folders made here:
+small random BERTs (fixed seeds) saved by sentence-transformers itself, one
+per pooling setup (cls, max, mean_sqrt_len_tokens, weightedmean, lasttoken,
+two modes concatenated, the legacy config format, prompts left out of the
+pooling), each served by a real `gantry deployment` and posted to over HTTP;
+and truncation (right, left, refused with 413) through the same processes.
+Every embedding must be within cosine 0.9999 (and 1e-4 per component) of
+what SentenceTransformer.encode returns for the same text and prompt.
+
+Needs the parity venv (torch, transformers, sentence-transformers) and
+GANTRY_CLI; run by tests/model/run_encoder_folders.sh."""
+import json
+import os
+import sys
+import tempfile
+import unittest
+import urllib.error
+import urllib.request
+
+import numpy as np
+import torch
+from sentence_transformers import SentenceTransformer, models
+from transformers import BertConfig, BertModel, BertTokenizerFast
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
+from gantry_process import GantryProcess  # noqa: E402
+
+WORDS = ["the", "cat", "sat", "on", "mat", "query", "passage", "how", "many", "people",
+         "live", "in", "berlin", "what", "is", "a", "dog", "runs", "fast", "slow"]
+TEXTS = ["the cat sat on the mat", "how many people live in berlin", "a dog",
+         "what is the fastest dog", "Berlin, the CAT!", "x", "runs runs runs runs runs runs",
+         "the slow dog is on a mat in berlin and the cat runs fast",
+         # Past max_seq_length (24 tokens, from the tokenizer's config): cut there.
+         "the cat sat on the mat " * 6]
+PROMPTS = {"query": "query: ", "passage": "passage: "}
+
+
+def make_base(folder):
+    """A random 2-layer BERT with a WordPiece vocabulary, in Hugging Face layout."""
+    torch.manual_seed(7)
+    vocab = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ":", ",", "!"] + WORDS
+             + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+             + ["##" + chr(c) for c in range(ord("a"), ord("z") + 1)])
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
+    model = BertModel(config).eval()
+    # Larger weights than the initialiser's, so that pooling modes differ clearly.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.3)
+    os.makedirs(folder, exist_ok=True)
+    model.save_pretrained(folder)
+    with open(os.path.join(folder, "vocab.txt"), "w") as f:
+        f.write("\n".join(vocab) + "\n")
+    BertTokenizerFast(os.path.join(folder, "vocab.txt"), do_lower_case=True).save_pretrained(folder)
+
+
+def make_st(base, out, pooling_mode, normalize, prompts=None, default_prompt=None,
+            include_prompt=True, max_seq_length=24):
+    transformer = models.Transformer(base, max_seq_length=max_seq_length)
+    pooling = models.Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling_mode,
+                             include_prompt=include_prompt)
+    modules = [transformer, pooling] + ([models.Normalize()] if normalize else [])
+    model = SentenceTransformer(modules=modules, prompts=prompts or {},
+                                default_prompt_name=default_prompt, device="cpu")
+    model.save(out)
+    return SentenceTransformer(out, device="cpu")
+
+
+def to_legacy(folder):
+    """Rewrites a folder as sentence-transformers 2.x wrote it: module types
+    under sentence_transformers.models and pooling_mode_* flags."""
+    path = os.path.join(folder, "modules.json")
+    with open(path) as f:
+        modules = json.load(f)
+    for m in modules:
+        m["type"] = "sentence_transformers.models." + m["type"].rsplit(".", 1)[1]
+    with open(path, "w") as f:
+        json.dump(modules, f)
+    pooling_path = os.path.join(folder, "1_Pooling", "config.json")
+    with open(pooling_path) as f:
+        pooling = json.load(f)
+    modes = pooling.pop("pooling_mode")
+    modes = [modes] if isinstance(modes, str) else modes
+    legacy = {"word_embedding_dimension": pooling.pop("embedding_dimension")}
+    for flag, mode in [("pooling_mode_cls_token", "cls"), ("pooling_mode_mean_tokens", "mean"),
+                       ("pooling_mode_max_tokens", "max"),
+                       ("pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len_tokens"),
+                       ("pooling_mode_weightedmean_tokens", "weightedmean"),
+                       ("pooling_mode_lasttoken", "lasttoken")]:
+        legacy[flag] = mode in modes
+    with open(pooling_path, "w") as f:
+        json.dump(legacy, f)
+
+
+def http_post(port, path, body):
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def serve(tmp, name, folder, extra=""):
+    path = os.path.join(tmp, name + ".yml")
+    with open(path, "w") as f:
+        f.write(f"jtype: Deployment\nwith:\n  name: {name}\n  uses: SentenceEncoder\n"
+                f"  uses_with:\n    model_path: {folder}\n    dtype: float32\n{extra}")
+    return GantryProcess(["deployment", "--uses", path, "--port", "0"], tmp, name, http=True)
+
+
+def http_get(port, path):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=60) as reply:
+        return json.loads(reply.read())
+
+
+class PoolingParity(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.base = os.path.join(cls.tmp.name, "base")
+        make_base(cls.base)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def check(self, name, reference, prompt_names=(None,), legacy=False):
+        folder = os.path.join(self.tmp.name, name)
+        if legacy:
+            to_legacy(folder)
+        gantry = serve(self.tmp.name, name, folder)
+        try:
+            for prompt_name in prompt_names:
+                want = reference.encode(TEXTS, prompt_name=prompt_name, convert_to_numpy=True)
+                body = {"data": [{"text": t} for t in TEXTS]}
+                if prompt_name is not None:
+                    body["parameters"] = {"prompt_name": prompt_name}
+                status, reply = http_post(gantry.http_port, "/encode", body)
+                self.assertEqual(status, 200, reply)
+                got = np.array([d["embedding"] for d in reply["data"]], dtype=np.float32)
+                self.assertEqual(got.shape, want.shape, name)
+                cosine = (got * want).sum(1) / (np.linalg.norm(got, axis=1)
+                                                * np.linalg.norm(want, axis=1))
+                where = f"{name}, prompt {prompt_name}"
+                self.assertGreaterEqual(cosine.min(), 0.9999, f"{where}: {cosine}")
+                np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4, err_msg=where)
+            return gantry
+        except BaseException:
+            gantry.stop()
+            raise
+
+    def test_each_pooling_mode(self):
+        for mode, normalize in [("cls", True), ("max", False), ("mean_sqrt_len_tokens", False),
+                                ("weightedmean", True), ("lasttoken", True),
+                                (("mean", "max"), False)]:
+            name = mode if isinstance(mode, str) else "_".join(mode)
+            with self.subTest(mode=name):
+                reference = make_st(self.base, os.path.join(self.tmp.name, name), mode, normalize)
+                self.check(name, reference).stop()
+
+    def test_legacy_folder_layout(self):
+        # An older sentence-transformers folder: flags, not a mode name.
+        reference = make_st(self.base, os.path.join(self.tmp.name, "legacy"), ("cls", "mean"),
+                            True)
+        self.check("legacy", reference, legacy=True).stop()
+
+    def test_prompts_like_e5_and_bge(self):
+        # CLS pooling and normalisation (bge) with named prompts and a default
+        # (e5's "query: " / "passage: ").
+        reference = make_st(self.base, os.path.join(self.tmp.name, "prompts"), "cls", True,
+                            prompts=PROMPTS, default_prompt="query")
+        gantry = self.check("prompts", reference, prompt_names=(None, "query", "passage"))
+        try:
+            # The prompt given as text matches the name that holds it.
+            status, by_text = http_post(gantry.http_port, "/encode", {
+                "data": [{"text": TEXTS[0]}], "parameters": {"prompt": "passage: "}})
+            self.assertEqual(status, 200, by_text)
+            want = reference.encode([TEXTS[0]], prompt_name="passage")
+            np.testing.assert_allclose(by_text["data"][0]["embedding"], want[0], atol=1e-4)
+            # A prompt the model does not have is an error naming it and the
+            # known ones; the server keeps serving.
+            status, error = http_post(gantry.http_port, "/encode", {
+                "data": [{"text": "a"}], "parameters": {"prompt_name": "classification"}})
+            self.assertGreaterEqual(status, 400, error)
+            text = json.dumps(error)
+            self.assertIn("classification", text)
+            self.assertIn("passage, query", text)
+            status, again = http_post(gantry.http_port, "/encode", {"data": [{"text": "a"}]})
+            self.assertEqual(status, 200, again)
+        finally:
+            gantry.stop()
+
+    def test_prompt_left_out_of_the_pooling(self):
+        # include_prompt false (INSTRUCTOR-style): the prompt steers the
+        # encoder but its tokens do not count in the mean.
+        reference = make_st(self.base, os.path.join(self.tmp.name, "no_prompt_pool"), "mean",
+                            True, prompts=PROMPTS, include_prompt=False)
+        self.check("no_prompt_pool", reference, prompt_names=(None, "query")).stop()
+
+    def test_a_folder_we_cannot_serve_exactly_is_refused_at_start(self):
+        folder = os.path.join(self.tmp.name, "dense")
+        make_st(self.base, folder, "mean", False)
+        with open(os.path.join(folder, "modules.json")) as f:
+            modules = json.load(f)
+        modules.append({"idx": 2, "name": "2", "path": "2_Dense",
+                        "type": "sentence_transformers.models.Dense"})
+        with open(os.path.join(folder, "modules.json"), "w") as f:
+            json.dump(modules, f)
+        with self.assertRaises(RuntimeError) as caught:
+            serve(self.tmp.name, "dense", folder)
+        message = str(caught.exception)
+        self.assertIn("modules.json", message)
+        self.assertIn("sentence_transformers.models.Dense", message)
+
+
+class Truncation(unittest.TestCase):
+    """Inputs over max_seq_length (24 tokens here): cut on the right by
+    default, on the left when asked, refused naming the document and its
+    token count when truncation is off (per request, or `auto_truncate:
+    false` for the server)."""
+
+    # One token per word: 30 words are 32 tokens with [CLS] and [SEP].
+    LONG = " ".join(WORDS + WORDS[:10])
+    KEPT = 22  # words that fit in 24 tokens
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        base = os.path.join(cls.tmp.name, "base")
+        make_base(base)
+        cls.folder = os.path.join(cls.tmp.name, "mean")
+        cls.reference = make_st(base, cls.folder, "mean", True)
+        cls.strict = serve(cls.tmp.name, "strict", cls.folder, "    auto_truncate: false\n")
+        cls.default = serve(cls.tmp.name, "default", cls.folder)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.strict.stop()
+        cls.default.stop()
+        cls.tmp.cleanup()
+
+    def encode(self, port, texts, **parameters):
+        body = {"data": [{"text": t} for t in texts]}
+        if parameters:
+            body["parameters"] = parameters
+        return http_post(port, "/encode", body)
+
+    def test_cut_on_the_right_by_default_as_sentence_transformers_does(self):
+        status, reply = self.encode(self.default.http_port, [self.LONG])
+        self.assertEqual(status, 200, reply)
+        want = self.reference.encode([self.LONG])[0]
+        np.testing.assert_allclose(reply["data"][0]["embedding"], want, atol=1e-4)
+        words = self.LONG.split()
+        _, first = self.encode(self.default.http_port, [" ".join(words[:self.KEPT])])
+        np.testing.assert_allclose(reply["data"][0]["embedding"],
+                                   first["data"][0]["embedding"], atol=1e-5)
+
+    def test_cut_on_the_left_when_asked(self):
+        words = self.LONG.split()
+        for direction in ("left", "Left"):
+            status, reply = self.encode(self.default.http_port, [self.LONG],
+                                        truncation_direction=direction)
+            self.assertEqual(status, 200, reply)
+            want = self.reference.encode([" ".join(words[-self.KEPT:])])[0]
+            np.testing.assert_allclose(reply["data"][0]["embedding"], want, atol=1e-4)
+
+    def test_too_long_without_truncation_is_413_naming_the_document(self):
+        for port, parameters in [(self.strict.http_port, {}),
+                                 (self.default.http_port, {"truncate": False})]:
+            status, reply = self.encode(port, ["a dog", self.LONG], **parameters)
+            self.assertEqual(status, 413, reply)
+            self.assertIn("document 1", reply["detail"])
+            self.assertIn("has 32 tokens, over the model's limit of 24", reply["detail"])
+        # Over OpenAI's route too, as its error object.
+        model = http_get(self.strict.http_port, "/v1/models")["data"][0]["id"]
+        status, reply = http_post(self.strict.http_port, "/v1/embeddings",
+                                  {"model": model, "input": ["a dog", self.LONG]})
+        self.assertEqual(status, 413, reply)
+        self.assertIn("32 tokens", reply["error"]["message"])
+        # A request may still ask for the cut, and short inputs pass.
+        status, reply = self.encode(self.strict.http_port, [self.LONG], truncate=True)
+        self.assertEqual(status, 200, reply)
+        status, reply = self.encode(self.strict.http_port, ["a dog"])
+        self.assertEqual(status, 200, reply)
+
+    def test_bad_truncation_parameters_name_themselves(self):
+        for parameters, want in [({"truncate": "yes"}, "parameter truncate"),
+                                 ({"truncation_direction": "up"}, "truncation_direction")]:
+            status, reply = self.encode(self.default.http_port, ["a"], **parameters)
+            self.assertGreaterEqual(status, 400, reply)
+            self.assertIn(want, reply["detail"])
+        status, reply = self.encode(self.default.http_port, ["a"])
+        self.assertEqual(status, 200, reply)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
