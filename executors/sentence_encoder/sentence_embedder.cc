@@ -341,7 +341,9 @@ at::Tensor SentenceEmbedder::Encode(const std::vector<std::string_view>& texts,
 }
 
 at::Tensor SentenceEmbedder::EncodeIds(const std::vector<std::vector<std::int64_t>>& ids,
-                                       std::int64_t pooling_skip) const {
+                                       std::int64_t pooling_skip,
+                                       std::optional<bool> normalize) const {
+  const bool normalized = normalize.value_or(pipeline_.normalize);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (static_cast<std::int64_t>(ids[i].size()) > max_seq_length_) {
       throw std::length_error("input " + std::to_string(i) + " has " +
@@ -396,7 +398,7 @@ at::Tensor SentenceEmbedder::EncodeIds(const std::vector<std::vector<std::int64_
       pooling_mask = batch_mask.clone();
       pooling_mask.narrow(1, 0, std::min(pooling_skip, length)).zero_();
     }
-    const at::Tensor pooled = Pool(hidden, pooling_mask, pipeline_.pooling, pipeline_.normalize)
+    const at::Tensor pooled = Pool(hidden, pooling_mask, pipeline_.pooling, normalized)
                                   .narrow(0, 0, count)
                                   .to(at::kCPU)
                                   .contiguous();

@@ -107,10 +107,13 @@ class SentenceEmbedder {
   // Throws on bad input.
   at::Tensor Encode(const std::vector<std::string_view>& texts, std::string_view prompt = {}) const;
   // `pooling_skip` leading tokens of every row are left out of the pooling
-  // (PoolingSkip of the prompt the ids were made with). Throws
-  // std::length_error for a row longer than max_seq_length.
+  // (PoolingSkip of the prompt the ids were made with); `normalize`, when
+  // set, overrides whether the folder has a Normalize module (TEI's
+  // `normalize`). Throws std::length_error for a row longer than
+  // max_seq_length.
   at::Tensor EncodeIds(const std::vector<std::vector<std::int64_t>>& ids,
-                       std::int64_t pooling_skip = 0) const;
+                       std::int64_t pooling_skip = 0,
+                       std::optional<bool> normalize = std::nullopt) const;
 
   // The folder's named prompts (config_sentence_transformers.json): the text
   // for `name`, or null.

@@ -4,6 +4,7 @@
 #include <gantry/torch_cuda.h>
 
 #include <cmath>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -189,7 +190,19 @@ void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
       docs[i].mutable_tags()["num_tokens"] = Value(static_cast<std::int64_t>(ids[i].size()));
     }
   }
-  const at::Tensor embeddings = embedder_->EncodeIds(ids, embedder_->PoolingSkip(prompt));
+  // TEI's `normalize`: whether vectors come back unit length, whatever the
+  // folder's modules say.
+  std::optional<bool> normalize;
+  if (const Value* given = parameters.Find("normalize"); given != nullptr && !given->is_none()) {
+    const bool* flag = given->AsBool();
+    if (flag == nullptr) {
+      throw std::invalid_argument("parameter normalize: expected true or false, got " +
+                                  given->DebugString());
+    }
+    normalize = *flag;
+  }
+  const at::Tensor embeddings =
+      embedder_->EncodeIds(ids, embedder_->PoolingSkip(prompt), normalize);
   const std::int64_t dim = embedder_->dimension();
   const float* data = embeddings.data_ptr<float>();
   for (std::size_t i = 0; i < docs.size(); ++i) {

@@ -9,7 +9,8 @@
 // (tokens the model saw, [CLS]/[SEP] included), which the gateway's OpenAI
 // API reports as usage. `prompt_name` (one of the folder's prompts, e.g.
 // "query") or `prompt` (the text itself) put a prompt before every text, as
-// sentence-transformers' encode() does.
+// sentence-transformers' encode() does; `normalize` (true/false) overrides
+// whether the folder's vectors are scaled to unit length.
 //
 // `with:` keys:
 //   model_path      HF sentence-transformers folder (default: see

@@ -20,6 +20,7 @@
 #include "gateway/kserve_http.h"
 #include "gateway/openai_embeddings.h"
 #include "gateway/reply_docs.h"
+#include "gateway/tei_embeddings.h"
 #include "jina/jina.pb.h"
 
 namespace gantry::internal {
@@ -226,6 +227,13 @@ class HttpGateway::Impl {
         }
       } else if (path == "/v1/models" && !options_.models.empty()) {
         send(JsonResponse(200, OpenAiModelList(options_.models, started_at_)));
+      } else if (path == "/health" && !options_.models.empty()) {
+        // TEI's: 200 when a replica can answer, else 503 in its error shape.
+        send(options_.ready() ? EmptyResponse(200)
+                              : JsonResponse(503, TeiError{.http_status = 503,
+                                                           .message = "no replica is ready",
+                                                           .type = "Unhealthy"}
+                                                      .ToJson()));
       } else if (path.rfind("/v2", 0) != 0 || !KServeGet(path, send)) {
         send(DetailResponse(404, "HTTP 404 for GET " + path));
       }
@@ -249,6 +257,7 @@ class HttpGateway::Impl {
       return;
     }
     const bool openai = path == "/v1/embeddings" && !options_.models.empty();
+    const bool tei = path == "/embed" && !options_.models.empty();
     if (!openai && path.size() < 2) {
       send(DetailResponse(404, "HTTP 404 for POST " + path));
       return;
@@ -268,6 +277,12 @@ class HttpGateway::Impl {
     }
     if (openai) {
       HandleOpenAiEmbeddings(request.body, *deadline, send);
+    } else if (StatusOr<json> body = tei ? ParseJsonBounded(request.body) : StatusOr<json>(json());
+               tei && body.ok() && body->is_object() && body->contains("inputs") &&
+               !body->contains("data")) {
+      // TEI's body; a Jina body ({"data": ...}) still reaches an executor's
+      // own /embed endpoint below.
+      HandleTeiEmbed(*body, *deadline, send);
     } else {
       HandleData(request.body, path == "/post" ? "" : path, *deadline, send);
     }
@@ -409,6 +424,63 @@ class HttpGateway::Impl {
              [send, embeddings_request, cap = max_message_bytes_](const HttpForwardResult& result) {
                send(OpenAiReply(result, *embeddings_request, cap));
              });
+  }
+
+  void HandleTeiEmbed(const json& body, std::chrono::system_clock::time_point deadline,
+                      const Send& send) {
+    auto reply_error = [&send](const TeiError& error) {
+      send(JsonResponse(error.http_status, error.ToJson()));
+    };
+    auto request = ParseTeiEmbedRequest(body, options_.models, kMaxOpenAiInputs);
+    if (const auto* error = std::get_if<TeiError>(&request)) {
+      reply_error(*error);
+      return;
+    }
+    auto embed_request = std::make_shared<TeiEmbedRequest>(std::get<TeiEmbedRequest>(request));
+    jina::DataRequestProto data_request = MakeTeiDataRequest(
+        *embed_request, options_.models.at(embed_request->model), RandomRequestId());
+    if (std::size_t size = data_request.ByteSizeLong(); size > max_message_bytes_) {
+      reply_error(TeiError{.http_status = 413,
+                           .message = "request of " + std::to_string(size) +
+                                      " bytes (as protobuf) exceeds the " +
+                                      std::to_string(max_message_bytes_) + "-byte message cap"});
+      return;
+    }
+    forward_(data_request.SerializeAsString(), deadline,
+             [send, embed_request, cap = max_message_bytes_](const HttpForwardResult& result) {
+               send(TeiReply(result, *embed_request, cap));
+             });
+  }
+
+  static HttpResponse TeiReply(const HttpForwardResult& result, const TeiEmbedRequest& request,
+                               std::uint64_t cap) {
+    auto error_response = [](const TeiError& error) {
+      return JsonResponse(error.http_status, error.ToJson());
+    };
+    if (result.grpc_code != 0) {
+      return error_response(TeiError::FromGrpc(result.grpc_code, result.grpc_message));
+    }
+    jina::DataRequestProto reply;
+    if (!reply.ParseFromString(result.reply)) {
+      return error_response(TeiError{.http_status = 424,
+                                     .message = "gateway: the replica's reply does not parse",
+                                     .type = "Backend"});
+    }
+    if (result.is_error || reply.header().status().code() == jina::StatusProto::ERROR) {
+      // The executor's verdict on the input (too long: 413; invalid, such as
+      // a prompt_name the model lacks: 422) is the client's; the rest is 424.
+      const jina::StatusProto& status = reply.header().status();
+      const bool invalid = status.exception().name() == "std::invalid_argument";
+      const int http_status = IsInputTooLarge(status) ? 413 : invalid ? 422 : 424;
+      return error_response(TeiError{.http_status = http_status,
+                                     .message = status.description(),
+                                     .type = http_status == 424 ? "Backend" : "Validation"});
+    }
+    auto response = MakeTeiEmbedResponse(request, reply, cap);
+    if (const auto* error = std::get_if<TeiError>(&response)) {
+      return error_response(*error);
+    }
+    return JsonResponse(200, std::get<json>(response));
   }
 
   static HttpResponse OpenAiReply(const HttpForwardResult& result,

@@ -13,9 +13,15 @@
 //   POST /v1/embeddings, GET /v1/models: the OpenAI embeddings API
 //                      (gateway/openai_embeddings.h), for the model names
 //                      `models` maps to executor endpoints
+//   POST /embed, GET /health: text-embeddings-inference's embedding route
+//                      and health check (gateway/tei_embeddings.h) for the
+//                      same model names; a /embed body in Jina's shape
+//                      ({"data": ...}) still goes to an executor's own
+//                      /embed endpoint
 // Replies are {"data": [...], "parameters": {...}, "header": {...}}. Errors are
 // JSON {"detail": "...", "header": {...}} with 400 (bad request body), 500
-// (executor error, with the status in header.status), 503 (replicas
+// (executor error, with the status in header.status; 413 when it threw
+// std::length_error, an input too large for it), 503 (replicas
 // unavailable) or 504 (deadline exceeded), as Jina's FastAPI app answers.
 // Client mistakes are 400 with a message: an empty body, a body that is not
 // JSON or not an object, nesting past kMaxNestingDepth, bad documents (the

@@ -4,7 +4,8 @@
 //      bytes, when bit 1 of the first is set, are Inference-Header-Content-
 //      Length, so the binary tensor extension is reached too
 //   1  a serialized inference.ModelInferRequest (gRPC ModelInfer)
-//   2  an OpenAI embeddings body (gateway/openai_embeddings.cc)
+//   2  an OpenAI embeddings body (gateway/openai_embeddings.cc), and the
+//      same body as TEI's /embed (gateway/tei_embeddings.cc)
 // A request that parses goes on to the documents a worker would get, and a
 // KServe one is answered from its own documents (as if an executor had
 // echoed them), through both the gRPC and the REST rendering. Every refusal
@@ -20,6 +21,7 @@
 #include "gateway/kserve.h"
 #include "gateway/kserve_http.h"
 #include "gateway/openai_embeddings.h"
+#include "gateway/tei_embeddings.h"
 #include "jina/jina.pb.h"
 
 namespace {
@@ -82,6 +84,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (const auto* request = std::get_if<gantry::internal::OpenAiEmbeddingsRequest>(&parsed)) {
       (void)gantry::internal::MakeOpenAiDataRequest(*request, "/encode", "fuzz");
     } else if (std::get<gantry::internal::OpenAiError>(parsed).message.empty()) {
+      __builtin_trap();
+    }
+    // The same body as text-embeddings-inference's /embed.
+    auto tei = gantry::internal::ParseTeiEmbedRequest(*body, served, 2048);
+    if (const auto* request = std::get_if<gantry::internal::TeiEmbedRequest>(&tei)) {
+      (void)gantry::internal::MakeTeiDataRequest(*request, "/encode", "fuzz");
+    } else if (std::get<gantry::internal::TeiError>(tei).message.empty()) {
       __builtin_trap();
     }
   }

@@ -12,7 +12,7 @@ fi
 if ! missing=$("$venv/bin/python" -c '
 import importlib, sys
 bad = []
-for name in ["openai", "tokenizers", "numpy", "tritonclient.grpc", "tritonclient.http"]:
+for name in ["openai", "tokenizers", "numpy", "jsonschema", "tritonclient.grpc", "tritonclient.http"]:
     try:
         importlib.import_module(name)
     except Exception as e:

@@ -1,0 +1,82 @@
+// text-embeddings-inference's embedding route on the HTTP gateway (POST
+// /embed, with `models:` set), in TEI's request and reply shapes: `inputs` a
+// string or a list of them, `normalize` (default true), `truncate`,
+// `truncation_direction` ("Right"/"Left"), `prompt_name`; the reply a list of
+// float lists; errors {"error", "error_type"} with TEI's status codes (413
+// Validation for sizes and inputs over the model's limit, 422 for a body that
+// does not validate or that the executor rejects as invalid, 424 Backend
+// for an executor's failure, 429 Overloaded).
+//
+// As for OpenAI's route, a request becomes the DataRequestProto a Jina
+// client would send (one text document per input), posted to the endpoint
+// its model maps to; TEI's fields travel as request parameters
+// (`truncate`, `truncation_direction`, `prompt_name`, and `normalize: false`
+// when vectors are asked for as pooled), which SentenceEncoder honours.
+// Vectors asked for normalised are scaled to unit length here as well, so
+// that any executor's reply keeps TEI's contract.
+//
+// Thread safety: free functions without shared state.
+#ifndef GANTRY_GATEWAY_TEI_EMBEDDINGS_H_
+#define GANTRY_GATEWAY_TEI_EMBEDDINGS_H_
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "jina/jina.pb.h"
+
+namespace gantry::internal {
+
+// TEI's error body: {"error": message, "error_type": type}.
+struct TeiError {
+  int http_status = 422;
+  std::string message;
+  // TEI's ErrorType: "Validation", "Tokenizer", "Backend", "Overloaded",
+  // "Unhealthy".
+  std::string type = "Validation";
+
+  // The error for a failed forward: gRPC code `grpc_code` (429 Overloaded
+  // for RESOURCE_EXHAUSTED, 503 Unhealthy for UNAVAILABLE, 504 for a
+  // deadline, 424 Backend otherwise).
+  static TeiError FromGrpc(int grpc_code, std::string message);
+  nlohmann::json ToJson() const;
+};
+
+struct TeiEmbedRequest {
+  // The served model the request goes to (`models:` key).
+  std::string model;
+  std::vector<std::string> inputs;
+  bool normalize = true;
+  std::optional<bool> truncate;
+  std::string truncation_direction;  // "right" or "left"; empty: not given
+  std::string prompt_name;           // empty: not given
+};
+
+// Validates a POST /embed body. `served` maps model names to endpoints: with
+// one model the request goes to it; with several the body must name one in
+// `model` (our addition; TEI serves one model per process). 1 to
+// `max_inputs` non-empty strings; token-id inputs are refused (send text).
+std::variant<TeiEmbedRequest, TeiError> ParseTeiEmbedRequest(
+    const nlohmann::json& body, const std::map<std::string, std::string>& served,
+    std::size_t max_inputs);
+
+// One text document per input, in order, and TEI's fields as parameters.
+jina::DataRequestProto MakeTeiDataRequest(const TeiEmbedRequest& request,
+                                          const std::string& endpoint,
+                                          const std::string& request_id);
+
+// The reply as TEI's [[float, ...], ...], one vector per input, scaled to
+// unit length when `normalize`. An executor error is 424 Backend (413
+// Validation when it was std::length_error); a reply without one float
+// vector per input is 424 naming the document.
+std::variant<nlohmann::json, TeiError> MakeTeiEmbedResponse(const TeiEmbedRequest& request,
+                                                            const jina::DataRequestProto& reply,
+                                                            std::uint64_t max_tensor_bytes);
+
+}  // namespace gantry::internal
+
+#endif  // GANTRY_GATEWAY_TEI_EMBEDDINGS_H_

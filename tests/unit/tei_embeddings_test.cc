@@ -1,0 +1,119 @@
+// TEI's /embed on the gateway: what a body is read as, the parameters the
+// executor gets, the reply's shape and the errors' codes. Through real
+// processes and TEI's published schemas: tests/interop/test_tei_api.py.
+#include "gateway/tei_embeddings.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "core/doc_proto.h"
+
+namespace gantry::internal {
+namespace {
+
+using nlohmann::json;
+
+const std::map<std::string, std::string> kOne{{"m", "/encode"}};
+
+TEST(TeiEmbeddingsTest, FieldsBecomeParametersOfOneDocumentPerInput) {
+  auto parsed = ParseTeiEmbedRequest(json{{"inputs", {"a", "b"}},
+                                          {"normalize", false},
+                                          {"truncate", true},
+                                          {"truncation_direction", "Left"},
+                                          {"prompt_name", "query"}},
+                                     kOne, 8);
+  ASSERT_TRUE(std::holds_alternative<TeiEmbedRequest>(parsed))
+      << std::get<TeiError>(parsed).message;
+  const TeiEmbedRequest& request = std::get<TeiEmbedRequest>(parsed);
+  EXPECT_EQ(request.model, "m");
+  const jina::DataRequestProto proto = MakeTeiDataRequest(request, "/encode", "r1");
+  EXPECT_EQ(proto.header().exec_endpoint(), "/encode");
+  EXPECT_EQ(proto.data().docs().docs_size(), 2);
+  const auto& fields = proto.parameters().fields();
+  EXPECT_FALSE(fields.at("normalize").bool_value());
+  EXPECT_TRUE(fields.at("truncate").bool_value());
+  EXPECT_EQ(fields.at("truncation_direction").string_value(), "left");
+  EXPECT_EQ(fields.at("prompt_name").string_value(), "query");
+
+  // Defaults: nothing sent the executor would not otherwise assume.
+  auto plain = ParseTeiEmbedRequest(json{{"inputs", "x"}}, kOne, 8);
+  ASSERT_TRUE(std::holds_alternative<TeiEmbedRequest>(plain));
+  EXPECT_TRUE(MakeTeiDataRequest(std::get<TeiEmbedRequest>(plain), "/encode", "r2")
+                  .parameters()
+                  .fields()
+                  .empty());
+}
+
+TEST(TeiEmbeddingsTest, BadBodiesAreErrorsNamingTheField) {
+  const std::map<std::string, std::string> two{{"a", "/x"}, {"b", "/y"}};
+  struct Case {
+    json body;
+    const std::map<std::string, std::string>* served;
+    int status;
+    std::string want;
+  };
+  const Case cases[] = {
+      {json::array(), &kOne, 422, "JSON object"},
+      {json{{"normalize", true}}, &kOne, 422, "\"inputs\" is required"},
+      {json{{"inputs", json::array()}}, &kOne, 422, "empty list"},
+      {json{{"inputs", {"a", 3}}}, &kOne, 422, "inputs[1]: token-id inputs"},
+      {json{{"inputs", {"a", ""}}}, &kOne, 422, "inputs[1]: an input must not be empty"},
+      {json{{"inputs", std::vector<std::string>(9, "a")}}, &kOne, 413,
+       "batch size 9 > maximum allowed batch size 8"},
+      {json{{"inputs", "a"}, {"truncate", "no"}}, &kOne, 422, "\"truncate\" must be"},
+      {json{{"inputs", "a"}, {"truncation_direction", "Middle"}}, &kOne, 422, "\"Middle\""},
+      {json{{"inputs", "a"}, {"prompt_name", 7}}, &kOne, 422, "\"prompt_name\" must be"},
+      {json{{"inputs", "a"}}, &two, 422, "name one in \"model\""},
+      {json{{"inputs", "a"}, {"model", "c"}}, &two, 404, "'a', 'b'"},
+  };
+  for (const Case& c : cases) {
+    auto parsed = ParseTeiEmbedRequest(c.body, *c.served, 8);
+    ASSERT_TRUE(std::holds_alternative<TeiError>(parsed)) << c.body.dump();
+    const TeiError& error = std::get<TeiError>(parsed);
+    EXPECT_EQ(error.http_status, c.status) << c.body.dump();
+    EXPECT_NE(error.message.find(c.want), std::string::npos) << error.message;
+    EXPECT_EQ(error.ToJson()["error_type"], "Validation");
+  }
+  auto named = ParseTeiEmbedRequest(json{{"inputs", "a"}, {"model", "b"}}, two, 8);
+  ASSERT_TRUE(std::holds_alternative<TeiEmbedRequest>(named));
+  EXPECT_EQ(std::get<TeiEmbedRequest>(named).model, "b");
+}
+
+TEST(TeiEmbeddingsTest, ReplyIsAListOfVectorsNormalisedWhenAsked) {
+  DocList docs{Doc("a"), Doc("b")};
+  docs[0].set_embedding(Tensor::FromValues<float>({2}, std::vector<float>{3, 4}));
+  docs[1].set_embedding(Tensor::FromValues<float>({2}, std::vector<float>{0, 2}));
+  jina::DataRequestProto reply;
+  DocListToProto(docs, reply.mutable_data()->mutable_docs());
+  TeiEmbedRequest request;
+  request.inputs = {"a", "b"};
+  auto out = MakeTeiEmbedResponse(request, reply, 1 << 20);
+  ASSERT_TRUE(std::holds_alternative<json>(out)) << std::get<TeiError>(out).message;
+  const json& unit = std::get<json>(out);
+  ASSERT_EQ(unit.size(), 2u);
+  EXPECT_NEAR(unit[0][0].get<double>(), 0.6, 1e-6);
+  EXPECT_NEAR(unit[0][1].get<double>(), 0.8, 1e-6);
+  EXPECT_EQ(unit[1], json::parse("[0.0, 1.0]"));
+  request.normalize = false;
+  out = MakeTeiEmbedResponse(request, reply, 1 << 20);
+  EXPECT_EQ(std::get<json>(out), json::parse("[[3.0, 4.0], [0.0, 2.0]]"));
+  request.inputs = {"a"};  // one vector too many
+  out = MakeTeiEmbedResponse(request, reply, 1 << 20);
+  ASSERT_TRUE(std::holds_alternative<TeiError>(out));
+  EXPECT_EQ(std::get<TeiError>(out).http_status, 424);
+  EXPECT_EQ(std::get<TeiError>(out).type, "Backend");
+}
+
+TEST(TeiEmbeddingsTest, ForwardFailuresUseTeisCodes) {
+  EXPECT_EQ(TeiError::FromGrpc(8, "full").http_status, 429);  // RESOURCE_EXHAUSTED
+  EXPECT_EQ(TeiError::FromGrpc(8, "full").type, "Overloaded");
+  EXPECT_EQ(TeiError::FromGrpc(14, "down").http_status, 503);  // UNAVAILABLE
+  EXPECT_EQ(TeiError::FromGrpc(14, "down").type, "Unhealthy");
+  EXPECT_EQ(TeiError::FromGrpc(4, "late").http_status, 504);  // DEADLINE_EXCEEDED
+  EXPECT_EQ(TeiError::FromGrpc(13, "bug").http_status, 424);
+}
+
+}  // namespace
+}  // namespace gantry::internal
