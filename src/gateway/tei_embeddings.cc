@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "core/doc_proto.h"
 #include "gateway/openai_embeddings.h"
 
 namespace gantry::internal {
@@ -138,10 +137,12 @@ std::variant<TeiEmbedRequest, TeiError> ParseTeiEmbedRequest(
 jina::DataRequestProto MakeTeiDataRequest(const TeiEmbedRequest& request,
                                           const std::string& endpoint,
                                           const std::string& request_id) {
-  jina::DataRequestProto proto;
-  proto.mutable_header()->set_request_id(request_id);
-  proto.mutable_header()->set_exec_endpoint(endpoint);
+  // The documents as OpenAI's route makes them; TEI's fields as parameters.
+  OpenAiEmbeddingsRequest as_openai;
+  as_openai.inputs = request.inputs;
+  jina::DataRequestProto proto = MakeOpenAiDataRequest(as_openai, endpoint, request_id);
   auto& parameters = *proto.mutable_parameters()->mutable_fields();
+  parameters.clear();
   if (!request.normalize) {
     parameters["normalize"].set_bool_value(false);
   }
@@ -154,12 +155,6 @@ jina::DataRequestProto MakeTeiDataRequest(const TeiEmbedRequest& request,
   if (!request.prompt_name.empty()) {
     parameters["prompt_name"].set_string_value(request.prompt_name);
   }
-  DocList docs;
-  docs.reserve(request.inputs.size());
-  for (const std::string& text : request.inputs) {
-    docs.emplace_back(text);
-  }
-  DocListToProto(docs, proto.mutable_data()->mutable_docs());
   return proto;
 }
 
