@@ -5,6 +5,7 @@
 #include <gantry/torch_cuda.h>
 #include <gantry/torch_tensor.h>
 
+#include <cstdint>
 #include <stdexcept>
 
 namespace gantry_examples {

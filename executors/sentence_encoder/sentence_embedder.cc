@@ -9,6 +9,7 @@
 #include <gantry/torch_tensor.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>

@@ -4,6 +4,7 @@
 #include <gantry/torch_cuda.h>
 
 #include <cmath>
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <stdexcept>

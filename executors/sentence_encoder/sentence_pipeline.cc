@@ -5,6 +5,7 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/where.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <limits>

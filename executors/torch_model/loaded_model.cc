@@ -10,6 +10,7 @@
 #include <torch/csrc/jit/serialization/import.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>

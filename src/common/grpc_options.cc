@@ -1,6 +1,7 @@
 #include "common/grpc_options.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 
 namespace gantry::internal {

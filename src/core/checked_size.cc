@@ -2,6 +2,8 @@
 
 #include <gantry/document.h>
 
+#include <cstdint>
+
 namespace gantry::internal {
 namespace {
 

@@ -1,5 +1,6 @@
 #include <gantry/device_report.h>
 
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <utility>

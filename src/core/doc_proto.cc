@@ -1,5 +1,6 @@
 #include "core/doc_proto.h"
 
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <utility>

@@ -1,5 +1,6 @@
 #include <gantry/document.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <random>

@@ -1,6 +1,7 @@
 #include "core/option_table.h"
 
 #include <array>
+#include <cstdint>
 #include <vector>
 
 namespace gantry::internal {

@@ -1,5 +1,6 @@
 #include "deployment/serving_front.h"
 
+#include <cstdint>
 #include <utility>
 
 #include "common/grpc_options.h"

@@ -3,6 +3,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <utility>

@@ -1,5 +1,6 @@
 #include "gateway/kserve.h"
 
+#include <cstdint>
 #include <cstring>
 #include <span>
 #include <string_view>

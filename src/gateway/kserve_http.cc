@@ -1,5 +1,6 @@
 #include "gateway/kserve_http.h"
 
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <span>

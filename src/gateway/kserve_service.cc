@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <cstdint>
 #include <utility>
 
 #include "common/call_slot.h"

@@ -11,6 +11,7 @@
 #include <gantry/torch_cuda.h>
 #include <gantry/torch_tensor.h>
 
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <optional>

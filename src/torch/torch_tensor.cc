@@ -9,6 +9,7 @@
 #include <c10/core/ScalarType.h>
 #include <gantry/torch_tensor.h>
 
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>

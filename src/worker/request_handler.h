@@ -17,6 +17,7 @@
 #include <gantry/executor.h>
 #include <gantry/status.h>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>

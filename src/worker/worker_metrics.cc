@@ -5,6 +5,7 @@
 #include <prometheus/metric_type.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 #include "common/metrics_server.h"

@@ -4,6 +4,7 @@
 #include <grpcpp/resource_quota.h>
 
 #include <atomic>
+#include <cstdint>
 
 #include "common/call_slot.h"
 #include "common/grpc_options.h"

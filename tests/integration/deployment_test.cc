@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdint>
 #include <set>
 #include <thread>
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <set>

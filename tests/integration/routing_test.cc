@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <future>
 #include <string>

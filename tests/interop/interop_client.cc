@@ -6,6 +6,7 @@
 //   gantry_interop_client HOST:PORT ENDPOINT N
 #include <gantry/client.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
