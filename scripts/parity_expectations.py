@@ -115,7 +115,9 @@ def main():
     from sentence_transformers import SentenceTransformer
 
     torch.set_num_threads(2)
-    model = SentenceTransformer(model_dir, device="cpu")
+    # float32 whatever the file holds (recent transformers keep a float16
+    # file in float16): the C++ side widens the weights to float32 too.
+    model = SentenceTransformer(model_dir, device="cpu").float()
     assert model.max_seq_length == 256, model.max_seq_length
     texts = corpus()
     ids = [model.tokenize([t])["input_ids"][0].tolist() for t in texts]

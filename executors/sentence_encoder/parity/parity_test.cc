@@ -8,12 +8,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "safetensors.h"
 #include "sentence_embedder.h"
 
 namespace gantry::sentence_encoder {
@@ -151,6 +153,17 @@ TEST_F(ParityTest, EachDTypeStaysWithinCosine0999OfFloat32) {
 // sentence-transformers, written down here) and the WordPiece ids of an
 // accented CJK string: checks that do not depend on the Python run.
 TEST_F(ParityTest, PublishedPrefixes) {
+  // The values are those of the published float32 weights; a float16 copy
+  // (what travels to a lent GPU machine) is off by up to 1e-4.
+  StatusOr<SafetensorsFile> weights =
+      SafetensorsFile::Open(options_.model_path + "/model.safetensors");
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  for (const SafetensorsEntry& entry : weights->entries()) {
+    if (entry.dtype == "F16" || entry.dtype == "BF16") {
+      GTEST_SKIP() << "the published values are for float32 weights; '" << entry.name << "' is "
+                   << entry.dtype;
+    }
+  }
   const std::vector<std::string_view> texts = {"This is an example sentence",
                                                "Each sentence is converted."};
   const std::vector<std::vector<float>> want = {
