@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string_view>
 
@@ -65,6 +66,48 @@ json OpenAiError::ToJson() const {
                 {"code", code.empty() ? json(nullptr) : json(code)}}}};
 }
 
+std::optional<TextInputsProblem> ReadTextInputs(const json& value, std::string_view field,
+                                                std::size_t max_items,
+                                                std::vector<std::string>& texts) {
+  auto add_text = [&](const json& item,
+                      const std::string& where) -> std::optional<TextInputsProblem> {
+    if (!item.is_string()) {
+      if (item.is_number_integer() || item.is_array()) {
+        return TextInputsProblem{.message =
+                                     where + ": token-id inputs are not supported; send text"};
+      }
+      return TextInputsProblem{.message = where + ": expected a string, got " +
+                                          std::string(item.type_name())};
+    }
+    if (item.get_ref<const std::string&>().empty()) {
+      return TextInputsProblem{.message = where + ": an input must not be empty"};
+    }
+    texts.push_back(item.get<std::string>());
+    return std::nullopt;
+  };
+  const std::string name(field);
+  if (!value.is_array()) {
+    return add_text(value, name);
+  }
+  if (value.empty()) {
+    return TextInputsProblem{.message =
+                                 "'" + name + "' is an empty list; send at least one string"};
+  }
+  if (value.size() > max_items) {
+    return TextInputsProblem{.message = "'" + name + "' has " + std::to_string(value.size()) +
+                                        " items; at most " + std::to_string(max_items) +
+                                        " per request",
+                             .too_many = true};
+  }
+  texts.reserve(texts.size() + value.size());
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    if (auto problem = add_text(value[i], name + "[" + std::to_string(i) + "]")) {
+      return problem;
+    }
+  }
+  return std::nullopt;
+}
+
 std::variant<OpenAiEmbeddingsRequest, OpenAiError> ParseOpenAiEmbeddingsRequest(
     const json& body, const std::map<std::string, std::string>& served) {
   if (!body.is_object()) {
@@ -91,36 +134,8 @@ std::variant<OpenAiEmbeddingsRequest, OpenAiError> ParseOpenAiEmbeddingsRequest(
   if (input == body.end() || input->is_null()) {
     return Invalid("'input' is required: a string or a list of strings", "input");
   }
-  auto add_text = [&](const json& item, const std::string& where) -> std::optional<OpenAiError> {
-    if (!item.is_string()) {
-      if (item.is_number_integer() || item.is_array()) {
-        return Invalid(where + ": token-id input is not supported; send text", "input");
-      }
-      return Invalid(where + ": expected a string, got " + std::string(item.type_name()), "input");
-    }
-    if (item.get_ref<const std::string&>().empty()) {
-      return Invalid(where + ": an input must not be empty", "input");
-    }
-    request.inputs.push_back(item.get<std::string>());
-    return std::nullopt;
-  };
-  if (input->is_array()) {
-    if (input->empty()) {
-      return Invalid("'input' is an empty list; send at least one string", "input");
-    }
-    if (input->size() > kMaxOpenAiInputs) {
-      return Invalid("'input' has " + std::to_string(input->size()) + " items; at most " +
-                         std::to_string(kMaxOpenAiInputs) + " per request",
-                     "input");
-    }
-    request.inputs.reserve(input->size());
-    for (std::size_t i = 0; i < input->size(); ++i) {
-      if (auto error = add_text((*input)[i], "input[" + std::to_string(i) + "]")) {
-        return *error;
-      }
-    }
-  } else if (auto error = add_text(*input, "input")) {
-    return *error;
+  if (auto problem = ReadTextInputs(*input, "input", kMaxOpenAiInputs, request.inputs)) {
+    return Invalid(problem->message, "input");
   }
 
   if (auto format = body.find("encoding_format"); format != body.end() && !format->is_null()) {

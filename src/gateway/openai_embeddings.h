@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -46,6 +47,22 @@ struct OpenAiError {
 
   nlohmann::json ToJson() const;
 };
+
+// What ReadTextInputs refused. `too_many`: the list is longer than allowed,
+// which each protocol words and codes its own way (OpenAI 400, TEI 413).
+struct TextInputsProblem {
+  std::string message;
+  bool too_many = false;
+};
+
+// Appends the texts of `value`, the request field `field` (as messages name
+// it: its items are `field[i]`), to `texts`: one non-empty string, or a
+// non-empty list of at most `max_items` of them. Token ids (numbers, nested
+// lists) are refused: the gateway sends text. Shared by the OpenAI and TEI
+// routes, which read the same shape from `input` and `inputs`.
+std::optional<TextInputsProblem> ReadTextInputs(const nlohmann::json& value, std::string_view field,
+                                                std::size_t max_items,
+                                                std::vector<std::string>& texts);
 
 struct OpenAiEmbeddingsRequest {
   std::string model;

@@ -1,6 +1,7 @@
 #include "gateway/tei_embeddings.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "gateway/openai_embeddings.h"
 
@@ -68,38 +69,15 @@ std::variant<TeiEmbedRequest, TeiError> ParseTeiEmbedRequest(
   if (inputs == body.end() || inputs->is_null()) {
     return Invalid("\"inputs\" is required: a string or a list of strings");
   }
-  auto add_text = [&](const json& item, const std::string& where) -> std::optional<TeiError> {
-    if (!item.is_string()) {
-      if (item.is_number_integer() || item.is_array()) {
-        return Invalid(where + ": token-id inputs are not supported; send text");
-      }
-      return Invalid(where + ": expected a string, got " + std::string(item.type_name()));
-    }
-    if (item.get_ref<const std::string&>().empty()) {
-      return Invalid(where + ": an input must not be empty");
-    }
-    request.inputs.push_back(item.get<std::string>());
-    return std::nullopt;
-  };
-  if (inputs->is_array()) {
-    if (inputs->empty()) {
-      return Invalid("\"inputs\" is an empty list; send at least one string");
-    }
-    if (inputs->size() > max_inputs) {
+  if (auto problem = ReadTextInputs(*inputs, "inputs", max_inputs, request.inputs)) {
+    if (problem->too_many) {
       // TEI's own wording for its max_client_batch_size.
       return TeiError{.http_status = 413,
                       .message = "batch size " + std::to_string(inputs->size()) +
                                  " > maximum allowed batch size " + std::to_string(max_inputs),
                       .type = "Validation"};
     }
-    request.inputs.reserve(inputs->size());
-    for (std::size_t i = 0; i < inputs->size(); ++i) {
-      if (auto error = add_text((*inputs)[i], "inputs[" + std::to_string(i) + "]")) {
-        return *error;
-      }
-    }
-  } else if (auto error = add_text(*inputs, "inputs")) {
-    return *error;
+    return Invalid(problem->message);
   }
 
   if (auto normalize = body.find("normalize"); normalize != body.end() && !normalize->is_null()) {

@@ -6,9 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/doc_proto.h"
+#include "gateway/openai_embeddings.h"
 
 namespace gantry::internal {
 namespace {
@@ -16,6 +19,37 @@ namespace {
 using nlohmann::json;
 
 const std::map<std::string, std::string> kOne{{"m", "/encode"}};
+
+// The input shape the OpenAI and TEI routes share: one string or a bounded
+// list of them, each named in its error.
+TEST(TextInputsTest, OneStringOrABoundedListOfNonEmptyStrings) {
+  std::vector<std::string> texts;
+  EXPECT_FALSE(ReadTextInputs(json("a"), "input", 2, texts).has_value());
+  EXPECT_FALSE(ReadTextInputs(json{"b", "c"}, "input", 2, texts).has_value());
+  EXPECT_EQ(texts, (std::vector<std::string>{"a", "b", "c"}));
+
+  const struct {
+    json value;
+    std::string message;
+    bool too_many;
+  } kBad[] = {
+      {json::array(), "'inputs' is an empty list; send at least one string", false},
+      {json{"a", "b", "c"}, "'inputs' has 3 items; at most 2 per request", true},
+      {json(""), "inputs: an input must not be empty", false},
+      {json{"a", ""}, "inputs[1]: an input must not be empty", false},
+      {json{1, 2}, "inputs[0]: token-id inputs are not supported; send text", false},
+      {json::array({json{1, 2}}), "inputs[0]: token-id inputs are not supported; send text", false},
+      {json{{"k", "v"}}, "inputs: expected a string, got object", false},
+      {json(true), "inputs: expected a string, got boolean", false},
+  };
+  for (const auto& bad : kBad) {
+    std::vector<std::string> out;
+    std::optional<TextInputsProblem> problem = ReadTextInputs(bad.value, "inputs", 2, out);
+    ASSERT_TRUE(problem.has_value()) << bad.value.dump();
+    EXPECT_EQ(problem->message, bad.message) << bad.value.dump();
+    EXPECT_EQ(problem->too_many, bad.too_many) << bad.value.dump();
+  }
+}
 
 TEST(TeiEmbeddingsTest, FieldsBecomeParametersOfOneDocumentPerInput) {
   auto parsed = ParseTeiEmbedRequest(json{{"inputs", {"a", "b"}},
