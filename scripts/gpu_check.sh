@@ -128,10 +128,18 @@ no_model=/nonexistent/all-MiniLM-L6-v2
 cache=/tmp/gantry-gpu-cache
 
 step "export the test models on cuda (in the background, beside the build)"
-(LD_LIBRARY_PATH="${python_library_path-${LD_LIBRARY_PATH:-}}" PATH="${python_path-${PATH}}" \
-  GANTRY_PYTHON="${python}" \
-  GANTRY_CACHE_DIR="${cache}" GANTRY_MODEL_PATH="${no_model}" timeout 330 bash tests/exported/exported_models.sh --device cuda >"${out}/export.log" 2>&1
-  echo "export exit $? at $((SECONDS - start))s" >>"${out}/export.log") &
+(
+  export LD_LIBRARY_PATH="${python_library_path-${LD_LIBRARY_PATH:-}}" PATH="${python_path-${PATH}}"
+  export GANTRY_PYTHON="${python}" GANTRY_CACHE_DIR="${cache}" GANTRY_MODEL_PATH="${no_model}"
+  # Whether torch.compile works on this machine at all: tells a crash of its
+  # torch from one of the packages'.
+  timeout 120 "${python}" -c 'import torch; f = torch.compile(lambda x: x * 2 + 1)
+print("torch.compile on cuda:", f(torch.ones(4, device="cuda")).tolist())' ||
+    echo "torch.compile on cuda failed: exit $?"
+  status=0
+  timeout 330 bash tests/exported/exported_models.sh --device cuda || status=$?
+  echo "export exit ${status} at $((SECONDS - start))s"
+) >"${out}/export.log" 2>&1 &
 export_pid=$!
 
 step "build (gantry-worker, gantry, the test programs, encode_10k)"
