@@ -293,68 +293,76 @@ std::vector<std::pair<std::string, at::Tensor>> BertModel::NamedParameters() con
   return out;
 }
 
-Status BertModel::LoadWeights(const SafetensorsFile& file) {
-  static constexpr char kPositionIds[] = "embeddings.position_ids";
+StatusOr<at::Tensor> ReadSafetensor(const SafetensorsFile& file, const std::string& name,
+                                    const std::vector<std::int64_t>& shape) {
+  const SafetensorsEntry* entry = file.Find(name);
+  if (entry == nullptr) {
+    return InvalidArgumentError(file.path() + ": missing tensor '" + name + "'");
+  }
+  if (entry->shape != shape) {
+    return InvalidArgumentError(file.path() + ": tensor '" + name + "' has shape " +
+                                ShapeString(entry->shape) + ", expected " + ShapeString(shape) +
+                                " (from config.json)");
+  }
+  at::ScalarType source_type;
+  if (entry->dtype == "F32") {
+    source_type = at::kFloat;
+  } else if (entry->dtype == "F16") {
+    source_type = at::kHalf;
+  } else if (entry->dtype == "BF16") {
+    source_type = at::kBFloat16;
+  } else {
+    return InvalidArgumentError(file.path() + ": tensor '" + name + "' has dtype " + entry->dtype +
+                                ", expected F32, F16 or BF16");
+  }
+  const char* data = file.Data(*entry);
+  const std::size_t item_size = source_type == at::kFloat ? 4 : 2;
+  if (reinterpret_cast<std::uintptr_t>(data) % item_size == 0) {
+    // Weights are used where they lie in the file's read-only mapping
+    // (SafetensorsFile::Open): no copy, and every replica on the machine
+    // shares the same page-cache pages. Nothing writes to parameters; a
+    // dtype or device change makes new tensors.
+    std::shared_ptr<const void> keep = file.storage();
+    return at::from_blob(
+        const_cast<char*>(data),  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+        shape, [keep](void* /*unused*/) mutable { keep.reset(); },
+        at::TensorOptions().dtype(source_type));
+  }
+  // Otherwise memcpy: the format does not guarantee alignment.
+  at::Tensor source = at::empty(shape, at::TensorOptions().dtype(source_type));
+  if (source.nbytes() > 0) {
+    std::memcpy(source.data_ptr(), data, source.nbytes());
+  }
+  return source;
+}
+
+Status BertModel::LoadWeights(const SafetensorsFile& file, std::string_view prefix,
+                              const std::set<std::string, std::less<>>& others) {
+  const auto key = [prefix](std::string_view name) {
+    return std::string(prefix) + std::string(name);
+  };
+  const std::string position_ids = key("embeddings.position_ids");
   const std::vector<Slot> slots = Slots();
   std::set<std::string> expected;
   for (const Slot& slot : slots) {
-    expected.insert(slot.name);
+    expected.insert(key(slot.name));
   }
   for (const SafetensorsEntry& entry : file.entries()) {
     // BERT's pooler (a dense layer over [CLS]) is not used by
     // sentence-transformers: not loaded, and not required.
-    if (entry.name != kPositionIds && entry.name.rfind("pooler.dense.", 0) != 0 &&
-        !expected.count(entry.name)) {
+    if (entry.name != position_ids && entry.name.rfind(key("pooler.dense."), 0) != 0 &&
+        !expected.count(entry.name) && !others.count(entry.name)) {
       return InvalidArgumentError(file.path() + ": unexpected tensor '" + entry.name +
                                   "' (not a parameter of BertModel)");
     }
   }
   for (const Slot& slot : slots) {
-    const SafetensorsEntry* entry = file.Find(slot.name);
-    if (entry == nullptr) {
-      return InvalidArgumentError(file.path() + ": missing tensor '" + slot.name + "'");
-    }
-    if (entry->shape != slot.shape) {
-      return InvalidArgumentError(file.path() + ": tensor '" + slot.name + "' has shape " +
-                                  ShapeString(entry->shape) + ", expected " +
-                                  ShapeString(slot.shape) + " (from config.json)");
-    }
-    at::ScalarType source_type;
-    if (entry->dtype == "F32") {
-      source_type = at::kFloat;
-    } else if (entry->dtype == "F16") {
-      source_type = at::kHalf;
-    } else if (entry->dtype == "BF16") {
-      source_type = at::kBFloat16;
-    } else {
-      return InvalidArgumentError(file.path() + ": tensor '" + slot.name + "' has dtype " +
-                                  entry->dtype + ", expected F32, F16 or BF16");
-    }
-    const char* data = file.Data(*entry);
-    const std::size_t item_size = source_type == at::kFloat ? 4 : 2;
-    if (reinterpret_cast<std::uintptr_t>(data) % item_size == 0) {
-      // Weights are used where they lie in the file's read-only mapping
-      // (SafetensorsFile::Open): no copy, and every replica on the machine
-      // shares the same page-cache pages. Nothing writes to parameters; a
-      // dtype or device change makes new tensors.
-      std::shared_ptr<const void> keep = file.storage();
-      *slot.tensor = at::from_blob(
-          const_cast<char*>(data),  // NOLINT(cppcoreguidelines-pro-type-const-cast)
-          slot.shape, [keep](void* /*unused*/) mutable { keep.reset(); },
-          at::TensorOptions().dtype(source_type));
-      continue;
-    }
-    // Otherwise memcpy: the format does not guarantee alignment.
-    at::Tensor source = at::empty(slot.shape, at::TensorOptions().dtype(source_type));
-    if (source.nbytes() > 0) {
-      std::memcpy(source.data_ptr(), data, source.nbytes());
-    }
-    *slot.tensor = std::move(source);
+    GANTRY_ASSIGN_OR_RETURN(*slot.tensor, ReadSafetensor(file, key(slot.name), slot.shape));
   }
-  if (const SafetensorsEntry* ids = file.Find(kPositionIds)) {
+  if (const SafetensorsEntry* ids = file.Find(position_ids)) {
     const std::vector<std::int64_t> want = {1, config_.max_position_embeddings};
     if (ids->dtype != "I64" || ids->shape != want) {
-      return InvalidArgumentError(file.path() + ": tensor '" + kPositionIds + "' must be I64 " +
+      return InvalidArgumentError(file.path() + ": tensor '" + position_ids + "' must be I64 " +
                                   ShapeString(want) + ", got " + ids->dtype + " " +
                                   ShapeString(ids->shape));
     }
@@ -364,7 +372,7 @@ Status BertModel::LoadWeights(const SafetensorsFile& file) {
       std::int64_t v = 0;
       std::memcpy(&v, file.Data(*ids) + i * 8, 8);
       if (v != i) {
-        return InvalidArgumentError(file.path() + ": tensor '" + kPositionIds + "' is not arange(" +
+        return InvalidArgumentError(file.path() + ": tensor '" + position_ids + "' is not arange(" +
                                     std::to_string(want[1]) + ") at index " + std::to_string(i));
       }
     }
@@ -408,7 +416,7 @@ std::array<std::pair<const at::Tensor*, at::Tensor*>, 6> BertModel::Layer::Linea
 }
 
 at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                              std::optional<bool> padded) const {
+                              std::optional<bool> padded, const at::Tensor& token_type_ids) const {
   const std::int64_t batch = input_ids.size(0);
   const std::int64_t length = input_ids.size(1);
   const std::int64_t hidden = config_.hidden_size;
@@ -418,10 +426,12 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
   const double eps = config_.layer_norm_eps;
 
   const at::Tensor positions = at::arange(length, input_ids.options());
-  // token_type_ids are all 0 for single sentences.
+  // Without token_type_ids every token is segment 0, as for single sentences.
+  const at::Tensor token_types = token_type_ids.defined()
+                                     ? at::embedding(token_type_embeddings_, token_type_ids)
+                                     : token_type_embeddings_[0];
   at::Tensor x = at::embedding(word_embeddings_, input_ids) +
-                 at::embedding(position_embeddings_, positions).unsqueeze(0) +
-                 token_type_embeddings_[0];
+                 at::embedding(position_embeddings_, positions).unsqueeze(0) + token_types;
   x = at::layer_norm(x, norm_shape, embeddings_ln_w_, embeddings_ln_b_, eps);
 
   const bool explicit_attention =

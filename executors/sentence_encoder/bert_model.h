@@ -15,7 +15,9 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -50,6 +52,11 @@ struct BertConfig {
 at::Tensor ExplicitAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                              const std::optional<at::Tensor>& additive_mask, double scale);
 
+// One tensor of `file` with the given shape, over the file's bytes where
+// aligned (see BertModel::LoadWeights); errors name the file and key.
+StatusOr<at::Tensor> ReadSafetensor(const SafetensorsFile& file, const std::string& name,
+                                    const std::vector<std::int64_t>& shape);
+
 class BertModel {
  public:
   // Parameters are allocated (uninitialized) on CPU in float32.
@@ -67,7 +74,10 @@ class BertModel {
   // Missing, unexpected and mis-shaped keys are errors naming the file and
   // key. `embeddings.position_ids` (an
   // int64 buffer old checkpoints carry) is checked to be arange and skipped.
-  Status LoadWeights(const SafetensorsFile& file);
+  // `prefix` comes before every key ("bert." in a model with a task head);
+  // `others` are keys the caller loads itself (the head), not unexpected.
+  Status LoadWeights(const SafetensorsFile& file, std::string_view prefix = {},
+                     const std::set<std::string, std::less<>>& others = {});
 
   // Moves parameters to `device` and floating parameters to `dtype`. On CPU
   // the linear layers then run through oneDNN with GELU and the residual
@@ -82,8 +92,11 @@ class BertModel {
   // state [B, L, hidden] in the model's dtype. `padded`: whether any mask
   // entry is 0, when the caller knows it; else it is read from the mask,
   // which on CUDA waits for the device.
+  // `token_type_ids` (int64 [B, L], 0 or 1: the segment of each token of a
+  // text pair) may be left undefined: all 0.
   at::Tensor Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                     std::optional<bool> padded = std::nullopt) const;
+                     std::optional<bool> padded = std::nullopt,
+                     const at::Tensor& token_type_ids = {}) const;
 
  private:
   struct Layer {

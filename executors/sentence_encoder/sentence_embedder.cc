@@ -122,36 +122,10 @@ StatusOr<std::string> ResolveDType(std::string_view dtype, const Device& device)
                               "' is not supported (float32, float16, bfloat16, auto)");
 }
 
-StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptions options) {
-  if (options.model_path.empty()) {
-    GANTRY_ASSIGN_OR_RETURN(options.model_path, FindDefaultModelPath());
-  }
-  const fs::path folder(options.model_path);
+StatusOr<std::int64_t> ReadMaxSeqLength(const std::string& model_folder, const BertConfig& config,
+                                        std::int64_t requested) {
+  const fs::path folder(model_folder);
   std::error_code ec;
-  if (!fs::is_directory(folder, ec)) {
-    return NotFoundError("model_path " + options.model_path + ": not a directory");
-  }
-  GANTRY_RETURN_IF_ERROR(CheckTorchDevice(options.device));
-  const Device device = ResolveTorchDevice(options.device);
-  if (options.batch_size == 0) {
-    options.batch_size = device.is_cuda() ? kGpuBatchSize : kCpuBatchSize;
-  }
-  if (options.batch_size < 1) {
-    return InvalidArgumentError("batch_size must be >= 1, got " +
-                                std::to_string(options.batch_size));
-  }
-  GANTRY_ASSIGN_OR_RETURN(const std::string dtype_name, ResolveDType(options.dtype, device));
-  at::ScalarType dtype = at::kFloat;
-  if (dtype_name == "float16") {
-    dtype = at::kHalf;
-  } else if (dtype_name == "bfloat16") {
-    dtype = at::kBFloat16;
-  }
-
-  GANTRY_ASSIGN_OR_RETURN(BertConfig config, BertConfig::Load((folder / "config.json").string()));
-  GANTRY_ASSIGN_OR_RETURN(SentencePipeline pipeline,
-                          ReadSentencePipeline(folder.string(), config.hidden_size));
-
   // As sentence-transformers: sentence_bert_config.json's max_seq_length,
   // else the tokenizer's model_max_length, at most max_position_embeddings.
   std::int64_t max_seq_length = config.max_position_embeddings;
@@ -183,8 +157,8 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
                                   ": do_lower_case true is not supported");
     }
   }
-  if (options.max_seq_length != 0) {
-    max_seq_length = options.max_seq_length;
+  if (requested != 0) {
+    max_seq_length = requested;
   }
   if (max_seq_length < 2 || max_seq_length > config.max_position_embeddings) {
     return InvalidArgumentError("max_seq_length " + std::to_string(max_seq_length) +
@@ -192,6 +166,41 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
                                 std::to_string(config.max_position_embeddings) +
                                 "] (max_position_embeddings in config.json)");
   }
+  return max_seq_length;
+}
+
+StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptions options) {
+  if (options.model_path.empty()) {
+    GANTRY_ASSIGN_OR_RETURN(options.model_path, FindDefaultModelPath());
+  }
+  const fs::path folder(options.model_path);
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) {
+    return NotFoundError("model_path " + options.model_path + ": not a directory");
+  }
+  GANTRY_RETURN_IF_ERROR(CheckTorchDevice(options.device));
+  const Device device = ResolveTorchDevice(options.device);
+  if (options.batch_size == 0) {
+    options.batch_size = device.is_cuda() ? kGpuBatchSize : kCpuBatchSize;
+  }
+  if (options.batch_size < 1) {
+    return InvalidArgumentError("batch_size must be >= 1, got " +
+                                std::to_string(options.batch_size));
+  }
+  GANTRY_ASSIGN_OR_RETURN(const std::string dtype_name, ResolveDType(options.dtype, device));
+  at::ScalarType dtype = at::kFloat;
+  if (dtype_name == "float16") {
+    dtype = at::kHalf;
+  } else if (dtype_name == "bfloat16") {
+    dtype = at::kBFloat16;
+  }
+
+  GANTRY_ASSIGN_OR_RETURN(BertConfig config, BertConfig::Load((folder / "config.json").string()));
+  GANTRY_ASSIGN_OR_RETURN(SentencePipeline pipeline,
+                          ReadSentencePipeline(folder.string(), config.hidden_size));
+
+  GANTRY_ASSIGN_OR_RETURN(const std::int64_t max_seq_length,
+                          ReadMaxSeqLength(folder.string(), config, options.max_seq_length));
 
   GANTRY_ASSIGN_OR_RETURN(WordPieceTokenizer tokenizer,
                           WordPieceTokenizer::LoadFromFolder(folder.string()));

@@ -61,6 +61,14 @@ std::int64_t CudaBatchRows(std::int64_t count, std::int64_t batch_size);
 // that passes the model's `max_positions`.
 std::int64_t CudaPaddedLength(std::int64_t longest, std::int64_t max_positions);
 
+// The longest input in tokens ([CLS]/[SEP] included) as sentence-transformers
+// reads it from a model folder: sentence_bert_config.json's max_seq_length,
+// else tokenizer_config.json's model_max_length, at most config's
+// max_position_embeddings; `requested` (non-zero) overrides. Errors name the
+// file, or the bound that `requested` passes.
+StatusOr<std::int64_t> ReadMaxSeqLength(const std::string& folder, const BertConfig& config,
+                                        std::int64_t requested);
+
 inline constexpr std::int64_t kCpuBatchSize = 32;
 inline constexpr std::int64_t kGpuBatchSize = 256;
 

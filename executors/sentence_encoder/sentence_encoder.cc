@@ -3,7 +3,6 @@
 #include <ATen/core/Tensor.h>
 #include <gantry/torch_cuda.h>
 
-#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -12,83 +11,28 @@
 #include <string_view>
 #include <vector>
 
+#include "option_readers.h"
 #include "sentence_embedder.h"
 
 namespace gantry {
-namespace {
-
-// `device` is read by the worker (it becomes context.device), but users pass
-// it under `with:` like every other constructor argument.
-constexpr std::string_view kKeys[] = {"model_path", "batch_size",    "max_seq_length",
-                                      "dtype",      "auto_truncate", "device"};
-
-std::string WithError(const ExecutorContext& context, std::string_view key,
-                      const std::string& what) {
-  return "executor '" + context.name + "' (SentenceEncoder): with." + std::string(key) + ": " +
-         what;
-}
-
-std::string GetText(const ExecutorContext& context, std::string_view key, std::string fallback) {
-  const Value* value = context.with.Find(key);
-  if (value == nullptr || value->is_none()) {
-    return fallback;
-  }
-  const std::string* text = value->AsText();
-  if (text == nullptr) {
-    throw std::runtime_error(
-        WithError(context, key, "expected a string, got " + value->DebugString()));
-  }
-  return *text;
-}
-
-std::int64_t GetInt(const ExecutorContext& context, std::string_view key, std::int64_t fallback) {
-  const Value* value = context.with.Find(key);
-  if (value == nullptr || value->is_none()) {
-    return fallback;
-  }
-  double number = 0;
-  if (!value->ToNumber(&number) || number != std::floor(number) || number < 1 || number > 1e9) {
-    throw std::runtime_error(
-        WithError(context, key, "expected a positive integer, got " + value->DebugString()));
-  }
-  return static_cast<std::int64_t>(number);
-}
-
-}  // namespace
 
 SentenceEncoder::SentenceEncoder(const ExecutorContext& context) {
-  for (const auto& [key, value] : context.with.values()) {
-    bool known = false;
-    for (std::string_view k : kKeys) {
-      known = known || key == k;
-    }
-    if (!known) {
-      throw std::runtime_error(WithError(
-          context, key,
-          "unknown key (allowed: model_path, batch_size, max_seq_length, dtype, auto_truncate, "
-          "device)"));
-    }
-  }
+  // `device` is read by the worker (it becomes context.device), but users
+  // pass it under `with:` like every other constructor argument.
+  const sentence_encoder::WithReader with(
+      context, "SentenceEncoder",
+      {"model_path", "batch_size", "max_seq_length", "dtype", "auto_truncate", "device"});
   sentence_encoder::EmbedderOptions options;
-  options.model_path = GetText(context, "model_path", "");
-  options.batch_size = GetInt(context, "batch_size", 0);  // 0: the device's default
-  options.max_seq_length = GetInt(context, "max_seq_length", 0);
-  options.dtype = GetText(context, "dtype", "float32");
-  if (const Value* value = context.with.Find("auto_truncate");
-      value != nullptr && !value->is_none()) {
-    const bool* flag = value->AsBool();
-    if (flag == nullptr) {
-      throw std::runtime_error(WithError(context, "auto_truncate",
-                                         "expected true or false, got " + value->DebugString()));
-    }
-    auto_truncate_ = *flag;
-  }
+  options.model_path = with.Text("model_path", "");
+  options.batch_size = with.PositiveInt("batch_size", 0);  // 0: the device's default
+  options.max_seq_length = with.PositiveInt("max_seq_length", 0);
+  options.dtype = with.Text("dtype", "float32");
+  auto_truncate_ = with.Bool("auto_truncate").value_or(true);
   options.device = context.device;
   StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> embedder =
       sentence_encoder::SentenceEmbedder::Load(options);
   if (!embedder.ok()) {
-    throw std::runtime_error("executor '" + context.name + "' (SentenceEncoder) on " +
-                             context.device.ToString() + ": " + embedder.status().message());
+    throw std::runtime_error(with.LoadError(std::string(embedder.status().message())));
   }
   embedder_ = std::move(embedder).value();
   device_check_ = RegisterTensorsForDeviceCheck(
@@ -96,36 +40,6 @@ SentenceEncoder::SentenceEncoder(const ExecutorContext& context) {
 }
 
 SentenceEncoder::~SentenceEncoder() = default;
-
-sentence_encoder::Truncation SentenceEncoder::TruncationOf(const Parameters& parameters) const {
-  bool truncate = auto_truncate_;
-  if (const Value* given = parameters.Find("truncate"); given != nullptr && !given->is_none()) {
-    const bool* flag = given->AsBool();
-    if (flag == nullptr) {
-      throw std::invalid_argument("parameter truncate: expected true or false, got " +
-                                  given->DebugString());
-    }
-    truncate = *flag;
-  }
-  if (!truncate) {
-    return sentence_encoder::Truncation::kNone;
-  }
-  const Value* direction = parameters.Find("truncation_direction");
-  if (direction == nullptr || direction->is_none()) {
-    return sentence_encoder::Truncation::kRight;
-  }
-  // TEI spells them "Right" and "Left".
-  const std::string* text = direction->AsText();
-  if (text != nullptr && (*text == "right" || *text == "Right")) {
-    return sentence_encoder::Truncation::kRight;
-  }
-  if (text != nullptr && (*text == "left" || *text == "Left")) {
-    return sentence_encoder::Truncation::kLeft;
-  }
-  throw std::invalid_argument(
-      "parameter truncation_direction: expected \"right\" or \"left\", got " +
-      direction->DebugString());
-}
 
 std::string SentenceEncoder::Prompt(const Parameters& parameters) const {
   // sentence-transformers' encode(prompt=..., prompt_name=...): a prompt
@@ -170,7 +84,8 @@ void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
     texts.push_back(doc.text());
   }
   const std::string prompt = Prompt(parameters);
-  const sentence_encoder::Truncation truncation = TruncationOf(parameters);
+  const sentence_encoder::Truncation truncation =
+      sentence_encoder::ReadTruncation(parameters, auto_truncate_);
   const std::vector<std::vector<std::int64_t>> ids = embedder_->Tokenize(texts, prompt, truncation);
   if (truncation == sentence_encoder::Truncation::kNone) {
     const auto limit = static_cast<std::size_t>(embedder_->max_seq_length());

@@ -48,7 +48,6 @@
 
 namespace gantry::sentence_encoder {
 class SentenceEmbedder;
-enum class Truncation;
 }  // namespace gantry::sentence_encoder
 
 namespace gantry {
@@ -69,9 +68,6 @@ class SentenceEncoder final : public Executor {
   void Encode(DocList& docs, const Parameters& parameters);
 
  private:
-  // `truncate` / `truncation_direction` of the request, `auto_truncate` when
-  // it sends no `truncate`.
-  sentence_encoder::Truncation TruncationOf(const Parameters& parameters) const;
   // The text the request's `prompt` / `prompt_name` parameters ask to put
   // before every document (the folder's default prompt when neither is given).
   std::string Prompt(const Parameters& parameters) const;

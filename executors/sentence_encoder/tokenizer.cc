@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 namespace gantry::sentence_encoder {
@@ -425,6 +426,69 @@ std::vector<std::int64_t> WordPieceTokenizer::Encode(std::string_view text,
 }
 
 std::vector<std::int64_t> WordPieceTokenizer::EncodeAll(std::string_view text) const {
+  const std::vector<std::int64_t> pieces = Pieces(text);
+  std::vector<std::int64_t> ids;
+  ids.reserve(pieces.size() + 2);
+  ids.push_back(cls_id_);
+  ids.insert(ids.end(), pieces.begin(), pieces.end());
+  ids.push_back(sep_id_);
+  return ids;
+}
+
+std::pair<std::size_t, std::size_t> SplitPairBudget(std::size_t first, std::size_t second,
+                                                    std::size_t budget) {
+  if (first + second <= budget) {
+    return {first, second};
+  }
+  // As the Rust tokenizers library: with n1 the shorter, the longer may keep
+  // what n1 leaves but never less than n1; if even that is too much, halves.
+  const bool swapped = first > second;
+  std::size_t shorter = swapped ? second : first;
+  std::size_t longer = shorter > budget ? shorter : std::max(shorter, budget - shorter);
+  if (shorter + longer > budget) {
+    shorter = budget / 2;
+    longer = shorter + budget % 2;
+  }
+  std::size_t keep_first = swapped ? longer : shorter;
+  std::size_t keep_second = swapped ? shorter : longer;
+  return {std::min(keep_first, first), std::min(keep_second, second)};
+}
+
+PairIds WordPieceTokenizer::EncodePair(std::string_view first, std::string_view second,
+                                       std::size_t max_length, bool from_left) const {
+  return JoinPair(Pieces(first), Pieces(second), max_length, from_left);
+}
+
+PairIds WordPieceTokenizer::JoinPair(const std::vector<std::int64_t>& first,
+                                     const std::vector<std::int64_t>& second,
+                                     std::size_t max_length, bool from_left) const {
+  std::size_t keep_first = first.size();
+  std::size_t keep_second = second.size();
+  if (max_length != 0) {
+    // [CLS] and two [SEP] are always kept.
+    const std::size_t budget = max_length > 3 ? max_length - 3 : 0;
+    std::tie(keep_first, keep_second) = SplitPairBudget(first.size(), second.size(), budget);
+  }
+  // The kept pieces: the first `keep` (cut on the right) or the last.
+  const auto append = [from_left](std::vector<std::int64_t>& ids,
+                                  const std::vector<std::int64_t>& pieces, std::size_t keep) {
+    const auto begin =
+        pieces.begin() + static_cast<std::ptrdiff_t>(from_left ? pieces.size() - keep : 0);
+    ids.insert(ids.end(), begin, begin + static_cast<std::ptrdiff_t>(keep));
+  };
+  PairIds pair;
+  pair.ids.reserve(keep_first + keep_second + 3);
+  pair.ids.push_back(cls_id_);
+  append(pair.ids, first, keep_first);
+  pair.ids.push_back(sep_id_);
+  pair.token_types.assign(pair.ids.size(), 0);
+  append(pair.ids, second, keep_second);
+  pair.ids.push_back(sep_id_);
+  pair.token_types.resize(pair.ids.size(), 1);
+  return pair;
+}
+
+std::vector<std::int64_t> WordPieceTokenizer::Pieces(std::string_view text) const {
   std::vector<std::int64_t> pieces;
   // Special tokens are cut out of the raw text first (leftmost, then longest).
   std::size_t segment_start = 0;
@@ -447,13 +511,7 @@ std::vector<std::int64_t> WordPieceTokenizer::EncodeAll(std::string_view text) c
     segment_start = pos;
   }
   EncodeSegment(text.substr(segment_start), pieces);
-
-  std::vector<std::int64_t> ids;
-  ids.reserve(pieces.size() + 2);
-  ids.push_back(cls_id_);
-  ids.insert(ids.end(), pieces.begin(), pieces.end());
-  ids.push_back(sep_id_);
-  return ids;
+  return pieces;
 }
 
 }  // namespace gantry::sentence_encoder

@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace gantry::sentence_encoder {
@@ -41,6 +42,22 @@ struct WordPieceOptions {
 // pieces at the end (right) or at the start (left), [CLS] and [SEP] kept.
 void CutIds(std::vector<std::int64_t>& ids, std::size_t max_length, bool from_left);
 
+// How many pieces of a pair's two texts (`first`, `second` pieces, without
+// special tokens) are kept so that both fit `budget` pieces, as Hugging
+// Face's fast tokenizers cut pairs with truncation "longest_first": nothing
+// when they fit; else the longer is cut to what the shorter leaves (never
+// below the shorter's length); if that still does not fit, each gets half
+// (the second the odd one).
+std::pair<std::size_t, std::size_t> SplitPairBudget(std::size_t first, std::size_t second,
+                                                    std::size_t budget);
+
+// A text pair as BERT reads it: [CLS] a [SEP] b [SEP], and the segment of
+// every id (0 for [CLS], a and its [SEP]; 1 for b and its [SEP]).
+struct PairIds {
+  std::vector<std::int64_t> ids;
+  std::vector<std::int64_t> token_types;
+};
+
 class WordPieceTokenizer {
  public:
   // `vocab`: token -> id.
@@ -60,6 +77,20 @@ class WordPieceTokenizer {
   std::vector<std::int64_t> Encode(std::string_view text, std::size_t max_length) const;
   // The same, uncut: every piece of `text`.
   std::vector<std::int64_t> EncodeAll(std::string_view text) const;
+
+  // The pair (`first`, `second`) with truncation "longest_first" to at most
+  // `max_length` ids in all (>= 4); pieces are dropped at the end of each
+  // text (right) or at its start (left). `max_length` 0 keeps both whole.
+  // Throws std::invalid_argument if either text is not valid UTF-8.
+  PairIds EncodePair(std::string_view first, std::string_view second, std::size_t max_length,
+                     bool from_left) const;
+  // The same from each text's Pieces(), so that a text paired with many
+  // (a reranker's query) is tokenized once.
+  PairIds JoinPair(const std::vector<std::int64_t>& first, const std::vector<std::int64_t>& second,
+                   std::size_t max_length, bool from_left) const;
+  // The pieces of `text` (special tokens matched verbatim), no [CLS]/[SEP].
+  // Throws std::invalid_argument if `text` is not valid UTF-8.
+  std::vector<std::int64_t> Pieces(std::string_view text) const;
 
   // The normalized text of one segment without special tokens (for tests).
   std::string Normalize(std::string_view text) const;

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace gantry::sentence_encoder {
@@ -132,6 +133,33 @@ TEST(TokenizerTest, CreateRejectsVocabWithoutSpecialTokens) {
   StatusOr<WordPieceTokenizer> t = WordPieceTokenizer::Create({{"hello", 0}});
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("[UNK]"), std::string::npos) << t.status();
+}
+
+// Hugging Face's "longest_first" for pairs, worked by hand from its rules.
+TEST(TokenizerTest, PairBudgetCutsTheLongerFirstThenHalves) {
+  using Split = std::pair<std::size_t, std::size_t>;
+  EXPECT_EQ(SplitPairBudget(3, 4, 10), (Split{3, 4}));    // fits: nothing cut
+  EXPECT_EQ(SplitPairBudget(3, 20, 10), (Split{3, 7}));   // the longer keeps what is left
+  EXPECT_EQ(SplitPairBudget(20, 3, 10), (Split{7, 3}));   // whichever it is
+  EXPECT_EQ(SplitPairBudget(6, 20, 10), (Split{5, 5}));   // the shorter is over half: halves
+  EXPECT_EQ(SplitPairBudget(20, 20, 11), (Split{5, 6}));  // the second takes the odd one
+  EXPECT_EQ(SplitPairBudget(12, 30, 10), (Split{5, 5}));  // both over the budget
+  EXPECT_EQ(SplitPairBudget(0, 30, 10), (Split{0, 10}));
+}
+
+TEST(TokenizerTest, PairIsClsFirstSepSecondSepWithSegments) {
+  const WordPieceTokenizer tokenizer = MakeTokenizer();
+  // hello , world !  /  i ' m
+  const PairIds whole = tokenizer.EncodePair("Hello, world!", "I'm", 0, false);
+  EXPECT_EQ(whole.ids, (std::vector<std::int64_t>{kCls, 5, 6, 7, 8, kSep, 9, 10, 11, kSep}));
+  EXPECT_EQ(whole.token_types, (std::vector<std::int64_t>{0, 0, 0, 0, 0, 0, 1, 1, 1, 1}));
+  // 8 ids: 5 pieces for 4 + 3, so halves, the longer (first) keeping the
+  // odd one; each text loses its end, or its start.
+  const PairIds right = tokenizer.EncodePair("Hello, world!", "I'm", 8, false);
+  EXPECT_EQ(right.ids, (std::vector<std::int64_t>{kCls, 5, 6, 7, kSep, 9, 10, kSep}));
+  const PairIds left = tokenizer.EncodePair("Hello, world!", "I'm", 8, true);
+  EXPECT_EQ(left.ids, (std::vector<std::int64_t>{kCls, 6, 7, 8, kSep, 10, 11, kSep}));
+  EXPECT_EQ(left.token_types, (std::vector<std::int64_t>{0, 0, 0, 0, 0, 1, 1, 1}));
 }
 
 }  // namespace

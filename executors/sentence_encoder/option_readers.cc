@@ -1,0 +1,102 @@
+#include "option_readers.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace gantry::sentence_encoder {
+
+WithReader::WithReader(const ExecutorContext& context, std::string_view type,
+                       std::initializer_list<std::string_view> keys)
+    : context_(context), type_(type) {
+  std::string allowed;
+  for (std::string_view key : keys) {
+    allowed += (allowed.empty() ? "" : ", ") + std::string(key);
+  }
+  for (const auto& [key, value] : context.with.values()) {
+    bool known = false;
+    for (std::string_view k : keys) {
+      known = known || key == k;
+    }
+    if (!known) {
+      throw std::runtime_error(Error(key, "unknown key (allowed: " + allowed + ")"));
+    }
+  }
+}
+
+std::string WithReader::Error(std::string_view key, const std::string& what) const {
+  return "executor '" + context_.name + "' (" + type_ + "): with." + std::string(key) + ": " + what;
+}
+
+std::string WithReader::LoadError(const std::string& what) const {
+  return "executor '" + context_.name + "' (" + type_ + ") on " + context_.device.ToString() +
+         ": " + what;
+}
+
+std::string WithReader::Text(std::string_view key, std::string fallback) const {
+  const Value* value = context_.with.Find(key);
+  if (value == nullptr || value->is_none()) {
+    return fallback;
+  }
+  const std::string* text = value->AsText();
+  if (text == nullptr) {
+    throw std::runtime_error(Error(key, "expected a string, got " + value->DebugString()));
+  }
+  return *text;
+}
+
+std::int64_t WithReader::PositiveInt(std::string_view key, std::int64_t fallback) const {
+  const Value* value = context_.with.Find(key);
+  if (value == nullptr || value->is_none()) {
+    return fallback;
+  }
+  double number = 0;
+  if (!value->ToNumber(&number) || number != std::floor(number) || number < 1 || number > 1e9) {
+    throw std::runtime_error(
+        Error(key, "expected a positive integer, got " + value->DebugString()));
+  }
+  return static_cast<std::int64_t>(number);
+}
+
+std::optional<bool> WithReader::Bool(std::string_view key) const {
+  const Value* value = context_.with.Find(key);
+  if (value == nullptr || value->is_none()) {
+    return std::nullopt;
+  }
+  const bool* flag = value->AsBool();
+  if (flag == nullptr) {
+    throw std::runtime_error(Error(key, "expected true or false, got " + value->DebugString()));
+  }
+  return *flag;
+}
+
+Truncation ReadTruncation(const Parameters& parameters, bool auto_truncate) {
+  bool truncate = auto_truncate;
+  if (const Value* given = parameters.Find("truncate"); given != nullptr && !given->is_none()) {
+    const bool* flag = given->AsBool();
+    if (flag == nullptr) {
+      throw std::invalid_argument("parameter truncate: expected true or false, got " +
+                                  given->DebugString());
+    }
+    truncate = *flag;
+  }
+  if (!truncate) {
+    return Truncation::kNone;
+  }
+  const Value* direction = parameters.Find("truncation_direction");
+  if (direction == nullptr || direction->is_none()) {
+    return Truncation::kRight;
+  }
+  // TEI spells them "Right" and "Left".
+  const std::string* text = direction->AsText();
+  if (text != nullptr && (*text == "right" || *text == "Right")) {
+    return Truncation::kRight;
+  }
+  if (text != nullptr && (*text == "left" || *text == "Left")) {
+    return Truncation::kLeft;
+  }
+  throw std::invalid_argument(
+      "parameter truncation_direction: expected \"right\" or \"left\", got " +
+      direction->DebugString());
+}
+
+}  // namespace gantry::sentence_encoder
