@@ -258,7 +258,8 @@ class HttpGateway::Impl {
       return;
     }
     const bool openai = path == "/v1/embeddings" && !options_.models.empty();
-    const bool tei = path == "/embed" && !options_.models.empty();
+    const bool tei_embed = path == "/embed" && !options_.models.empty();
+    const bool tei_rerank = path == "/rerank" && !options_.models.empty();
     if (!openai && path.size() < 2) {
       send(DetailResponse(404, "HTTP 404 for POST " + path));
       return;
@@ -278,12 +279,17 @@ class HttpGateway::Impl {
     }
     if (openai) {
       HandleOpenAiEmbeddings(request.body, *deadline, send);
-    } else if (StatusOr<json> body = tei ? ParseJsonBounded(request.body) : StatusOr<json>(json());
-               tei && body.ok() && body->is_object() && body->contains("inputs") &&
-               !body->contains("data")) {
+    } else if (StatusOr<json> body = tei_embed || tei_rerank ? ParseJsonBounded(request.body)
+                                                             : StatusOr<json>(json());
+               body.ok() && body->is_object() && !body->contains("data") &&
+               (tei_rerank || body->contains("inputs"))) {
       // TEI's body; a Jina body ({"data": ...}) still reaches an executor's
-      // own /embed endpoint below.
-      HandleTeiEmbed(*body, *deadline, send);
+      // own /embed or /rerank endpoint below.
+      if (tei_embed) {
+        HandleTei(ParseTeiEmbedRequest(*body, options_.models, kMaxOpenAiInputs), *deadline, send);
+      } else {
+        HandleTei(ParseTeiRerankRequest(*body, options_.models, kMaxOpenAiInputs), *deadline, send);
+      }
     } else {
       HandleData(request.body, path == "/post" ? "" : path, *deadline, send);
     }
@@ -427,19 +433,22 @@ class HttpGateway::Impl {
              });
   }
 
-  void HandleTeiEmbed(const json& body, std::chrono::system_clock::time_point deadline,
-                      const Send& send) {
+  // TEI's POST /embed and /rerank: a validated body becomes the request a
+  // Jina client would send to the model's endpoint; the reply comes back in
+  // TEI's shape.
+  template <typename Request>
+  void HandleTei(std::variant<Request, TeiError> parsed,
+                 std::chrono::system_clock::time_point deadline, const Send& send) {
     auto reply_error = [&send](const TeiError& error) {
       send(JsonResponse(error.http_status, error.ToJson()));
     };
-    auto request = ParseTeiEmbedRequest(body, options_.models, kMaxOpenAiInputs);
-    if (const auto* error = std::get_if<TeiError>(&request)) {
+    if (const auto* error = std::get_if<TeiError>(&parsed)) {
       reply_error(*error);
       return;
     }
-    auto embed_request = std::make_shared<TeiEmbedRequest>(std::get<TeiEmbedRequest>(request));
-    jina::DataRequestProto data_request = MakeTeiDataRequest(
-        *embed_request, options_.models.at(embed_request->model), RandomRequestId());
+    auto request = std::make_shared<Request>(std::move(std::get<Request>(parsed)));
+    jina::DataRequestProto data_request =
+        MakeTeiRequest(*request, options_.models.at(request->model), RandomRequestId());
     if (std::size_t size = data_request.ByteSizeLong(); size > max_message_bytes_) {
       reply_error(TeiError{.http_status = 413,
                            .message = "request of " + std::to_string(size) +
@@ -448,12 +457,34 @@ class HttpGateway::Impl {
       return;
     }
     forward_(data_request.SerializeAsString(), deadline,
-             [send, embed_request, cap = max_message_bytes_](const HttpForwardResult& result) {
-               send(TeiReply(result, *embed_request, cap));
+             [send, request, cap = max_message_bytes_](const HttpForwardResult& result) {
+               send(TeiReply(result, *request, cap));
              });
   }
 
-  static HttpResponse TeiReply(const HttpForwardResult& result, const TeiEmbedRequest& request,
+  static jina::DataRequestProto MakeTeiRequest(const TeiEmbedRequest& request,
+                                               const std::string& endpoint,
+                                               const std::string& request_id) {
+    return MakeTeiDataRequest(request, endpoint, request_id);
+  }
+  static jina::DataRequestProto MakeTeiRequest(const TeiRerankRequest& request,
+                                               const std::string& endpoint,
+                                               const std::string& request_id) {
+    return MakeTeiRerankDataRequest(request, endpoint, request_id);
+  }
+  static std::variant<json, TeiError> MakeTeiResponse(const TeiEmbedRequest& request,
+                                                      const jina::DataRequestProto& reply,
+                                                      std::uint64_t cap) {
+    return MakeTeiEmbedResponse(request, reply, cap);
+  }
+  static std::variant<json, TeiError> MakeTeiResponse(const TeiRerankRequest& request,
+                                                      const jina::DataRequestProto& reply,
+                                                      std::uint64_t cap) {
+    return MakeTeiRerankResponse(request, reply, cap);
+  }
+
+  template <typename Request>
+  static HttpResponse TeiReply(const HttpForwardResult& result, const Request& request,
                                std::uint64_t cap) {
     auto error_response = [](const TeiError& error) {
       return JsonResponse(error.http_status, error.ToJson());
@@ -477,7 +508,7 @@ class HttpGateway::Impl {
                                      .message = status.description(),
                                      .type = http_status == 424 ? "Backend" : "Validation"});
     }
-    auto response = MakeTeiEmbedResponse(request, reply, cap);
+    auto response = MakeTeiResponse(request, reply, cap);
     if (const auto* error = std::get_if<TeiError>(&response)) {
       return error_response(*error);
     }

@@ -1,9 +1,14 @@
 #include "gateway/tei_embeddings.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
+#include <optional>
 
+#include "core/doc_proto.h"
 #include "gateway/openai_embeddings.h"
+#include "gateway/reply_docs.h"
 
 namespace gantry::internal {
 namespace {
@@ -25,6 +30,70 @@ std::string ServedNames(const std::map<std::string, std::string>& served) {
     names += (names.empty() ? "'" : ", '") + name + "'";
   }
   return names;
+}
+
+// With one model served the request goes to it; with several the body must
+// name one in `model` (our addition; TEI serves one model per process).
+std::optional<TeiError> ChooseModel(const json& body,
+                                    const std::map<std::string, std::string>& served,
+                                    std::string& model_name) {
+  if (auto model = body.find("model"); model != body.end() && !model->is_null()) {
+    if (!model->is_string() || !served.contains(model->get<std::string>())) {
+      return TeiError{.http_status = 404,
+                      .message = "model " + model->dump() +
+                                 " is not served (served: " + ServedNames(served) + ")",
+                      .type = "Validation"};
+    }
+    model_name = model->get<std::string>();
+  } else if (served.size() == 1) {
+    model_name = served.begin()->first;
+  } else {
+    return Invalid("this gateway serves several models (" + ServedNames(served) +
+                   "): name one in \"model\"");
+  }
+  return std::nullopt;
+}
+
+// `truncate` and `truncation_direction`, as /embed and /rerank share them.
+std::optional<TeiError> ReadTruncation(const json& body, std::optional<bool>& truncate,
+                                       std::string& direction_name) {
+  if (auto given = body.find("truncate"); given != body.end() && !given->is_null()) {
+    if (!given->is_boolean()) {
+      return Invalid("\"truncate\" must be true or false, got " + given->dump());
+    }
+    truncate = given->get<bool>();
+  }
+  if (auto direction = body.find("truncation_direction");
+      direction != body.end() && !direction->is_null()) {
+    if (*direction == "Right" || *direction == "right") {
+      direction_name = "right";
+    } else if (*direction == "Left" || *direction == "left") {
+      direction_name = "left";
+    } else {
+      return Invalid("\"truncation_direction\" must be \"Right\" or \"Left\", got " +
+                     direction->dump());
+    }
+  }
+  return std::nullopt;
+}
+
+// An optional boolean field of `body` into `out`.
+std::optional<TeiError> ReadFlag(const json& body, const char* field, bool& out) {
+  if (auto given = body.find(field); given != body.end() && !given->is_null()) {
+    if (!given->is_boolean()) {
+      return Invalid("\"" + std::string(field) + "\" must be true or false, got " + given->dump());
+    }
+    out = given->get<bool>();
+  }
+  return std::nullopt;
+}
+
+TeiError TooMany(std::size_t given, std::size_t most) {
+  // TEI's own wording for its max_client_batch_size.
+  return TeiError{.http_status = 413,
+                  .message = "batch size " + std::to_string(given) +
+                             " > maximum allowed batch size " + std::to_string(most),
+                  .type = "Validation"};
 }
 
 }  // namespace
@@ -50,19 +119,8 @@ std::variant<TeiEmbedRequest, TeiError> ParseTeiEmbedRequest(
     return Invalid("request body must be a JSON object");
   }
   TeiEmbedRequest request;
-  if (auto model = body.find("model"); model != body.end() && !model->is_null()) {
-    if (!model->is_string() || !served.contains(model->get<std::string>())) {
-      return TeiError{.http_status = 404,
-                      .message = "model " + model->dump() +
-                                 " is not served (served: " + ServedNames(served) + ")",
-                      .type = "Validation"};
-    }
-    request.model = model->get<std::string>();
-  } else if (served.size() == 1) {
-    request.model = served.begin()->first;
-  } else {
-    return Invalid("this gateway serves several models (" + ServedNames(served) +
-                   "): name one in \"model\"");
+  if (std::optional<TeiError> error = ChooseModel(body, served, request.model)) {
+    return *error;
   }
 
   auto inputs = body.find("inputs");
@@ -71,37 +129,17 @@ std::variant<TeiEmbedRequest, TeiError> ParseTeiEmbedRequest(
   }
   if (auto problem = ReadTextInputs(*inputs, "inputs", max_inputs, request.inputs)) {
     if (problem->too_many) {
-      // TEI's own wording for its max_client_batch_size.
-      return TeiError{.http_status = 413,
-                      .message = "batch size " + std::to_string(inputs->size()) +
-                                 " > maximum allowed batch size " + std::to_string(max_inputs),
-                      .type = "Validation"};
+      return TooMany(inputs->size(), max_inputs);
     }
     return Invalid(problem->message);
   }
 
-  if (auto normalize = body.find("normalize"); normalize != body.end() && !normalize->is_null()) {
-    if (!normalize->is_boolean()) {
-      return Invalid("\"normalize\" must be true or false, got " + normalize->dump());
-    }
-    request.normalize = normalize->get<bool>();
+  if (std::optional<TeiError> error = ReadFlag(body, "normalize", request.normalize)) {
+    return *error;
   }
-  if (auto truncate = body.find("truncate"); truncate != body.end() && !truncate->is_null()) {
-    if (!truncate->is_boolean()) {
-      return Invalid("\"truncate\" must be true or false, got " + truncate->dump());
-    }
-    request.truncate = truncate->get<bool>();
-  }
-  if (auto direction = body.find("truncation_direction");
-      direction != body.end() && !direction->is_null()) {
-    if (*direction == "Right" || *direction == "right") {
-      request.truncation_direction = "right";
-    } else if (*direction == "Left" || *direction == "left") {
-      request.truncation_direction = "left";
-    } else {
-      return Invalid("\"truncation_direction\" must be \"Right\" or \"Left\", got " +
-                     direction->dump());
-    }
+  if (std::optional<TeiError> error =
+          ReadTruncation(body, request.truncate, request.truncation_direction)) {
+    return *error;
   }
   if (auto prompt = body.find("prompt_name"); prompt != body.end() && !prompt->is_null()) {
     if (!prompt->is_string()) {
@@ -164,6 +202,113 @@ std::variant<json, TeiError> MakeTeiEmbedResponse(const TeiEmbedRequest& request
       }
     }
     out.push_back(std::move(values));
+  }
+  return out;
+}
+
+std::variant<TeiRerankRequest, TeiError> ParseTeiRerankRequest(
+    const json& body, const std::map<std::string, std::string>& served, std::size_t max_texts) {
+  if (!body.is_object()) {
+    return Invalid("request body must be a JSON object");
+  }
+  TeiRerankRequest request;
+  if (std::optional<TeiError> error = ChooseModel(body, served, request.model)) {
+    return *error;
+  }
+  auto query = body.find("query");
+  if (query == body.end() || !query->is_string()) {
+    return Invalid("\"query\" is required: the string the texts are ranked against");
+  }
+  request.query = query->get<std::string>();
+  auto texts = body.find("texts");
+  if (texts == body.end() || !texts->is_array()) {
+    return Invalid("\"texts\" is required: a list of strings");
+  }
+  if (texts->empty()) {
+    return Invalid("\"texts\" cannot be empty");
+  }
+  if (auto problem = ReadTextInputs(*texts, "texts", max_texts, request.texts)) {
+    if (problem->too_many) {
+      return TooMany(texts->size(), max_texts);
+    }
+    return Invalid(problem->message);
+  }
+  if (std::optional<TeiError> error = ReadFlag(body, "raw_scores", request.raw_scores)) {
+    return *error;
+  }
+  if (std::optional<TeiError> error = ReadFlag(body, "return_text", request.return_text)) {
+    return *error;
+  }
+  if (std::optional<TeiError> error =
+          ReadTruncation(body, request.truncate, request.truncation_direction)) {
+    return *error;
+  }
+  return request;
+}
+
+jina::DataRequestProto MakeTeiRerankDataRequest(const TeiRerankRequest& request,
+                                                const std::string& endpoint,
+                                                const std::string& request_id) {
+  OpenAiEmbeddingsRequest as_openai;
+  as_openai.inputs = request.texts;
+  jina::DataRequestProto proto = MakeOpenAiDataRequest(as_openai, endpoint, request_id);
+  auto& parameters = *proto.mutable_parameters()->mutable_fields();
+  parameters.clear();
+  parameters["query"].set_string_value(request.query);
+  if (request.raw_scores) {
+    parameters["raw_scores"].set_bool_value(true);
+  }
+  if (request.truncate) {
+    parameters["truncate"].set_bool_value(*request.truncate);
+  }
+  if (!request.truncation_direction.empty()) {
+    parameters["truncation_direction"].set_string_value(request.truncation_direction);
+  }
+  return proto;
+}
+
+std::variant<json, TeiError> MakeTeiRerankResponse(const TeiRerankRequest& request,
+                                                   const jina::DataRequestProto& reply,
+                                                   std::uint64_t max_tensor_bytes) {
+  const auto backend = [](std::string message) {
+    return TeiError{.http_status = 424, .message = std::move(message), .type = "Backend"};
+  };
+  const DecodeLimits limits{.max_tensor_bytes = max_tensor_bytes};
+  StatusOr<DocList> docs = !reply.data().has_docs() && reply.data().docs_bytes().empty()
+                               ? InvalidArgumentError("the reply carries no documents")
+                               : ReplyDocs(reply, limits);
+  if (!docs.ok()) {
+    return backend("the executor's reply does not decode: " + std::string(docs.status().message()));
+  }
+  if (docs->size() != request.texts.size()) {
+    return backend("the executor returned " + std::to_string(docs->size()) + " documents for " +
+                   std::to_string(request.texts.size()) + " texts");
+  }
+  std::vector<double> scores;
+  scores.reserve(docs->size());
+  for (std::size_t i = 0; i < docs->size(); ++i) {
+    const Value::Dict& tags = (*docs)[i].tags();
+    const auto found = tags.find("relevance_score");
+    const Value* score = found == tags.end() ? nullptr : &found->second;
+    double number = 0;
+    if (score == nullptr || !score->ToNumber(&number) || !std::isfinite(number)) {
+      return backend("document " + std::to_string(i) +
+                     ": the executor gave no numeric tag relevance_score (a reranker such as "
+                     "CrossEncoder with a one-label model sets it)");
+    }
+    scores.push_back(number);
+  }
+  std::vector<std::size_t> order(scores.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&scores](std::size_t a, std::size_t b) { return scores[a] > scores[b]; });
+  json out = json::array();
+  for (std::size_t index : order) {
+    json rank = {{"index", index}, {"score", scores[index]}};
+    if (request.return_text) {
+      rank["text"] = request.texts[index];
+    }
+    out.push_back(std::move(rank));
   }
   return out;
 }

@@ -1,5 +1,6 @@
-// text-embeddings-inference's embedding route on the HTTP gateway (POST
-// /embed, with `models:` set), in TEI's request and reply shapes: `inputs` a
+// text-embeddings-inference's embedding and rerank routes on the HTTP gateway
+// (POST /embed and POST /rerank, with `models:` set), in TEI's request and
+// reply shapes. /embed: `inputs` a
 // string or a list of them, `normalize` (default true), `truncate`,
 // `truncation_direction` ("Right"/"Left"), `prompt_name`; the reply a list of
 // float lists; errors {"error", "error_type"} with TEI's status codes (413
@@ -14,6 +15,12 @@
 // when vectors are asked for as pooled), which SentenceEncoder honours.
 // Vectors asked for normalised are scaled to unit length here as well, so
 // that any executor's reply keeps TEI's contract.
+//
+// /rerank: `query`, `texts` (a list), `raw_scores`, `return_text`,
+// `truncate`, `truncation_direction`; the reply [{"index", "score",
+// "text"?}] best first. The texts go as documents, the rest as parameters,
+// which the CrossEncoder executor honours; each document must come back
+// with the tag `relevance_score`.
 //
 // Thread safety: free functions without shared state.
 #ifndef GANTRY_GATEWAY_TEI_EMBEDDINGS_H_
@@ -76,6 +83,35 @@ jina::DataRequestProto MakeTeiDataRequest(const TeiEmbedRequest& request,
 std::variant<nlohmann::json, TeiError> MakeTeiEmbedResponse(const TeiEmbedRequest& request,
                                                             const jina::DataRequestProto& reply,
                                                             std::uint64_t max_tensor_bytes);
+
+struct TeiRerankRequest {
+  std::string model;
+  std::string query;
+  std::vector<std::string> texts;
+  bool raw_scores = false;
+  bool return_text = false;
+  std::optional<bool> truncate;
+  std::string truncation_direction;  // "right" or "left"; empty: not given
+};
+
+// Validates a POST /rerank body: the model as for /embed; `query` a string;
+// `texts` a list of 1 to `max_texts` non-empty strings (413 past it, as
+// TEI's max_client_batch_size).
+std::variant<TeiRerankRequest, TeiError> ParseTeiRerankRequest(
+    const nlohmann::json& body, const std::map<std::string, std::string>& served,
+    std::size_t max_texts);
+
+// One text document per text, in order; query and flags as parameters.
+jina::DataRequestProto MakeTeiRerankDataRequest(const TeiRerankRequest& request,
+                                                const std::string& endpoint,
+                                                const std::string& request_id);
+
+// TEI's [{"index", "score", "text"?}, ...] sorted by score, highest first
+// (ties keep input order). A reply without one document per text, or a
+// document without a numeric `relevance_score` tag, is 424 naming it.
+std::variant<nlohmann::json, TeiError> MakeTeiRerankResponse(const TeiRerankRequest& request,
+                                                             const jina::DataRequestProto& reply,
+                                                             std::uint64_t max_tensor_bytes);
 
 }  // namespace gantry::internal
 

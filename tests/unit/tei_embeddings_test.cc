@@ -1,4 +1,4 @@
-// TEI's /embed on the gateway: what a body is read as, the parameters the
+// TEI's /embed and /rerank on the gateway: what a body is read as, the parameters the
 // executor gets, the reply's shape and the errors' codes. Through real
 // processes and TEI's published schemas: tests/interop/test_tei_api.py.
 #include "gateway/tei_embeddings.h"
@@ -147,6 +147,95 @@ TEST(TeiEmbeddingsTest, ForwardFailuresUseTeisCodes) {
   EXPECT_EQ(TeiError::FromGrpc(14, "down").type, "Unhealthy");
   EXPECT_EQ(TeiError::FromGrpc(4, "late").http_status, 504);  // DEADLINE_EXCEEDED
   EXPECT_EQ(TeiError::FromGrpc(13, "bug").http_status, 424);
+}
+
+TEST(TeiRerankTest, QueryAndFlagsBecomeParametersOfOneDocumentPerText) {
+  auto parsed = ParseTeiRerankRequest(json{{"query", "q"},
+                                           {"texts", {"a", "b", "c"}},
+                                           {"raw_scores", true},
+                                           {"return_text", true},
+                                           {"truncate", false},
+                                           {"truncation_direction", "Right"}},
+                                      kOne, 8);
+  ASSERT_TRUE(std::holds_alternative<TeiRerankRequest>(parsed))
+      << std::get<TeiError>(parsed).message;
+  const TeiRerankRequest& request = std::get<TeiRerankRequest>(parsed);
+  EXPECT_TRUE(request.return_text);
+  const jina::DataRequestProto proto = MakeTeiRerankDataRequest(request, "/rerank", "r1");
+  EXPECT_EQ(proto.header().exec_endpoint(), "/rerank");
+  EXPECT_EQ(proto.data().docs().docs_size(), 3);
+  const auto& fields = proto.parameters().fields();
+  EXPECT_EQ(fields.at("query").string_value(), "q");
+  EXPECT_TRUE(fields.at("raw_scores").bool_value());
+  EXPECT_FALSE(fields.at("truncate").bool_value());
+  EXPECT_EQ(fields.at("truncation_direction").string_value(), "right");
+  EXPECT_FALSE(fields.contains("return_text"));  // the gateway's business
+
+  auto plain = ParseTeiRerankRequest(json{{"query", ""}, {"texts", {"a"}}}, kOne, 8);
+  ASSERT_TRUE(std::holds_alternative<TeiRerankRequest>(plain));
+  EXPECT_EQ(MakeTeiRerankDataRequest(std::get<TeiRerankRequest>(plain), "/rerank", "r2")
+                .parameters()
+                .fields()
+                .size(),
+            1u);  // the query only
+}
+
+TEST(TeiRerankTest, BadBodiesAreErrorsNamingTheField) {
+  const struct {
+    json body;
+    int status;
+    std::string want;
+  } kBad[] = {
+      {json{{"texts", {"a"}}}, 422, "\"query\" is required"},
+      {json{{"query", 3}, {"texts", {"a"}}}, 422, "\"query\" is required"},
+      {json{{"query", "q"}}, 422, "\"texts\" is required"},
+      {json{{"query", "q"}, {"texts", "a"}}, 422, "\"texts\" is required: a list"},
+      {json{{"query", "q"}, {"texts", json::array()}}, 422, "\"texts\" cannot be empty"},
+      {json{{"query", "q"}, {"texts", {"a", 1}}}, 422, "texts[1]"},
+      {json{{"query", "q"}, {"texts", std::vector<std::string>(9, "a")}}, 413,
+       "batch size 9 > maximum allowed batch size 8"},
+      {json{{"query", "q"}, {"texts", {"a"}}, {"raw_scores", "yes"}}, 422,
+       "\"raw_scores\" must be"},
+      {json{{"query", "q"}, {"texts", {"a"}}, {"return_text", 1}}, 422, "\"return_text\" must be"},
+      {json{{"query", "q"}, {"texts", {"a"}}, {"truncation_direction", "Up"}}, 422, "\"Up\""},
+  };
+  for (const auto& bad : kBad) {
+    auto parsed = ParseTeiRerankRequest(bad.body, kOne, 8);
+    ASSERT_TRUE(std::holds_alternative<TeiError>(parsed)) << bad.body.dump();
+    const TeiError& error = std::get<TeiError>(parsed);
+    EXPECT_EQ(error.http_status, bad.status) << bad.body.dump();
+    EXPECT_NE(error.message.find(bad.want), std::string::npos) << error.message;
+  }
+}
+
+TEST(TeiRerankTest, ReplyIsRanksBestFirstWithTextWhenAsked) {
+  DocList docs{Doc("a"), Doc("b"), Doc("c")};
+  const double scores[] = {0.2, 0.9, 0.2};
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    docs[i].mutable_tags()["relevance_score"] = Value(scores[i]);
+  }
+  jina::DataRequestProto reply;
+  DocListToProto(docs, reply.mutable_data()->mutable_docs());
+  TeiRerankRequest request;
+  request.texts = {"a", "b", "c"};
+  auto out = MakeTeiRerankResponse(request, reply, 1 << 20);
+  ASSERT_TRUE(std::holds_alternative<json>(out)) << std::get<TeiError>(out).message;
+  // Best first; equal scores keep input order.
+  EXPECT_EQ(std::get<json>(out), json::parse(R"([{"index":1,"score":0.9},{"index":0,"score":0.2},)"
+                                             R"({"index":2,"score":0.2}])"));
+  request.return_text = true;
+  out = MakeTeiRerankResponse(request, reply, 1 << 20);
+  EXPECT_EQ(std::get<json>(out)[0]["text"], "b");
+
+  // A document without a score (an embedding executor behind /rerank) is
+  // the backend's fault, named.
+  docs[2].mutable_tags().clear();
+  jina::DataRequestProto unscored;
+  DocListToProto(docs, unscored.mutable_data()->mutable_docs());
+  out = MakeTeiRerankResponse(request, unscored, 1 << 20);
+  ASSERT_TRUE(std::holds_alternative<TeiError>(out));
+  EXPECT_EQ(std::get<TeiError>(out).http_status, 424);
+  EXPECT_NE(std::get<TeiError>(out).message.find("document 2"), std::string::npos);
 }
 
 }  // namespace
