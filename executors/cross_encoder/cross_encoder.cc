@@ -1,0 +1,94 @@
+#include "cross_encoder.h"
+
+#include <ATen/core/Tensor.h>
+#include <gantry/torch_cuda.h>
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cross_scorer.h"
+#include "option_readers.h"
+
+namespace gantry {
+
+CrossEncoder::CrossEncoder(const ExecutorContext& context) {
+  const sentence_encoder::WithReader with(
+      context, "CrossEncoder",
+      {"model_path", "batch_size", "max_seq_length", "dtype", "auto_truncate", "device"});
+  cross_encoder::ScorerOptions options;
+  options.model_path = with.Text("model_path", "");
+  if (options.model_path.empty()) {
+    throw std::runtime_error(
+        with.Error("model_path", "required (a BertForSequenceClassification folder)"));
+  }
+  options.batch_size = with.PositiveInt("batch_size", 0);
+  options.max_seq_length = with.PositiveInt("max_seq_length", 0);
+  options.dtype = with.Text("dtype", "float32");
+  auto_truncate_ = with.Bool("auto_truncate").value_or(true);
+  options.device = context.device;
+  StatusOr<std::unique_ptr<cross_encoder::CrossScorer>> scorer =
+      cross_encoder::CrossScorer::Load(options);
+  if (!scorer.ok()) {
+    throw std::runtime_error(with.LoadError(std::string(scorer.status().message())));
+  }
+  scorer_ = std::move(scorer).value();
+  device_check_ = RegisterTensorsForDeviceCheck(
+      "CrossEncoder", [scorer = scorer_.get()] { return scorer->NamedParameters(); });
+}
+
+CrossEncoder::~CrossEncoder() = default;
+
+void CrossEncoder::Rerank(DocList& docs, const Parameters& parameters) {
+  const Value* query = parameters.Find("query");
+  const std::string* query_text = query == nullptr ? nullptr : query->AsText();
+  if (query_text == nullptr) {
+    throw std::invalid_argument(
+        "parameter query: expected the text to score documents against, got " +
+        (query == nullptr ? std::string("nothing") : query->DebugString()));
+  }
+  if (docs.empty()) {
+    return;
+  }
+  std::vector<std::string_view> texts;
+  texts.reserve(docs.size());
+  for (const Doc& doc : docs) {
+    texts.push_back(doc.text());
+  }
+  const sentence_encoder::Truncation truncation =
+      sentence_encoder::ReadTruncation(parameters, auto_truncate_);
+  const std::vector<sentence_encoder::PairIds> pairs =
+      scorer_->Tokenize(*query_text, texts, truncation);
+  bool raw = false;
+  if (const Value* given = parameters.Find("raw_scores"); given != nullptr && !given->is_none()) {
+    const bool* flag = given->AsBool();
+    if (flag == nullptr) {
+      throw std::invalid_argument("parameter raw_scores: expected true or false, got " +
+                                  given->DebugString());
+    }
+    raw = *flag;
+  }
+  const bool token_counts = parameters.GetBool("return_token_counts");
+  const at::Tensor logits = scorer_->Logits(pairs);
+  const at::Tensor scores = raw ? logits : scorer_->Scores(logits).contiguous();
+  const std::int64_t labels = scorer_->num_labels();
+  const float* data = scores.data_ptr<float>();
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    const float* row = data + static_cast<std::int64_t>(i) * labels;
+    docs[i].set_embedding(Tensor::FromValues<float>({labels}, std::span<const float>(row, labels)));
+    if (labels == 1) {
+      docs[i].mutable_tags()["relevance_score"] = Value(static_cast<double>(row[0]));
+    }
+    if (token_counts) {
+      docs[i].mutable_tags()["num_tokens"] = Value(static_cast<std::int64_t>(pairs[i].ids.size()));
+    }
+  }
+}
+
+}  // namespace gantry
+
+using gantry::CrossEncoder;
+GANTRY_REGISTER_EXECUTOR(CrossEncoder);

@@ -1,0 +1,270 @@
+#include "cross_scorer.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/sigmoid.h>
+#include <ATen/ops/tanh.h>
+#include <ATen/ops/zeros.h>
+#include <gantry/torch_cuda.h>
+#include <gantry/torch_tensor.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <set>
+#include <stdexcept>
+
+#include "safetensors.h"
+#include "sentence_pipeline.h"
+
+namespace gantry::cross_encoder {
+namespace {
+
+namespace fs = std::filesystem;
+using sentence_encoder::PairIds;
+
+constexpr char kPoolerWeight[] = "bert.pooler.dense.weight";
+constexpr char kPoolerBias[] = "bert.pooler.dense.bias";
+constexpr char kClassifierWeight[] = "classifier.weight";
+constexpr char kClassifierBias[] = "classifier.bias";
+
+// config.json's architectures and sentence-transformers' activation_fn
+// (`has_activation` false when the folder names none).
+Status ReadHead(const std::string& config_path, Activation* activation, bool* has_activation) {
+  GANTRY_ASSIGN_OR_RETURN(const nlohmann::json config, sentence_encoder::ReadJsonFile(config_path));
+  if (const auto it = config.find("architectures"); it != config.end()) {
+    const bool classifier =
+        it->is_array() && std::any_of(it->begin(), it->end(), [](const nlohmann::json& name) {
+          return name == "BertForSequenceClassification";
+        });
+    if (!classifier) {
+      return InvalidArgumentError(config_path + ": architectures " + it->dump() +
+                                  " is not supported (a cross-encoder is "
+                                  "BertForSequenceClassification)");
+    }
+  }
+  // sentence-transformers 4 and later; before, a key of its own.
+  const nlohmann::json* name = nullptr;
+  std::string key = "sentence_transformers.activation_fn";
+  if (const auto st = config.find("sentence_transformers");
+      st != config.end() && st->is_object() && st->contains("activation_fn")) {
+    name = &(*st)["activation_fn"];
+  } else if (const auto legacy = config.find("sbert_ce_default_activation_function");
+             legacy != config.end() && !legacy->is_null()) {
+    name = &*legacy;
+    key = "sbert_ce_default_activation_function";
+  }
+  *has_activation = name != nullptr;
+  if (name == nullptr) {
+    return OkStatus();
+  }
+  if (*name == "torch.nn.modules.activation.Sigmoid") {
+    *activation = Activation::kSigmoid;
+  } else if (*name == "torch.nn.modules.linear.Identity") {
+    *activation = Activation::kIdentity;
+  } else {
+    return InvalidArgumentError(config_path + ": " + key + " " + name->dump() +
+                                " is not supported (torch.nn.modules.activation.Sigmoid or "
+                                "torch.nn.modules.linear.Identity)");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CrossScorer>> CrossScorer::Load(ScorerOptions options) {
+  if (options.model_path.empty()) {
+    return InvalidArgumentError("model_path is required (a BertForSequenceClassification folder)");
+  }
+  const fs::path folder(options.model_path);
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) {
+    return NotFoundError("model_path " + options.model_path + ": not a directory");
+  }
+  GANTRY_RETURN_IF_ERROR(CheckTorchDevice(options.device));
+  const Device device = ResolveTorchDevice(options.device);
+  if (options.batch_size == 0) {
+    options.batch_size =
+        device.is_cuda() ? sentence_encoder::kGpuBatchSize : sentence_encoder::kCpuBatchSize;
+  }
+  if (options.batch_size < 1) {
+    return InvalidArgumentError("batch_size must be >= 1, got " +
+                                std::to_string(options.batch_size));
+  }
+  GANTRY_ASSIGN_OR_RETURN(const std::string dtype_name,
+                          sentence_encoder::ResolveDType(options.dtype, device));
+  at::ScalarType dtype = at::kFloat;
+  if (dtype_name == "float16") {
+    dtype = at::kHalf;
+  } else if (dtype_name == "bfloat16") {
+    dtype = at::kBFloat16;
+  }
+  const std::string config_path = (folder / "config.json").string();
+  GANTRY_ASSIGN_OR_RETURN(sentence_encoder::BertConfig config,
+                          sentence_encoder::BertConfig::Load(config_path));
+  Activation activation = Activation::kSigmoid;
+  bool has_activation = false;
+  GANTRY_RETURN_IF_ERROR(ReadHead(config_path, &activation, &has_activation));
+  GANTRY_ASSIGN_OR_RETURN(
+      const std::int64_t max_seq_length,
+      sentence_encoder::ReadMaxSeqLength(folder.string(), config, options.max_seq_length));
+  if (max_seq_length < 4) {
+    return InvalidArgumentError("max_seq_length " + std::to_string(max_seq_length) +
+                                " is too short for a pair ([CLS] and two [SEP] take 3)");
+  }
+  GANTRY_ASSIGN_OR_RETURN(sentence_encoder::WordPieceTokenizer tokenizer,
+                          sentence_encoder::WordPieceTokenizer::LoadFromFolder(folder.string()));
+  if (static_cast<std::int64_t>(tokenizer.vocab_size()) > config.vocab_size) {
+    return InvalidArgumentError(
+        folder.string() + ": tokenizer has " + std::to_string(tokenizer.vocab_size()) +
+        " tokens but config.json vocab_size is " + std::to_string(config.vocab_size));
+  }
+  GANTRY_ASSIGN_OR_RETURN(
+      sentence_encoder::SafetensorsFile weights,
+      sentence_encoder::SafetensorsFile::Open((folder / "model.safetensors").string()));
+  const sentence_encoder::SafetensorsEntry* classifier = weights.Find(kClassifierWeight);
+  if (classifier == nullptr || classifier->shape.size() != 2) {
+    return InvalidArgumentError(weights.path() + ": no 2-D tensor '" + kClassifierWeight +
+                                "' (a cross-encoder is BertForSequenceClassification)");
+  }
+  const std::int64_t num_labels = classifier->shape[0];
+  const std::int64_t hidden = config.hidden_size;
+  sentence_encoder::BertModel model(config);
+  GANTRY_RETURN_IF_ERROR(model.LoadWeights(
+      weights, "bert.", {kPoolerWeight, kPoolerBias, kClassifierWeight, kClassifierBias}));
+
+  std::unique_ptr<CrossScorer> scorer(new CrossScorer(std::move(tokenizer), std::move(model)));
+  const at::Device torch_device = gantry::ToTorchDevice(device);
+  const auto head = [&](const char* name,
+                        const std::vector<std::int64_t>& shape) -> StatusOr<at::Tensor> {
+    GANTRY_ASSIGN_OR_RETURN(at::Tensor tensor,
+                            sentence_encoder::ReadSafetensor(weights, name, shape));
+    return tensor.to(torch_device, dtype);
+  };
+  GANTRY_ASSIGN_OR_RETURN(scorer->pooler_w_, head(kPoolerWeight, {hidden, hidden}));
+  GANTRY_ASSIGN_OR_RETURN(scorer->pooler_b_, head(kPoolerBias, {hidden}));
+  GANTRY_ASSIGN_OR_RETURN(scorer->classifier_w_, head(kClassifierWeight, {num_labels, hidden}));
+  GANTRY_ASSIGN_OR_RETURN(scorer->classifier_b_, head(kClassifierBias, {num_labels}));
+  // sentence-transformers' default when the folder does not name one.
+  scorer->activation_ = has_activation
+                            ? activation
+                            : (num_labels == 1 ? Activation::kSigmoid : Activation::kIdentity);
+  scorer->num_labels_ = num_labels;
+  scorer->max_seq_length_ = max_seq_length;
+  scorer->batch_size_ = options.batch_size;
+  scorer->dtype_ = dtype_name;
+  scorer->device_ = device;
+  scorer->model_.To(torch_device, dtype);
+  if (options.warm_up) {
+    scorer->Logits(scorer->Tokenize("Warm-up", {"so that the first request does not pay for it"},
+                                    sentence_encoder::Truncation::kRight));
+  }
+  return scorer;
+}
+
+std::vector<PairIds> CrossScorer::Tokenize(std::string_view query,
+                                           const std::vector<std::string_view>& texts,
+                                           sentence_encoder::Truncation truncation) const {
+  std::vector<PairIds> pairs;
+  pairs.reserve(texts.size());
+  const std::size_t limit = truncation == sentence_encoder::Truncation::kNone
+                                ? 0
+                                : static_cast<std::size_t>(max_seq_length_);
+  // The query once, however many texts it is paired with.
+  const std::vector<std::int64_t> query_pieces = tokenizer_.Pieces(query);
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const std::vector<std::int64_t> text_pieces = tokenizer_.Pieces(texts[i]);
+    // Refused before the pair is built: a long query kept whole in every
+    // pair would cost memory per text.
+    const std::size_t length = query_pieces.size() + text_pieces.size() + 3;
+    if (limit == 0 && length > static_cast<std::size_t>(max_seq_length_)) {
+      throw std::length_error("document " + std::to_string(i) + " has " + std::to_string(length) +
+                              " tokens with the query, over the model's limit of " +
+                              std::to_string(max_seq_length_) +
+                              " (max_seq_length, [CLS] and both [SEP] included); send truncate: "
+                              "true to cut it");
+    }
+    pairs.push_back(tokenizer_.JoinPair(query_pieces, text_pieces, limit,
+                                        truncation == sentence_encoder::Truncation::kLeft));
+  }
+  return pairs;
+}
+
+at::Tensor CrossScorer::Logits(const std::vector<PairIds>& pairs) const {
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    if (static_cast<std::int64_t>(pairs[i].ids.size()) > max_seq_length_) {
+      throw std::length_error("pair " + std::to_string(i) + " has " +
+                              std::to_string(pairs[i].ids.size()) +
+                              " tokens, over max_seq_length " + std::to_string(max_seq_length_));
+    }
+  }
+  InferenceScope scope(device_);
+  const auto n = static_cast<std::int64_t>(pairs.size());
+  at::Tensor out = at::empty({n, num_labels_}, at::TensorOptions().dtype(at::kFloat));
+  if (n == 0) {
+    return out;
+  }
+  // Longest first, so each batch pads only to similar lengths.
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&pairs](std::int64_t a, std::int64_t b) {
+    return pairs[static_cast<std::size_t>(a)].ids.size() >
+           pairs[static_cast<std::size_t>(b)].ids.size();
+  });
+  const at::TensorOptions long_options = at::TensorOptions().dtype(at::kLong);
+  for (std::int64_t start = 0; start < n; start += batch_size_) {
+    const std::int64_t count = std::min(batch_size_, n - start);
+    const auto length =
+        static_cast<std::int64_t>(pairs[static_cast<std::size_t>(order[start])].ids.size());
+    at::Tensor ids = at::full({count, length}, tokenizer_.pad_id(), long_options);
+    at::Tensor mask = at::zeros({count, length}, long_options);
+    at::Tensor types = at::zeros({count, length}, long_options);
+    auto* id_ptr = ids.data_ptr<std::int64_t>();
+    auto* mask_ptr = mask.data_ptr<std::int64_t>();
+    auto* type_ptr = types.data_ptr<std::int64_t>();
+    bool padded = false;
+    for (std::int64_t row = 0; row < count; ++row) {
+      const PairIds& pair = pairs[static_cast<std::size_t>(order[start + row])];
+      std::copy(pair.ids.begin(), pair.ids.end(), id_ptr + row * length);
+      std::copy(pair.token_types.begin(), pair.token_types.end(), type_ptr + row * length);
+      std::fill_n(mask_ptr + row * length, pair.ids.size(), 1);
+      padded = padded || static_cast<std::int64_t>(pair.ids.size()) < length;
+    }
+    const at::Tensor hidden =
+        model_.Forward(ToDeviceAsync(ids, device_), ToDeviceAsync(mask, device_), padded,
+                       ToDeviceAsync(types, device_));
+    // BertForSequenceClassification: pooler over [CLS], then the classifier
+    // (dropout is off in eval).
+    const at::Tensor pooled = at::tanh(at::linear(hidden.select(1, 0), pooler_w_, pooler_b_));
+    const at::Tensor logits =
+        at::linear(pooled, classifier_w_, classifier_b_).to(at::kCPU, at::kFloat).contiguous();
+    const float* src = logits.data_ptr<float>();
+    float* dst = out.data_ptr<float>();
+    for (std::int64_t row = 0; row < count; ++row) {
+      std::copy_n(src + row * num_labels_, num_labels_, dst + order[start + row] * num_labels_);
+    }
+  }
+  return out;
+}
+
+at::Tensor CrossScorer::Scores(const at::Tensor& logits) const {
+  return activation_ == Activation::kSigmoid ? at::sigmoid(logits) : logits;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> CrossScorer::NamedParameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (auto& [name, tensor] : model_.NamedParameters()) {
+    out.emplace_back("bert." + name, tensor);
+  }
+  out.emplace_back(kPoolerWeight, pooler_w_);
+  out.emplace_back(kPoolerBias, pooler_b_);
+  out.emplace_back(kClassifierWeight, classifier_w_);
+  out.emplace_back(kClassifierBias, classifier_b_);
+  return out;
+}
+
+}  // namespace gantry::cross_encoder

@@ -1,0 +1,95 @@
+// File: executors/cross_encoder/cross_scorer.h
+//
+// The bare cross-encoder (sentence-transformers' CrossEncoder: a Hugging
+// Face BertForSequenceClassification folder such as ms-marco-MiniLM): reads
+// the folder, tokenizes (query, text) pairs with truncation "longest_first"
+// as the fast tokenizer does, runs BertModel with token types, BERT's pooler
+// (tanh of a dense layer over [CLS]) and the classifier, and gives one logit
+// per label. The activation sentence-transformers puts after them comes from
+// the folder (config.json's sentence_transformers.activation_fn, else
+// Sigmoid for one label and Identity for more).
+//
+// Thread safety: immutable after Load; Tokenize and Logits are safe for
+// concurrent use.
+#ifndef GANTRY_EXECUTORS_CROSS_ENCODER_CROSS_SCORER_H_
+#define GANTRY_EXECUTORS_CROSS_ENCODER_CROSS_SCORER_H_
+
+#include <ATen/core/Tensor.h>
+#include <gantry/device.h>
+#include <gantry/status.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "bert_model.h"
+#include "sentence_embedder.h"
+#include "tokenizer.h"
+
+namespace gantry::cross_encoder {
+
+struct ScorerOptions {
+  // A Hugging Face BertForSequenceClassification folder (required).
+  std::string model_path;
+  // Pairs per forward pass; 0 = the device's default (32 on a CPU, 256 on
+  // CUDA).
+  std::int64_t batch_size = 0;
+  // Tokens of a pair, [CLS] and both [SEP] included; 0 = the folder's (as
+  // sentence_encoder::ReadMaxSeqLength reads it).
+  std::int64_t max_seq_length = 0;
+  // "float32", "float16", "bfloat16" or "auto" (sentence_encoder::ResolveDType).
+  std::string dtype = "float32";
+  Device device = Device::Cpu();
+  bool warm_up = true;
+};
+
+// What turns a logit into a score: sentence-transformers' activation_fn.
+enum class Activation { kIdentity, kSigmoid };
+
+class CrossScorer {
+ public:
+  // Every error names the file and key at fault.
+  static StatusOr<std::unique_ptr<CrossScorer>> Load(ScorerOptions options);
+
+  // (query, text) for every text, cut to max_seq_length as `truncation`
+  // says. With kNone a pair over it throws std::length_error naming the
+  // document's index and its token count. Throws std::invalid_argument for
+  // invalid UTF-8.
+  std::vector<sentence_encoder::PairIds> Tokenize(std::string_view query,
+                                                  const std::vector<std::string_view>& texts,
+                                                  sentence_encoder::Truncation truncation) const;
+  // float32 CPU [N, num_labels()]: the classifier's logits per pair. Throws
+  // std::length_error for a pair over max_seq_length.
+  at::Tensor Logits(const std::vector<sentence_encoder::PairIds>& pairs) const;
+  // `logits` with the folder's activation applied.
+  at::Tensor Scores(const at::Tensor& logits) const;
+
+  Activation activation() const { return activation_; }
+  std::int64_t num_labels() const { return num_labels_; }
+  std::int64_t max_seq_length() const { return max_seq_length_; }
+  const std::string& dtype() const { return dtype_; }
+  const Device& device() const { return device_; }
+  // Every parameter by checkpoint key, for the worker's device check.
+  std::vector<std::pair<std::string, at::Tensor>> NamedParameters() const;
+
+ private:
+  CrossScorer(sentence_encoder::WordPieceTokenizer tokenizer, sentence_encoder::BertModel model)
+      : tokenizer_(std::move(tokenizer)), model_(std::move(model)) {}
+
+  sentence_encoder::WordPieceTokenizer tokenizer_;
+  sentence_encoder::BertModel model_;
+  at::Tensor pooler_w_, pooler_b_, classifier_w_, classifier_b_;
+  Activation activation_ = Activation::kSigmoid;
+  std::int64_t num_labels_ = 1;
+  std::int64_t max_seq_length_ = 512;
+  std::int64_t batch_size_ = 32;
+  std::string dtype_ = "float32";
+  Device device_;
+};
+
+}  // namespace gantry::cross_encoder
+
+#endif  // GANTRY_EXECUTORS_CROSS_ENCODER_CROSS_SCORER_H_
