@@ -62,15 +62,7 @@ void CrossEncoder::Rerank(DocList& docs, const Parameters& parameters) {
       sentence_encoder::ReadTruncation(parameters, auto_truncate_);
   const std::vector<sentence_encoder::PairIds> pairs =
       scorer_->Tokenize(*query_text, texts, truncation);
-  bool raw = false;
-  if (const Value* given = parameters.Find("raw_scores"); given != nullptr && !given->is_none()) {
-    const bool* flag = given->AsBool();
-    if (flag == nullptr) {
-      throw std::invalid_argument("parameter raw_scores: expected true or false, got " +
-                                  given->DebugString());
-    }
-    raw = *flag;
-  }
+  const bool raw = sentence_encoder::ReadBoolParameter(parameters, "raw_scores").value_or(false);
   const bool token_counts = parameters.GetBool("return_token_counts");
   const at::Tensor logits = scorer_->Logits(pairs);
   const at::Tensor scores = raw ? logits : scorer_->Scores(logits).contiguous();

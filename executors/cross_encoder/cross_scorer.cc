@@ -76,33 +76,16 @@ Status ReadHead(const std::string& config_path, Activation* activation, bool* ha
 
 }  // namespace
 
-StatusOr<std::unique_ptr<CrossScorer>> CrossScorer::Load(ScorerOptions options) {
+StatusOr<std::unique_ptr<CrossScorer>> CrossScorer::Load(const ScorerOptions& options) {
   if (options.model_path.empty()) {
     return InvalidArgumentError("model_path is required (a BertForSequenceClassification folder)");
   }
+  GANTRY_ASSIGN_OR_RETURN(const sentence_encoder::RunSettings run,
+                          sentence_encoder::ResolveRunSettings(options.model_path, options.device,
+                                                               options.batch_size, options.dtype));
   const fs::path folder(options.model_path);
-  std::error_code ec;
-  if (!fs::is_directory(folder, ec)) {
-    return NotFoundError("model_path " + options.model_path + ": not a directory");
-  }
-  GANTRY_RETURN_IF_ERROR(CheckTorchDevice(options.device));
-  const Device device = ResolveTorchDevice(options.device);
-  if (options.batch_size == 0) {
-    options.batch_size =
-        device.is_cuda() ? sentence_encoder::kGpuBatchSize : sentence_encoder::kCpuBatchSize;
-  }
-  if (options.batch_size < 1) {
-    return InvalidArgumentError("batch_size must be >= 1, got " +
-                                std::to_string(options.batch_size));
-  }
-  GANTRY_ASSIGN_OR_RETURN(const std::string dtype_name,
-                          sentence_encoder::ResolveDType(options.dtype, device));
-  at::ScalarType dtype = at::kFloat;
-  if (dtype_name == "float16") {
-    dtype = at::kHalf;
-  } else if (dtype_name == "bfloat16") {
-    dtype = at::kBFloat16;
-  }
+  const Device& device = run.device;
+  const at::ScalarType dtype = run.dtype;
   const std::string config_path = (folder / "config.json").string();
   GANTRY_ASSIGN_OR_RETURN(sentence_encoder::BertConfig config,
                           sentence_encoder::BertConfig::Load(config_path));
@@ -155,8 +138,8 @@ StatusOr<std::unique_ptr<CrossScorer>> CrossScorer::Load(ScorerOptions options) 
                             : (num_labels == 1 ? Activation::kSigmoid : Activation::kIdentity);
   scorer->num_labels_ = num_labels;
   scorer->max_seq_length_ = max_seq_length;
-  scorer->batch_size_ = options.batch_size;
-  scorer->dtype_ = dtype_name;
+  scorer->batch_size_ = run.batch_size;
+  scorer->dtype_ = run.dtype_name;
   scorer->device_ = device;
   scorer->model_.To(torch_device, dtype);
   if (options.warm_up) {

@@ -52,7 +52,7 @@ enum class Activation { kIdentity, kSigmoid };
 class CrossScorer {
  public:
   // Every error names the file and key at fault.
-  static StatusOr<std::unique_ptr<CrossScorer>> Load(ScorerOptions options);
+  static StatusOr<std::unique_ptr<CrossScorer>> Load(const ScorerOptions& options);
 
   // (query, text) for every text, cut to max_seq_length as `truncation`
   // says. With kNone a pair over it throws std::length_error naming the

@@ -69,17 +69,21 @@ std::optional<bool> WithReader::Bool(std::string_view key) const {
   return *flag;
 }
 
-Truncation ReadTruncation(const Parameters& parameters, bool auto_truncate) {
-  bool truncate = auto_truncate;
-  if (const Value* given = parameters.Find("truncate"); given != nullptr && !given->is_none()) {
-    const bool* flag = given->AsBool();
-    if (flag == nullptr) {
-      throw std::invalid_argument("parameter truncate: expected true or false, got " +
-                                  given->DebugString());
-    }
-    truncate = *flag;
+std::optional<bool> ReadBoolParameter(const Parameters& parameters, std::string_view key) {
+  const Value* given = parameters.Find(key);
+  if (given == nullptr || given->is_none()) {
+    return std::nullopt;
   }
-  if (!truncate) {
+  const bool* flag = given->AsBool();
+  if (flag == nullptr) {
+    throw std::invalid_argument("parameter " + std::string(key) + ": expected true or false, got " +
+                                given->DebugString());
+  }
+  return *flag;
+}
+
+Truncation ReadTruncation(const Parameters& parameters, bool auto_truncate) {
+  if (!ReadBoolParameter(parameters, "truncate").value_or(auto_truncate)) {
     return Truncation::kNone;
   }
   const Value* direction = parameters.Find("truncation_direction");

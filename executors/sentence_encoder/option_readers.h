@@ -47,6 +47,10 @@ class WithReader {
   std::string type_;
 };
 
+// The request parameter `key` as true/false, nullopt when absent or null.
+// Throws std::invalid_argument naming the parameter for another type.
+std::optional<bool> ReadBoolParameter(const Parameters& parameters, std::string_view key);
+
 // The request's `truncate` (true/false; `auto_truncate` when absent) and
 // `truncation_direction` ("right"/"left", or TEI's "Right"/"Left").
 // Throws std::invalid_argument naming the parameter.

@@ -122,6 +122,31 @@ StatusOr<std::string> ResolveDType(std::string_view dtype, const Device& device)
                               "' is not supported (float32, float16, bfloat16, auto)");
 }
 
+StatusOr<RunSettings> ResolveRunSettings(const std::string& model_path, const Device& device,
+                                         std::int64_t batch_size, std::string_view dtype) {
+  std::error_code ec;
+  if (!fs::is_directory(model_path, ec)) {
+    return NotFoundError("model_path " + model_path + ": not a directory");
+  }
+  GANTRY_RETURN_IF_ERROR(CheckTorchDevice(device));
+  RunSettings run;
+  run.device = ResolveTorchDevice(device);
+  run.batch_size = batch_size;
+  if (run.batch_size == 0) {
+    run.batch_size = run.device.is_cuda() ? kGpuBatchSize : kCpuBatchSize;
+  }
+  if (run.batch_size < 1) {
+    return InvalidArgumentError("batch_size must be >= 1, got " + std::to_string(run.batch_size));
+  }
+  GANTRY_ASSIGN_OR_RETURN(run.dtype_name, ResolveDType(dtype, run.device));
+  if (run.dtype_name == "float16") {
+    run.dtype = at::kHalf;
+  } else if (run.dtype_name == "bfloat16") {
+    run.dtype = at::kBFloat16;
+  }
+  return run;
+}
+
 StatusOr<std::int64_t> ReadMaxSeqLength(const std::string& model_folder, const BertConfig& config,
                                         std::int64_t requested) {
   const fs::path folder(model_folder);
@@ -173,27 +198,15 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
   if (options.model_path.empty()) {
     GANTRY_ASSIGN_OR_RETURN(options.model_path, FindDefaultModelPath());
   }
+  GANTRY_ASSIGN_OR_RETURN(
+      const RunSettings run,
+      ResolveRunSettings(options.model_path, options.device, options.batch_size, options.dtype));
   const fs::path folder(options.model_path);
   std::error_code ec;
-  if (!fs::is_directory(folder, ec)) {
-    return NotFoundError("model_path " + options.model_path + ": not a directory");
-  }
-  GANTRY_RETURN_IF_ERROR(CheckTorchDevice(options.device));
-  const Device device = ResolveTorchDevice(options.device);
-  if (options.batch_size == 0) {
-    options.batch_size = device.is_cuda() ? kGpuBatchSize : kCpuBatchSize;
-  }
-  if (options.batch_size < 1) {
-    return InvalidArgumentError("batch_size must be >= 1, got " +
-                                std::to_string(options.batch_size));
-  }
-  GANTRY_ASSIGN_OR_RETURN(const std::string dtype_name, ResolveDType(options.dtype, device));
-  at::ScalarType dtype = at::kFloat;
-  if (dtype_name == "float16") {
-    dtype = at::kHalf;
-  } else if (dtype_name == "bfloat16") {
-    dtype = at::kBFloat16;
-  }
+  const Device& device = run.device;
+  options.batch_size = run.batch_size;
+  const std::string& dtype_name = run.dtype_name;
+  const at::ScalarType dtype = run.dtype;
 
   GANTRY_ASSIGN_OR_RETURN(BertConfig config, BertConfig::Load((folder / "config.json").string()));
   GANTRY_ASSIGN_OR_RETURN(SentencePipeline pipeline,

@@ -72,6 +72,18 @@ StatusOr<std::int64_t> ReadMaxSeqLength(const std::string& folder, const BertCon
 inline constexpr std::int64_t kCpuBatchSize = 32;
 inline constexpr std::int64_t kGpuBatchSize = 256;
 
+// Where and how a model runs, resolved from its options.
+struct RunSettings {
+  Device device;                // ResolveTorchDevice's: "auto" made concrete
+  std::int64_t batch_size = 0;  // 0 given: kCpuBatchSize or kGpuBatchSize
+  std::string dtype_name;       // ResolveDType's
+  at::ScalarType dtype = at::kFloat;
+};
+// Checks `model_path` is a directory and `device` usable, and resolves the
+// rest; errors name the option.
+StatusOr<RunSettings> ResolveRunSettings(const std::string& model_path, const Device& device,
+                                         std::int64_t batch_size, std::string_view dtype);
+
 struct EmbedderOptions {
   // A Hugging Face sentence-transformers folder; empty = FindDefaultModelPath.
   std::string model_path;

@@ -108,15 +108,8 @@ void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
   }
   // TEI's `normalize`: whether vectors come back unit length, whatever the
   // folder's modules say.
-  std::optional<bool> normalize;
-  if (const Value* given = parameters.Find("normalize"); given != nullptr && !given->is_none()) {
-    const bool* flag = given->AsBool();
-    if (flag == nullptr) {
-      throw std::invalid_argument("parameter normalize: expected true or false, got " +
-                                  given->DebugString());
-    }
-    normalize = *flag;
-  }
+  const std::optional<bool> normalize =
+      sentence_encoder::ReadBoolParameter(parameters, "normalize");
   const at::Tensor embeddings =
       embedder_->EncodeIds(ids, embedder_->PoolingSkip(prompt), normalize);
   const std::int64_t dim = embedder_->dimension();

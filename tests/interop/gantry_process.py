@@ -2,11 +2,14 @@
 always terminated and reaped, and a free port for peers (Jina, Prometheus)
 that cannot report the port they bound. Standard library only, so every test
 venv can import it."""
+import json
 import os
 import re
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 
 
 def free_port():
@@ -25,6 +28,25 @@ def read_port(path):
     with open(path) as f:
         text = f.read().strip()
     return int(text) if text else None
+
+
+def http_post(port, path, body, timeout=60):
+    """POSTs `body` as JSON to 127.0.0.1:PORT/PATH: (status, parsed reply),
+    error statuses included."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def http_get(port, path, timeout=60):
+    """GETs 127.0.0.1:PORT/PATH and parses the JSON reply."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as reply:
+        return json.loads(reply.read())
 
 
 class GantryProcess:

@@ -14,8 +14,6 @@ import os
 import sys
 import tempfile
 import unittest
-import urllib.error
-import urllib.request
 
 import numpy as np
 import torch
@@ -23,7 +21,7 @@ from sentence_transformers import SentenceTransformer, models
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
-from gantry_process import GantryProcess  # noqa: E402
+from gantry_process import GantryProcess, http_get, http_post  # noqa: E402
 
 WORDS = ["the", "cat", "sat", "on", "mat", "query", "passage", "how", "many", "people",
          "live", "in", "berlin", "what", "is", "a", "dog", "runs", "fast", "slow"]
@@ -94,28 +92,12 @@ def to_legacy(folder):
         json.dump(legacy, f)
 
 
-def http_post(port, path, body):
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as reply:
-            return reply.status, json.loads(reply.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 def serve(tmp, name, folder, extra=""):
     path = os.path.join(tmp, name + ".yml")
     with open(path, "w") as f:
         f.write(f"jtype: Deployment\nwith:\n  name: {name}\n  uses: SentenceEncoder\n"
                 f"  uses_with:\n    model_path: {folder}\n    dtype: float32\n{extra}")
     return GantryProcess(["deployment", "--uses", path, "--port", "0"], tmp, name, http=True)
-
-
-def http_get(port, path):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=60) as reply:
-        return json.loads(reply.read())
 
 
 class PoolingParity(unittest.TestCase):

@@ -16,8 +16,6 @@ import os
 import sys
 import tempfile
 import unittest
-import urllib.error
-import urllib.request
 
 import jsonschema
 import numpy as np
@@ -27,7 +25,7 @@ from transformers import BertConfig, BertForSequenceClassification, BertTokenize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "interop"))
-from gantry_process import GantryProcess  # noqa: E402
+from gantry_process import GantryProcess, http_post as post  # noqa: E402
 
 WORDS = ["the", "cat", "sat", "on", "mat", "query", "passage", "how", "many", "people",
          "live", "in", "berlin", "what", "is", "a", "dog", "runs", "fast", "slow"]
@@ -70,17 +68,6 @@ def make_cross_encoder(folder, num_labels, seed):
     BertTokenizerFast(os.path.join(folder, "vocab.txt"), do_lower_case=True,
                       model_max_length=MAX_LENGTH).save_pretrained(folder)
     return CrossEncoder(folder, device="cpu")
-
-
-def post(port, path, body):
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as reply:
-            return reply.status, json.loads(reply.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
 
 
 def serve(tmp, name, folder, extra=""):
