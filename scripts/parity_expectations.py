@@ -3,8 +3,9 @@
 by scripts/parity_setup.sh; Gantry itself never runs Python).
 
 For a deterministic corpus of varied strings it records the token ids of
-sentence-transformers' tokenize() (the fast HF tokenizer, max_seq_length 256)
-and the embeddings of SentenceTransformer.encode() on CPU in float32.
+sentence-transformers' tokenize() (the fast HF tokenizer, max_seq_length 256),
+every token of the fast tokenizer uncut with its byte offsets and whether the
+template added it (special_tokens_mask), and the embeddings of SentenceTransformer.encode() on CPU in float32.
 
   parity_expectations.py MODEL_DIR OUT.json
 """
@@ -122,8 +123,21 @@ def main():
     texts = corpus()
     ids = [model.tokenize([t])["input_ids"][0].tolist() for t in texts]
     emb = model.encode(texts, batch_size=32, convert_to_numpy=True)
-    cases = [{"text": t, "ids": i, "embedding": [float(x) for x in e]}
-             for t, i, e in zip(texts, ids, emb)]
+    fast = model.tokenizer.backend_tokenizer
+    fast.no_truncation()
+    fast.no_padding()
+    spans = []
+    for text in texts:
+        encoding = fast.encode(text, add_special_tokens=True)
+        # Python gives char offsets; Gantry (as TEI) gives UTF-8 byte offsets.
+        to_bytes = [0]
+        for ch in text:
+            to_bytes.append(to_bytes[-1] + len(ch.encode("utf-8")))
+        spans.append([[token_id, to_bytes[start], to_bytes[stop], special]
+                      for token_id, (start, stop), special in
+                      zip(encoding.ids, encoding.offsets, encoding.special_tokens_mask)])
+    cases = [{"text": t, "ids": i, "embedding": [float(x) for x in e], "tokens": s}
+             for t, i, e, s in zip(texts, ids, emb, spans)]
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump({"model_dir": model_dir, "max_seq_length": model.max_seq_length,
                    "cases": cases}, f, ensure_ascii=False)

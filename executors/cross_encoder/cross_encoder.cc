@@ -12,6 +12,7 @@
 
 #include "cross_scorer.h"
 #include "option_readers.h"
+#include "token_tags.h"
 
 namespace gantry {
 
@@ -78,6 +79,12 @@ void CrossEncoder::Rerank(DocList& docs, const Parameters& parameters) {
       docs[i].mutable_tags()["num_tokens"] = Value(static_cast<std::int64_t>(pairs[i].ids.size()));
     }
   }
+}
+
+void CrossEncoder::Tokenize(DocList& docs, const Parameters& parameters) {
+  sentence_encoder::TagTokens(
+      docs, scorer_->tokenizer(), /*prompt=*/"",
+      sentence_encoder::ReadBoolParameter(parameters, "add_special_tokens").value_or(true));
 }
 
 }  // namespace gantry

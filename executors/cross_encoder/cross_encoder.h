@@ -19,6 +19,10 @@
 //   return_token_counts    true: tag `num_tokens` (tokens of the pair the
 //                          model saw)
 //
+// "/tokenize" tags each document with `tokens`, its text's tokens with their
+// byte offsets (as SentenceEncoder's /tokenize; parameter
+// `add_special_tokens`, default true).
+//
 // `with:` keys: model_path (required), batch_size, max_seq_length (tokens of
 // a pair; default the folder's), dtype (float32, float16, bfloat16, auto),
 // auto_truncate (default true), device.
@@ -51,6 +55,9 @@ class CrossEncoder final : public Executor {
   // Throws std::invalid_argument for a missing query, bad parameters or
   // invalid UTF-8, std::length_error for a pair too long to keep whole.
   void Rerank(DocList& docs, const Parameters& parameters);
+
+  GANTRY_REQUESTS(Tokenize, "/tokenize");
+  void Tokenize(DocList& docs, const Parameters& parameters);
 
  private:
   std::unique_ptr<cross_encoder::CrossScorer> scorer_;

@@ -67,6 +67,7 @@ class CrossScorer {
   // `logits` with the folder's activation applied.
   at::Tensor Scores(const at::Tensor& logits) const;
 
+  const sentence_encoder::WordPieceTokenizer& tokenizer() const { return tokenizer_; }
   Activation activation() const { return activation_; }
   std::int64_t num_labels() const { return num_labels_; }
   std::int64_t max_seq_length() const { return max_seq_length_; }

@@ -13,6 +13,7 @@
 
 #include "option_readers.h"
 #include "sentence_embedder.h"
+#include "token_tags.h"
 
 namespace gantry {
 
@@ -119,6 +120,13 @@ void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
         {dim}, std::span<const float>(data + static_cast<std::int64_t>(i) * dim,
                                       static_cast<std::size_t>(dim))));
   }
+}
+
+void SentenceEncoder::Tokenize(DocList& docs, const Parameters& parameters) {
+  const std::optional<bool> add_special_tokens =
+      sentence_encoder::ReadBoolParameter(parameters, "add_special_tokens");
+  sentence_encoder::TagTokens(docs, embedder_->tokenizer(), Prompt(parameters),
+                              add_special_tokens.value_or(true));
 }
 
 }  // namespace gantry

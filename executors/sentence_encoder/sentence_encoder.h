@@ -12,6 +12,11 @@
 // sentence-transformers' encode() does; `normalize` (true/false) overrides
 // whether the folder's vectors are scaled to unit length.
 //
+// "/tokenize" embeds nothing: it tags each document with `tokens`, every
+// token of the prompt and text with its UTF-8 byte offsets (token_tags.h),
+// as text-embeddings-inference's /tokenize reports them; parameter
+// `add_special_tokens` (default true) says whether [CLS] and [SEP] are listed.
+//
 // `with:` keys:
 //   model_path      HF sentence-transformers folder (default: see
 //                   FindDefaultModelPath in sentence_embedder.h)
@@ -66,6 +71,11 @@ class SentenceEncoder final : public Executor {
   // Throws std::invalid_argument for texts that are not valid UTF-8 and for
   // a prompt the model does not have.
   void Encode(DocList& docs, const Parameters& parameters);
+
+  GANTRY_REQUESTS(Tokenize, "/tokenize");
+  // Throws std::invalid_argument as Encode, std::length_error for a text of
+  // more than kMaxTokensPerDocument tokens.
+  void Tokenize(DocList& docs, const Parameters& parameters);
 
  private:
   // The text the request's `prompt` / `prompt_name` parameters ask to put

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -14,44 +16,56 @@
 namespace gantry::sentence_encoder {
 namespace {
 
-using CodePoints = std::vector<utf8proc_int32_t>;
-
-CodePoints DecodeUtf8(std::string_view text) {
-  CodePoints out;
-  out.reserve(text.size());
-  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
-  utf8proc_ssize_t left = static_cast<utf8proc_ssize_t>(text.size());
-  while (left > 0) {
-    utf8proc_int32_t cp = 0;
-    const utf8proc_ssize_t n = utf8proc_iterate(p, left, &cp);
-    if (n <= 0 || cp < 0) {
-      throw std::invalid_argument("text is not valid UTF-8 (bad byte at offset " +
-                                  std::to_string(text.size() - static_cast<std::size_t>(left)) +
-                                  ")");
-    }
-    out.push_back(cp);
-    p += n;
-    left -= n;
-  }
-  return out;
-}
-
 void AppendUtf8(utf8proc_int32_t cp, std::string& out) {
   utf8proc_uint8_t buf[4];
   const utf8proc_ssize_t n = utf8proc_encode_char(cp, buf);
   out.append(reinterpret_cast<const char*>(buf), static_cast<std::size_t>(n));
 }
 
-std::string EncodeUtf8(const CodePoints& cps) {
-  std::string out;
-  out.reserve(cps.size());
-  for (utf8proc_int32_t cp : cps) {
-    AppendUtf8(cp, out);
+utf8proc_category_t Category(utf8proc_int32_t cp) { return utf8proc_category(cp); }
+
+// A normalized char and the byte offset, in the text being tokenized, of
+// the char it came from (NFD, lowercasing and CJK spacing make several
+// from one), so that every token can say which bytes it stands for.
+struct AlignedChar {
+  utf8proc_int32_t cp;
+  std::uint32_t origin;
+};
+using AlignedChars = std::vector<AlignedChar>;
+
+AlignedChars DecodeAligned(std::string_view text) {
+  if (text.size() > std::numeric_limits<std::uint32_t>::max()) {
+    throw std::invalid_argument("text is over 4 GiB");
+  }
+  AlignedChars out;
+  out.reserve(text.size());
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  utf8proc_ssize_t left = static_cast<utf8proc_ssize_t>(text.size());
+  while (left > 0) {
+    utf8proc_int32_t cp = 0;
+    const auto offset = static_cast<std::uint32_t>(text.size() - static_cast<std::size_t>(left));
+    const utf8proc_ssize_t n = utf8proc_iterate(p, left, &cp);
+    if (n <= 0 || cp < 0) {
+      throw std::invalid_argument("text is not valid UTF-8 (bad byte at offset " +
+                                  std::to_string(offset) + ")");
+    }
+    out.push_back({cp, offset});
+    p += n;
+    left -= n;
   }
   return out;
 }
 
-utf8proc_category_t Category(utf8proc_int32_t cp) { return utf8proc_category(cp); }
+// Bytes of the UTF-8 char that starts with `lead` (valid UTF-8 assumed).
+std::size_t Utf8Length(unsigned char lead) {
+  if (lead < 0x80) {
+    return 1;
+  }
+  if (lead < 0xE0) {
+    return 2;
+  }
+  return lead < 0xF0 ? 3 : 4;
+}
 
 // Rust's char::is_whitespace, i.e. the Unicode White_Space property. utf8proc
 // exposes no property API for it; the list is fixed by the standard.
@@ -115,29 +129,37 @@ bool IsChineseChar(utf8proc_int32_t cp) {
          (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
 }
 
-// Canonical decomposition with canonical ordering (NFD) of a whole string.
-CodePoints Nfd(const CodePoints& cps) {
-  if (cps.empty()) {
-    return {};
-  }
-  const std::string utf8 = EncodeUtf8(cps);
-  const auto* str = reinterpret_cast<const utf8proc_uint8_t*>(utf8.data());
-  const auto len = static_cast<utf8proc_ssize_t>(utf8.size());
-  const int options = UTF8PROC_DECOMPOSE | UTF8PROC_STABLE;
-  CodePoints out(cps.size() * 2 + 8);
-  while (true) {
+// Canonical decomposition with canonical ordering (NFD) of a whole string,
+// char by char so that each keeps its origin; the reordering is utf8proc's
+// (swap neighbours while a non-starter follows one of higher class).
+AlignedChars Nfd(const AlignedChars& chars) {
+  AlignedChars out;
+  out.reserve(chars.size() + chars.size() / 4 + 8);
+  utf8proc_int32_t buffer[32];
+  for (const AlignedChar& c : chars) {
+    int boundclass = UTF8PROC_BOUNDCLASS_START;
     const utf8proc_ssize_t n =
-        utf8proc_decompose(str, len, out.data(), static_cast<utf8proc_ssize_t>(out.size()),
-                           static_cast<utf8proc_option_t>(options));
-    if (n < 0) {
-      throw std::invalid_argument(std::string("NFD failed: ") + utf8proc_errmsg(n));
+        utf8proc_decompose_char(c.cp, buffer, static_cast<utf8proc_ssize_t>(std::size(buffer)),
+                                static_cast<utf8proc_option_t>(UTF8PROC_DECOMPOSE), &boundclass);
+    if (n < 0 || static_cast<std::size_t>(n) > std::size(buffer)) {
+      throw std::invalid_argument("NFD failed at code point " + std::to_string(c.cp));
     }
-    if (static_cast<std::size_t>(n) <= out.size()) {
-      out.resize(static_cast<std::size_t>(n));
-      return out;
+    for (utf8proc_ssize_t i = 0; i < n; ++i) {
+      out.push_back({buffer[i], c.origin});
     }
-    out.resize(static_cast<std::size_t>(n));
   }
+  std::size_t pos = 0;
+  while (out.size() > 1 && pos + 1 < out.size()) {
+    const auto class1 = utf8proc_get_property(out[pos].cp)->combining_class;
+    const auto class2 = utf8proc_get_property(out[pos + 1].cp)->combining_class;
+    if (class1 > class2 && class2 > 0) {
+      std::swap(out[pos], out[pos + 1]);
+      pos = pos > 0 ? pos - 1 : pos + 1;
+    } else {
+      ++pos;
+    }
+  }
+  return out;
 }
 
 StatusOr<std::string> ReadFile(const std::string& path) {
@@ -276,83 +298,109 @@ StatusOr<WordPieceTokenizer> WordPieceTokenizer::LoadFromFolder(const std::strin
   return NotFoundError(folder + ": neither tokenizer.json nor vocab.txt exists");
 }
 
-std::string WordPieceTokenizer::Normalize(std::string_view text) const {
-  CodePoints cps = DecodeUtf8(text);
-  if (options_.clean_text) {
-    CodePoints kept;
-    kept.reserve(cps.size());
-    for (utf8proc_int32_t cp : cps) {
-      if (cp == 0 || cp == 0xFFFD || IsControl(cp)) {
-        continue;
+namespace {
+
+// BertNormalizer's steps in its order, each char keeping its origin.
+AlignedChars NormalizeAligned(std::string_view text, const WordPieceOptions& options) {
+  AlignedChars chars = DecodeAligned(text);
+  if (options.clean_text) {
+    std::erase_if(
+        chars, [](const AlignedChar& c) { return c.cp == 0 || c.cp == 0xFFFD || IsControl(c.cp); });
+    for (AlignedChar& c : chars) {
+      if (IsWhitespace(c.cp)) {
+        c.cp = ' ';
       }
-      kept.push_back(IsWhitespace(cp) ? ' ' : cp);
     }
-    cps = std::move(kept);
   }
-  if (options_.handle_chinese_chars) {
-    CodePoints spaced;
-    spaced.reserve(cps.size());
-    for (utf8proc_int32_t cp : cps) {
-      if (IsChineseChar(cp)) {
-        spaced.push_back(' ');
-        spaced.push_back(cp);
-        spaced.push_back(' ');
+  if (options.handle_chinese_chars &&
+      std::any_of(chars.begin(), chars.end(),
+                  [](const AlignedChar& c) { return IsChineseChar(c.cp); })) {
+    AlignedChars spaced;
+    spaced.reserve(chars.size() + 16);
+    for (const AlignedChar& c : chars) {
+      if (IsChineseChar(c.cp)) {
+        spaced.push_back({' ', c.origin});
+        spaced.push_back(c);
+        spaced.push_back({' ', c.origin});
       } else {
-        spaced.push_back(cp);
+        spaced.push_back(c);
       }
     }
-    cps = std::move(spaced);
+    chars = std::move(spaced);
   }
-  if (options_.strip_accents) {
-    CodePoints stripped = Nfd(cps);
-    std::erase_if(stripped,
-                  [](utf8proc_int32_t cp) { return Category(cp) == UTF8PROC_CATEGORY_MN; });
-    cps = std::move(stripped);
+  if (options.strip_accents) {
+    chars = Nfd(chars);
+    std::erase_if(chars,
+                  [](const AlignedChar& c) { return Category(c.cp) == UTF8PROC_CATEGORY_MN; });
   }
-  if (options_.lowercase) {
-    CodePoints lower;
-    lower.reserve(cps.size());
-    for (utf8proc_int32_t cp : cps) {
+  if (options.lowercase) {
+    AlignedChars lower;
+    lower.reserve(chars.size() + 4);
+    for (const AlignedChar& c : chars) {
       // The one unconditional multi-char lowercase mapping (SpecialCasing);
       // utf8proc_tolower only knows the simple ones.
-      if (cp == 0x130) {
-        lower.push_back('i');
-        lower.push_back(0x307);
+      if (c.cp == 0x130) {
+        lower.push_back({'i', c.origin});
+        lower.push_back({0x307, c.origin});
       } else {
-        lower.push_back(utf8proc_tolower(cp));
+        lower.push_back({utf8proc_tolower(c.cp), c.origin});
       }
     }
-    cps = std::move(lower);
+    chars = std::move(lower);
   }
-  return EncodeUtf8(cps);
+  return chars;
+}
+
+// BertPreTokenizer: calls `word(begin, end)` for each run of chars between
+// whitespace, every punctuation char being a word of its own.
+template <typename WordFn>
+void ForEachWord(const AlignedChars& chars, WordFn&& word) {
+  std::size_t begin = 0;
+  for (std::size_t i = 0; i < chars.size(); ++i) {
+    const utf8proc_int32_t cp = chars[i].cp;
+    if (IsWhitespace(cp)) {
+      if (begin < i) {
+        word(begin, i);
+      }
+      begin = i + 1;
+    } else if (IsPunctuation(cp)) {
+      if (begin < i) {
+        word(begin, i);
+      }
+      word(i, i + 1);
+      begin = i + 1;
+    }
+  }
+  if (begin < chars.size()) {
+    word(begin, chars.size());
+  }
+}
+
+}  // namespace
+
+std::string WordPieceTokenizer::Normalize(std::string_view text) const {
+  std::string out;
+  for (const AlignedChar& c : NormalizeAligned(text, options_)) {
+    AppendUtf8(c.cp, out);
+  }
+  return out;
 }
 
 std::vector<std::string> WordPieceTokenizer::PreTokenize(std::string_view text) const {
-  const CodePoints cps = DecodeUtf8(Normalize(text));
+  const AlignedChars chars = NormalizeAligned(text, options_);
   std::vector<std::string> words;
-  std::string current;
-  auto flush = [&] {
-    if (!current.empty()) {
-      words.push_back(std::move(current));
-      current.clear();
+  ForEachWord(chars, [&](std::size_t begin, std::size_t end) {
+    std::string& word = words.emplace_back();
+    for (std::size_t i = begin; i < end; ++i) {
+      AppendUtf8(chars[i].cp, word);
     }
-  };
-  for (utf8proc_int32_t cp : cps) {
-    if (IsWhitespace(cp)) {
-      flush();
-    } else if (IsPunctuation(cp)) {
-      flush();
-      AppendUtf8(cp, current);
-      flush();
-    } else {
-      AppendUtf8(cp, current);
-    }
-  }
-  flush();
+  });
   return words;
 }
 
-void WordPieceTokenizer::WordPiece(std::string_view word, std::vector<std::int64_t>& ids) const {
+void WordPieceTokenizer::WordPiece(std::string_view word, const std::size_t* char_starts,
+                                   const std::size_t* char_ends,
+                                   std::vector<TokenSpan>& tokens) const {
   // Byte offset of every char boundary, so pieces never split a char.
   std::vector<std::size_t> bounds;
   bounds.reserve(word.size() + 1);
@@ -363,11 +411,17 @@ void WordPieceTokenizer::WordPiece(std::string_view word, std::vector<std::int64
   }
   const std::size_t chars = bounds.size();
   bounds.push_back(word.size());
+  // The bytes of the text a run of the word's chars came from.
+  const auto span = [&](std::int64_t id, std::size_t first, std::size_t last) {
+    return TokenSpan{.id = id,
+                     .start = char_starts[first],
+                     .end = std::max(char_starts[first], char_ends[last - 1])};
+  };
   if (chars > options_.max_input_chars_per_word) {
-    ids.push_back(unk_id_);
+    tokens.push_back(span(unk_id_, 0, chars));
     return;
   }
-  const std::size_t first_piece = ids.size();
+  const std::size_t first_piece = tokens.size();
   std::string piece;
   std::size_t start = 0;
   while (start < chars) {
@@ -381,7 +435,7 @@ void WordPieceTokenizer::WordPiece(std::string_view word, std::vector<std::int64
       piece.append(word.substr(bounds[start], bounds[end] - bounds[start]));
       auto it = vocab_.find(piece);
       if (it != vocab_.end()) {
-        ids.push_back(it->second);
+        tokens.push_back(span(it->second, start, end));
         found = true;
         break;
       }
@@ -389,19 +443,32 @@ void WordPieceTokenizer::WordPiece(std::string_view word, std::vector<std::int64
     }
     if (!found) {
       // One unknown piece makes the whole word [UNK], as in the Rust model.
-      ids.resize(first_piece);
-      ids.push_back(unk_id_);
+      tokens.resize(first_piece);
+      tokens.push_back(span(unk_id_, 0, chars));
       return;
     }
     start = end;
   }
 }
 
-void WordPieceTokenizer::EncodeSegment(std::string_view text,
-                                       std::vector<std::int64_t>& ids) const {
-  for (const std::string& word : PreTokenize(text)) {
-    WordPiece(word, ids);
-  }
+void WordPieceTokenizer::EncodeSegment(std::string_view text, std::size_t offset,
+                                       std::vector<TokenSpan>& tokens) const {
+  const AlignedChars chars = NormalizeAligned(text, options_);
+  std::string word;
+  std::vector<std::size_t> starts;
+  std::vector<std::size_t> ends;
+  ForEachWord(chars, [&](std::size_t begin, std::size_t end) {
+    word.clear();
+    starts.clear();
+    ends.clear();
+    for (std::size_t i = begin; i < end; ++i) {
+      AppendUtf8(chars[i].cp, word);
+      const std::size_t origin = chars[i].origin;
+      starts.push_back(offset + origin);
+      ends.push_back(offset + origin + Utf8Length(static_cast<unsigned char>(text[origin])));
+    }
+    WordPiece(word, starts.data(), ends.data(), tokens);
+  });
 }
 
 void CutIds(std::vector<std::int64_t>& ids, std::size_t max_length, bool from_left) {
@@ -489,7 +556,21 @@ PairIds WordPieceTokenizer::JoinPair(const std::vector<std::int64_t>& first,
 }
 
 std::vector<std::int64_t> WordPieceTokenizer::Pieces(std::string_view text) const {
+  const std::vector<TokenSpan> tokens = Tokenize(text, /*add_special_tokens=*/false);
   std::vector<std::int64_t> pieces;
+  pieces.reserve(tokens.size());
+  for (const TokenSpan& token : tokens) {
+    pieces.push_back(token.id);
+  }
+  return pieces;
+}
+
+std::vector<TokenSpan> WordPieceTokenizer::Tokenize(std::string_view text,
+                                                    bool add_special_tokens) const {
+  std::vector<TokenSpan> tokens;
+  if (add_special_tokens) {
+    tokens.push_back(TokenSpan{.id = cls_id_, .special = true});
+  }
   // Special tokens are cut out of the raw text first (leftmost, then longest).
   std::size_t segment_start = 0;
   std::size_t pos = 0;
@@ -505,13 +586,17 @@ std::vector<std::int64_t> WordPieceTokenizer::Pieces(std::string_view text) cons
       ++pos;
       continue;
     }
-    EncodeSegment(text.substr(segment_start, pos - segment_start), pieces);
-    pieces.push_back(match->second);
+    EncodeSegment(text.substr(segment_start, pos - segment_start), segment_start, tokens);
+    tokens.push_back(
+        TokenSpan{.id = match->second, .start = pos, .end = pos + match->first.size()});
     pos += match->first.size();
     segment_start = pos;
   }
-  EncodeSegment(text.substr(segment_start), pieces);
-  return pieces;
+  EncodeSegment(text.substr(segment_start), segment_start, tokens);
+  if (add_special_tokens) {
+    tokens.push_back(TokenSpan{.id = sep_id_, .special = true});
+  }
+  return tokens;
 }
 
 }  // namespace gantry::sentence_encoder

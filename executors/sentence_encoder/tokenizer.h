@@ -13,6 +13,7 @@
 
 #include <gantry/status.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -58,6 +59,17 @@ struct PairIds {
   std::vector<std::int64_t> token_types;
 };
 
+// One token of a text: its id and the bytes [start, end) of the text it
+// stands for. Tokens the template adds ([CLS], [SEP]) are `special` and
+// stand for no bytes (0, 0); special tokens written in the text itself are
+// not, as in Hugging Face's special_tokens_mask.
+struct TokenSpan {
+  std::int64_t id = 0;
+  std::size_t start = 0;
+  std::size_t end = 0;
+  bool special = false;
+};
+
 class WordPieceTokenizer {
  public:
   // `vocab`: token -> id.
@@ -92,6 +104,11 @@ class WordPieceTokenizer {
   // Throws std::invalid_argument if `text` is not valid UTF-8.
   std::vector<std::int64_t> Pieces(std::string_view text) const;
 
+  // Every token of `text` with its bytes, [CLS] and [SEP] around them when
+  // `add_special_tokens`; never cut. Throws std::invalid_argument if `text`
+  // is not valid UTF-8.
+  std::vector<TokenSpan> Tokenize(std::string_view text, bool add_special_tokens) const;
+
   // The normalized text of one segment without special tokens (for tests).
   std::string Normalize(std::string_view text) const;
   // Normalized words after pre-tokenization (for tests).
@@ -107,8 +124,14 @@ class WordPieceTokenizer {
  private:
   WordPieceTokenizer() = default;
 
-  void EncodeSegment(std::string_view text, std::vector<std::int64_t>& ids) const;
-  void WordPiece(std::string_view word, std::vector<std::int64_t>& ids) const;
+  // The tokens of a text without special tokens that starts `offset` bytes
+  // into the text being tokenized.
+  void EncodeSegment(std::string_view text, std::size_t offset,
+                     std::vector<TokenSpan>& tokens) const;
+  // `word`'s pieces; char i of the word came from bytes
+  // [char_starts[i], char_ends[i]) of the text.
+  void WordPiece(std::string_view word, const std::size_t* char_starts,
+                 const std::size_t* char_ends, std::vector<TokenSpan>& tokens) const;
 
   std::unordered_map<std::string, std::int64_t> vocab_;
   WordPieceOptions options_;

@@ -1,8 +1,11 @@
 #include "tokenizer.h"
 
 #include <gtest/gtest.h>
+#include <utf8proc.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -111,6 +114,85 @@ TEST(TokenizerTest, NormalizeAndPreTokenize) {
   // ASCII symbols ($ + < = > ^ ` | ~) split like punctuation; emoji do not.
   EXPECT_EQ(t.PreTokenize("$5+x hello😀"), (std::vector<std::string>{"$", "5", "+", "x", "hello😀"}));
   EXPECT_EQ(t.PreTokenize("a«b»c"), (std::vector<std::string>{"a", "«", "b", "»", "c"}));
+}
+
+// [start, end) bytes of every token as the text they cover.
+std::vector<std::string> Covered(const std::vector<TokenSpan>& tokens, std::string_view text) {
+  std::vector<std::string> out;
+  for (const TokenSpan& token : tokens) {
+    out.push_back(token.special ? "<special>"
+                                : std::string(text.substr(token.start, token.end - token.start)));
+  }
+  return out;
+}
+
+TEST(TokenizerTest, TokenizeGivesTheBytesEachTokenCameFrom) {
+  const WordPieceTokenizer t = MakeTokenizer();
+  const std::string text = "Café déjà vu, 東京 [SEP] unaffable!";
+  const std::vector<TokenSpan> tokens = t.Tokenize(text, /*add_special_tokens=*/true);
+  std::vector<std::int64_t> ids;
+  for (const TokenSpan& token : tokens) {
+    ids.push_back(token.id);
+  }
+  EXPECT_EQ(ids, t.EncodeAll(text));
+  // Accents and case are gone from the pieces, not from what they cover;
+  // [SEP] typed in the text is a token of the text, not a template one.
+  EXPECT_EQ(Covered(tokens, text),
+            (std::vector<std::string>{"<special>", "Café", "dé", "jà", "vu", ",", "東", "京",
+                                      "[SEP]", "una", "ffa", "ble", "!", "<special>"}));
+  EXPECT_TRUE(tokens.front().special);
+  EXPECT_EQ(tokens.front().start, 0u);
+  EXPECT_EQ(tokens.front().end, 0u);
+  EXPECT_FALSE(tokens[8].special);
+  // An unknown word is one [UNK] over the whole word.
+  const std::vector<TokenSpan> unknown = t.Tokenize("hello zzz", /*add_special_tokens=*/false);
+  ASSERT_EQ(unknown.size(), 2u);
+  EXPECT_EQ(unknown[1].id, kUnk);
+  EXPECT_EQ(unknown[1].start, 6u);
+  EXPECT_EQ(unknown[1].end, 9u);
+  // One char made two by lowercasing (İ -> i + U+0307): both point at it.
+  EXPECT_EQ(Covered(t.Tokenize("İ", false), "İ"), (std::vector<std::string>{"İ"}));
+}
+
+// Accent stripping decomposes char by char (to keep offsets) and reorders
+// combining marks itself: it must equal utf8proc's whole-string NFD.
+TEST(TokenizerTest, CharByCharNfdEqualsWholeStringNfd) {
+  WordPieceOptions options;
+  options.clean_text = false;
+  options.handle_chinese_chars = false;
+  options.lowercase = false;
+  options.strip_accents = true;
+  StatusOr<WordPieceTokenizer> t = WordPieceTokenizer::Create(
+      {{"[PAD]", 0}, {"[UNK]", 1}, {"[CLS]", 2}, {"[SEP]", 3}, {"[MASK]", 4}}, options);
+  ASSERT_TRUE(t.ok()) << t.status();
+  // Letters that decompose, Hangul, and marks of different classes in runs.
+  const std::vector<utf8proc_int32_t> pool = {
+      'a',    'e',    0xE9,   0x1EC7, 0x1E69, 0x0301, 0x0323,  0x0308,  0x031B,  0x0345,
+      0x05B0, 0x0591, 0x0F71, 0x0F72, 0xAC00, 0xD7A3, 0x1D15F, 0x1D165, 0x1D16E, 0x0958,
+      0x2126, 0x212B, 0x1F80, 0x0344, 0x0F73, 0x0385, 0x1E0A,  0x0307,  0x0327,  0x20D2};
+  std::mt19937 rng(7);
+  for (int round = 0; round < 2000; ++round) {
+    std::string text;
+    const int length = 1 + static_cast<int>(rng() % 12);
+    for (int i = 0; i < length; ++i) {
+      utf8proc_uint8_t buf[4];
+      const utf8proc_ssize_t n = utf8proc_encode_char(pool[rng() % pool.size()], buf);
+      text.append(reinterpret_cast<const char*>(buf), static_cast<std::size_t>(n));
+    }
+    utf8proc_uint8_t* nfd = utf8proc_NFD(reinterpret_cast<const utf8proc_uint8_t*>(text.c_str()));
+    ASSERT_NE(nfd, nullptr);
+    std::string want;
+    for (const utf8proc_uint8_t* p = nfd; *p != 0;) {
+      utf8proc_int32_t cp = 0;
+      const utf8proc_ssize_t n = utf8proc_iterate(p, -1, &cp);
+      if (utf8proc_category(cp) != UTF8PROC_CATEGORY_MN) {
+        want.append(reinterpret_cast<const char*>(p), static_cast<std::size_t>(n));
+      }
+      p += n;
+    }
+    std::free(nfd);
+    ASSERT_EQ(t->Normalize(text), want) << "text '" << text << "'";
+  }
 }
 
 TEST(TokenizerTest, CutIdsKeepsClsAndSepAndCutsEitherEnd) {

@@ -260,6 +260,7 @@ class HttpGateway::Impl {
     const bool openai = path == "/v1/embeddings" && !options_.models.empty();
     const bool tei_embed = path == "/embed" && !options_.models.empty();
     const bool tei_rerank = path == "/rerank" && !options_.models.empty();
+    const bool tei_tokenize = path == "/tokenize" && !options_.models.empty();
     if (!openai && path.size() < 2) {
       send(DetailResponse(404, "HTTP 404 for POST " + path));
       return;
@@ -279,14 +280,18 @@ class HttpGateway::Impl {
     }
     if (openai) {
       HandleOpenAiEmbeddings(request.body, *deadline, send);
-    } else if (StatusOr<json> body = tei_embed || tei_rerank ? ParseJsonBounded(request.body)
-                                                             : StatusOr<json>(json());
+    } else if (StatusOr<json> body = tei_embed || tei_rerank || tei_tokenize
+                                         ? ParseJsonBounded(request.body)
+                                         : StatusOr<json>(json());
                body.ok() && body->is_object() && !body->contains("data") &&
                (tei_rerank || body->contains("inputs"))) {
       // TEI's body; a Jina body ({"data": ...}) still reaches an executor's
-      // own /embed or /rerank endpoint below.
+      // own /embed, /rerank or /tokenize endpoint below.
       if (tei_embed) {
         HandleTei(ParseTeiEmbedRequest(*body, options_.models, kMaxOpenAiInputs), *deadline, send);
+      } else if (tei_tokenize) {
+        HandleTei(ParseTeiTokenizeRequest(*body, options_.models, kMaxOpenAiInputs), *deadline,
+                  send);
       } else {
         HandleTei(ParseTeiRerankRequest(*body, options_.models, kMaxOpenAiInputs), *deadline, send);
       }
@@ -433,7 +438,7 @@ class HttpGateway::Impl {
              });
   }
 
-  // TEI's POST /embed and /rerank: a validated body becomes the request a
+  // TEI's POST /embed, /rerank and /tokenize: a validated body becomes the request a
   // Jina client would send to the model's endpoint; the reply comes back in
   // TEI's shape.
   template <typename Request>
@@ -472,6 +477,12 @@ class HttpGateway::Impl {
                                                const std::string& request_id) {
     return MakeTeiRerankDataRequest(request, endpoint, request_id);
   }
+  // Tokenizing is the executor's /tokenize whatever the model's endpoint.
+  static jina::DataRequestProto MakeTeiRequest(const TeiTokenizeRequest& request,
+                                               const std::string& /*endpoint*/,
+                                               const std::string& request_id) {
+    return MakeTeiTokenizeDataRequest(request, request_id);
+  }
   static std::variant<json, TeiError> MakeTeiResponse(const TeiEmbedRequest& request,
                                                       const jina::DataRequestProto& reply,
                                                       std::uint64_t cap) {
@@ -481,6 +492,11 @@ class HttpGateway::Impl {
                                                       const jina::DataRequestProto& reply,
                                                       std::uint64_t cap) {
     return MakeTeiRerankResponse(request, reply, cap);
+  }
+  static std::variant<json, TeiError> MakeTeiResponse(const TeiTokenizeRequest& request,
+                                                      const jina::DataRequestProto& reply,
+                                                      std::uint64_t cap) {
+    return MakeTeiTokenizeResponse(request, reply, cap);
   }
 
   template <typename Request>

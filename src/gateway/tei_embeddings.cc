@@ -267,32 +267,48 @@ jina::DataRequestProto MakeTeiRerankDataRequest(const TeiRerankRequest& request,
   return proto;
 }
 
-std::variant<json, TeiError> MakeTeiRerankResponse(const TeiRerankRequest& request,
-                                                   const jina::DataRequestProto& reply,
-                                                   std::uint64_t max_tensor_bytes) {
-  const auto backend = [](std::string message) {
-    return TeiError{.http_status = 424, .message = std::move(message), .type = "Backend"};
-  };
+namespace {
+
+TeiError Backend(std::string message) {
+  return TeiError{.http_status = 424, .message = std::move(message), .type = "Backend"};
+}
+
+// The reply's documents, one per text sent, or the 424 saying why not.
+std::variant<DocList, TeiError> ReplyDocsFor(const jina::DataRequestProto& reply, std::size_t texts,
+                                             std::uint64_t max_tensor_bytes) {
   const DecodeLimits limits{.max_tensor_bytes = max_tensor_bytes};
   StatusOr<DocList> docs = !reply.data().has_docs() && reply.data().docs_bytes().empty()
                                ? InvalidArgumentError("the reply carries no documents")
                                : ReplyDocs(reply, limits);
   if (!docs.ok()) {
-    return backend("the executor's reply does not decode: " + std::string(docs.status().message()));
+    return Backend("the executor's reply does not decode: " + std::string(docs.status().message()));
   }
-  if (docs->size() != request.texts.size()) {
-    return backend("the executor returned " + std::to_string(docs->size()) + " documents for " +
-                   std::to_string(request.texts.size()) + " texts");
+  if (docs->size() != texts) {
+    return Backend("the executor returned " + std::to_string(docs->size()) + " documents for " +
+                   std::to_string(texts) + " texts");
   }
+  return std::move(docs).value();
+}
+
+}  // namespace
+
+std::variant<json, TeiError> MakeTeiRerankResponse(const TeiRerankRequest& request,
+                                                   const jina::DataRequestProto& reply,
+                                                   std::uint64_t max_tensor_bytes) {
+  auto decoded = ReplyDocsFor(reply, request.texts.size(), max_tensor_bytes);
+  if (auto* error = std::get_if<TeiError>(&decoded)) {
+    return std::move(*error);
+  }
+  const DocList& docs = std::get<DocList>(decoded);
   std::vector<double> scores;
-  scores.reserve(docs->size());
-  for (std::size_t i = 0; i < docs->size(); ++i) {
-    const Value::Dict& tags = (*docs)[i].tags();
+  scores.reserve(docs.size());
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    const Value::Dict& tags = docs[i].tags();
     const auto found = tags.find("relevance_score");
     const Value* score = found == tags.end() ? nullptr : &found->second;
     double number = 0;
     if (score == nullptr || !score->ToNumber(&number) || !std::isfinite(number)) {
-      return backend("document " + std::to_string(i) +
+      return Backend("document " + std::to_string(i) +
                      ": the executor gave no numeric tag relevance_score (a reranker such as "
                      "CrossEncoder with a one-label model sets it)");
     }
@@ -309,6 +325,111 @@ std::variant<json, TeiError> MakeTeiRerankResponse(const TeiRerankRequest& reque
       rank["text"] = request.texts[index];
     }
     out.push_back(std::move(rank));
+  }
+  return out;
+}
+
+std::variant<TeiTokenizeRequest, TeiError> ParseTeiTokenizeRequest(
+    const json& body, const std::map<std::string, std::string>& served, std::size_t max_inputs) {
+  if (!body.is_object()) {
+    return Invalid("request body must be a JSON object");
+  }
+  TeiTokenizeRequest request;
+  if (std::optional<TeiError> error = ChooseModel(body, served, request.model)) {
+    return *error;
+  }
+  auto inputs = body.find("inputs");
+  if (inputs == body.end() || inputs->is_null()) {
+    return Invalid("\"inputs\" is required: a string or a list of strings");
+  }
+  if (auto problem = ReadTextInputs(*inputs, "inputs", max_inputs, request.inputs)) {
+    if (problem->too_many) {
+      return TooMany(inputs->size(), max_inputs);
+    }
+    return Invalid(problem->message);
+  }
+  if (std::optional<TeiError> error =
+          ReadFlag(body, "add_special_tokens", request.add_special_tokens)) {
+    return *error;
+  }
+  if (auto prompt = body.find("prompt_name"); prompt != body.end() && !prompt->is_null()) {
+    if (!prompt->is_string()) {
+      return Invalid("\"prompt_name\" must be a string, got " + prompt->dump());
+    }
+    request.prompt_name = prompt->get<std::string>();
+  }
+  return request;
+}
+
+jina::DataRequestProto MakeTeiTokenizeDataRequest(const TeiTokenizeRequest& request,
+                                                  const std::string& request_id) {
+  OpenAiEmbeddingsRequest as_openai;
+  as_openai.inputs = request.inputs;
+  jina::DataRequestProto proto = MakeOpenAiDataRequest(as_openai, kTeiTokenizeEndpoint, request_id);
+  auto& parameters = *proto.mutable_parameters()->mutable_fields();
+  parameters.clear();
+  parameters["add_special_tokens"].set_bool_value(request.add_special_tokens);
+  if (!request.prompt_name.empty()) {
+    parameters["prompt_name"].set_string_value(request.prompt_name);
+  }
+  return proto;
+}
+
+std::variant<json, TeiError> MakeTeiTokenizeResponse(const TeiTokenizeRequest& request,
+                                                     const jina::DataRequestProto& reply,
+                                                     std::uint64_t max_tensor_bytes) {
+  auto decoded = ReplyDocsFor(reply, request.inputs.size(), max_tensor_bytes);
+  if (auto* error = std::get_if<TeiError>(&decoded)) {
+    return std::move(*error);
+  }
+  const DocList& docs = std::get<DocList>(decoded);
+  json out = json::array();
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    const auto malformed = [i](const std::string& what) {
+      return Backend("document " + std::to_string(i) + ": " + what +
+                     " (an executor with a /tokenize endpoint, such as SentenceEncoder, tags "
+                     "each document with tokens)");
+    };
+    const Value::Dict& tags = docs[i].tags();
+    const auto found = tags.find("tokens");
+    const Value::List* tokens = found == tags.end() ? nullptr : found->second.AsList();
+    if (tokens == nullptr) {
+      return malformed("the executor gave no list tag tokens");
+    }
+    json row = json::array();
+    for (std::size_t t = 0; t < tokens->size(); ++t) {
+      const Value::Dict* token = (*tokens)[t].AsDict();
+      const auto field = [token](const char* key) -> const Value* {
+        const auto it = token->find(key);
+        return it == token->end() ? nullptr : &it->second;
+      };
+      double id = 0;
+      const Value* id_value = token == nullptr ? nullptr : field("id");
+      const Value* text = token == nullptr ? nullptr : field("text");
+      const Value* special = token == nullptr ? nullptr : field("special");
+      if (id_value == nullptr || !id_value->ToNumber(&id) || id < 0 || id != std::floor(id) ||
+          text == nullptr || text->AsText() == nullptr || special == nullptr ||
+          special->AsBool() == nullptr) {
+        return malformed("token " + std::to_string(t) + " is not {id, text, special, start, stop}");
+      }
+      json entry = {{"id", static_cast<std::int64_t>(id)},
+                    {"text", *text->AsText()},
+                    {"special", *special->AsBool()}};
+      for (const char* key : {"start", "stop"}) {
+        const Value* offset = field(key);
+        double number = 0;
+        if (offset == nullptr || offset->is_none()) {
+          entry[key] = nullptr;
+        } else if (offset->ToNumber(&number) && number >= 0 && number == std::floor(number)) {
+          entry[key] = static_cast<std::int64_t>(number);
+        } else {
+          return malformed("token " + std::to_string(t) + " has a " + key +
+                           " that is not a byte offset");
+        }
+      }
+      row.push_back(std::move(entry));
+    }
+    out.push_back(std::move(row));
   }
   return out;
 }

@@ -22,6 +22,12 @@
 // which the CrossEncoder executor honours; each document must come back
 // with the tag `relevance_score`.
 //
+// /tokenize: `inputs` a string or a list of them, `add_special_tokens`
+// (default true), `prompt_name`; the texts go to the executor's /tokenize
+// endpoint (SentenceEncoder and CrossEncoder bind it), which tags each
+// document with `tokens`; the reply is TEI's [[{"id", "text", "special",
+// "start", "stop"}, ...], ...], offsets in UTF-8 bytes.
+//
 // Thread safety: free functions without shared state.
 #ifndef GANTRY_GATEWAY_TEI_EMBEDDINGS_H_
 #define GANTRY_GATEWAY_TEI_EMBEDDINGS_H_
@@ -112,6 +118,32 @@ jina::DataRequestProto MakeTeiRerankDataRequest(const TeiRerankRequest& request,
 std::variant<nlohmann::json, TeiError> MakeTeiRerankResponse(const TeiRerankRequest& request,
                                                              const jina::DataRequestProto& reply,
                                                              std::uint64_t max_tensor_bytes);
+
+struct TeiTokenizeRequest {
+  std::string model;
+  std::vector<std::string> inputs;
+  bool add_special_tokens = true;
+  std::string prompt_name;  // empty: not given
+};
+
+// The executor endpoint /tokenize goes to, whatever `models:` maps the name to.
+inline constexpr const char* kTeiTokenizeEndpoint = "/tokenize";
+
+// Validates a POST /tokenize body: the model and `inputs` as for /embed.
+std::variant<TeiTokenizeRequest, TeiError> ParseTeiTokenizeRequest(
+    const nlohmann::json& body, const std::map<std::string, std::string>& served,
+    std::size_t max_inputs);
+
+// One text document per input, in order; the flags as parameters.
+jina::DataRequestProto MakeTeiTokenizeDataRequest(const TeiTokenizeRequest& request,
+                                                  const std::string& request_id);
+
+// TEI's [[SimpleToken, ...], ...] from each document's `tokens` tag. A reply
+// without one document per input, or a tag that is not such a list, is 424
+// naming the document.
+std::variant<nlohmann::json, TeiError> MakeTeiTokenizeResponse(const TeiTokenizeRequest& request,
+                                                               const jina::DataRequestProto& reply,
+                                                               std::uint64_t max_tensor_bytes);
 
 }  // namespace gantry::internal
 

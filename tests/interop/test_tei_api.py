@@ -1,7 +1,8 @@
-"""text-embeddings-inference's POST /embed and GET /health on the HTTP gateway,
+"""text-embeddings-inference's POST /embed, POST /tokenize and GET /health on the HTTP gateway,
 in front of SentenceEncoder with the real all-MiniLM-L6-v2 weights: every
 reply and error body is checked against TEI's published schemas
-(fixtures/tei_openapi_embed.json, copied from TEI's docs/openapi.json), the
+(fixtures/tei_openapi_embed.json and tei_openapi_tokenize.json, copied from
+TEI's docs/openapi.json), the
 vectors against Jina's /encode route of the same deployment, and the server
 keeps serving after each bad request."""
 import json
@@ -25,10 +26,30 @@ with open(os.path.join(HERE, "fixtures", "tei_openapi_embed.json")) as f:
     SPEC = json.load(f)
 
 
-def check_schema(body, name):
+with open(os.path.join(HERE, "fixtures", "tei_openapi_tokenize.json")) as f:
+    TOKENIZE_SPEC = json.load(f)
+
+
+def check_schema(body, name, spec=SPEC):
     """Validates `body` against TEI's components/schemas/NAME."""
-    schema = {"$ref": f"#/components/schemas/{name}", "components": SPEC["components"]}
+    schema = {"$ref": f"#/components/schemas/{name}", "components": spec["components"]}
     jsonschema.validate(body, schema)
+
+
+def as_json_schema(node):
+    """OpenAPI 3.0's `nullable: true` as JSON Schema's type [T, "null"]."""
+    if isinstance(node, dict):
+        node = {k: as_json_schema(v) for k, v in node.items()}
+        if node.pop("nullable", False) and "type" in node:
+            node["type"] = [node["type"], "null"]
+        return node
+    if isinstance(node, list):
+        return [as_json_schema(v) for v in node]
+    return node
+
+
+def check_tokenize_schema(body, name):
+    check_schema(body, name, as_json_schema(TOKENIZE_SPEC))
 
 
 def post(port, path, body, content_type="application/json"):
@@ -143,6 +164,56 @@ class TeiRoutesInFrontOfSentenceEncoder(unittest.TestCase):
     def test_health(self):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=30) as r:
             self.assertEqual(r.status, 200)
+
+    def test_tokenize_gives_ids_text_and_byte_offsets(self):
+        # The fast tokenizer's answer for this string (tokenizers 0.22,
+        # offsets converted to UTF-8 bytes): accents and case stay in `text`.
+        text = "Café déjà vu — 東京"
+        want = [(101, "[CLS]", True, None, None), (7668, "Café", False, 0, 5),
+                (2139, "dé", False, 6, 9), (3900, "jà", False, 9, 12),
+                (24728, "vu", False, 13, 15), (1517, "—", False, 16, 19),
+                (1879, "東", False, 20, 23), (1755, "京", False, 23, 26),
+                (102, "[SEP]", True, None, None)]
+        body = {"inputs": [text, "a [SEP] b"]}
+        check_tokenize_schema(body, "TokenizeRequest")
+        status, reply = post(self.port, "/tokenize", body)
+        self.assertEqual(status, 200, reply)
+        check_tokenize_schema(reply, "TokenizeResponse")
+        self.assertEqual(len(reply), 2)
+        got = [(t["id"], t["text"], t["special"], t["start"], t["stop"]) for t in reply[0]]
+        self.assertEqual(got, want)
+        # [SEP] typed in the text is a token of the text, not a special one.
+        self.assertEqual([(t["id"], t["text"], t["special"], t["start"]) for t in reply[1]],
+                         [(101, "[CLS]", True, None), (1037, "a", False, 0),
+                          (102, "[SEP]", False, 2), (1038, "b", False, 8),
+                          (102, "[SEP]", True, None)])
+        # The ids are those /embed sees: every token, no cut at max_seq_length.
+        status, reply = post(self.port, "/tokenize", {"inputs": text,
+                                                      "add_special_tokens": False})
+        self.assertEqual(status, 200, reply)
+        check_tokenize_schema(reply, "TokenizeResponse")
+        self.assertEqual([t["id"] for t in reply[0]], [w[0] for w in want[1:-1]])
+        long = "word " * 40
+        status, reply = post(self.port, "/tokenize", {"inputs": long})
+        self.assertEqual(status, 200, reply)
+        self.assertEqual(len(reply[0]), 42)
+
+    def test_tokenize_bad_requests_are_errors_in_tei_shape(self):
+        cases = [
+            ({"inputs": [3, 4]}, 422, "token-id inputs are not supported"),
+            ({"inputs": "a", "add_special_tokens": "no"}, 422, "\"add_special_tokens\" must be"),
+            ({"inputs": "a", "prompt_name": "query"}, 422, "prompt_name"),
+            ({"inputs": ["x"] * 2049}, 413, "batch size 2049 > maximum allowed batch size 2048"),
+            ({"inputs": "a", "model": "bert"}, 404, "not served"),
+            # About 200,000 tokens: more than /tokenize lists for one text.
+            ({"inputs": "w " * 200000}, 413, "more than the 65536 /tokenize lists"),
+        ]
+        for body, want_status, want_text in cases:
+            status, reply = post(self.port, "/tokenize", body)
+            self.assertEqual(status, want_status, (str(body)[:200], reply))
+            check_tokenize_schema(reply, "ErrorResponse")
+            self.assertIn(want_text, reply["error"])
+        self.assert_still_serving()
 
     def test_a_jina_body_still_reaches_the_executor_on_embed(self):
         # {"data": ...} on /embed is Jina's /<endpoint> route, not TEI's (here

@@ -174,6 +174,17 @@ class PoolingParity(unittest.TestCase):
             self.assertIn("passage, query", text)
             status, again = http_post(gantry.http_port, "/encode", {"data": [{"text": "a"}]})
             self.assertEqual(status, 200, again)
+            # TEI's /tokenize with a prompt: the tokens of prompt + text, with
+            # the fast tokenizer's ids and offsets (bytes; ASCII here).
+            for prompt_name in ("query", "passage"):
+                status, tokens = http_post(gantry.http_port, "/tokenize", {
+                    "inputs": TEXTS[4], "prompt_name": prompt_name})
+                self.assertEqual(status, 200, tokens)
+                encoding = reference.tokenizer(PROMPTS[prompt_name] + TEXTS[4],
+                                               return_offsets_mapping=True)
+                self.assertEqual([t["id"] for t in tokens[0]], encoding["input_ids"])
+                self.assertEqual([(t["start"], t["stop"]) for t in tokens[0][1:-1]],
+                                 [tuple(o) for o in encoding["offset_mapping"][1:-1]])
         finally:
             gantry.stop()
 

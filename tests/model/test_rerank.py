@@ -137,6 +137,15 @@ class RerankParity(unittest.TestCase):
             self.assertNotIn("text", rank)
             self.assertAlmostEqual(rank["score"], float(logits[rank["index"]]), delta=1e-5)
 
+    def test_tokenize_lists_the_tokens_of_each_text(self):
+        status, reply = post(self.port, "/tokenize", {"inputs": TEXTS[:3]})
+        self.assertEqual(status, 200, reply)
+        for text, tokens in zip(TEXTS[:3], reply):
+            encoding = self.reference.tokenizer(text, return_offsets_mapping=True)
+            self.assertEqual([t["id"] for t in tokens], encoding["input_ids"])
+            self.assertEqual([(t["start"], t["stop"]) for t in tokens if not t["special"]],
+                             [tuple(o) for o in encoding["offset_mapping"][1:-1]])
+
     def test_pairs_over_the_limit_are_cut_longest_first_or_refused(self):
         long_query = " ".join(WORDS)  # 20 tokens
         long_text = " ".join(reversed(WORDS))

@@ -238,5 +238,67 @@ TEST(TeiRerankTest, ReplyIsRanksBestFirstWithTextWhenAsked) {
   EXPECT_NE(std::get<TeiError>(out).message.find("document 2"), std::string::npos);
 }
 
+TEST(TeiTokenizeTest, GoesToTheTokenizeEndpointWithItsFlags) {
+  auto parsed = ParseTeiTokenizeRequest(
+      json{{"inputs", {"a", "b"}}, {"add_special_tokens", false}, {"prompt_name", "query"}}, kOne,
+      8);
+  ASSERT_TRUE(std::holds_alternative<TeiTokenizeRequest>(parsed))
+      << std::get<TeiError>(parsed).message;
+  const jina::DataRequestProto proto =
+      MakeTeiTokenizeDataRequest(std::get<TeiTokenizeRequest>(parsed), "r1");
+  EXPECT_EQ(proto.header().exec_endpoint(), "/tokenize");
+  EXPECT_EQ(proto.data().docs().docs_size(), 2);
+  EXPECT_FALSE(proto.parameters().fields().at("add_special_tokens").bool_value());
+  EXPECT_EQ(proto.parameters().fields().at("prompt_name").string_value(), "query");
+
+  auto bad = ParseTeiTokenizeRequest(json{{"inputs", "a"}, {"add_special_tokens", 1}}, kOne, 8);
+  ASSERT_TRUE(std::holds_alternative<TeiError>(bad));
+  EXPECT_EQ(std::get<TeiError>(bad).http_status, 422);
+  bad = ParseTeiTokenizeRequest(json{{"inputs", std::vector<std::string>(9, "a")}}, kOne, 8);
+  ASSERT_TRUE(std::holds_alternative<TeiError>(bad));
+  EXPECT_EQ(std::get<TeiError>(bad).http_status, 413);
+}
+
+TEST(TeiTokenizeTest, ReplyListsEachDocumentsTokensAndNamesAMalformedOne) {
+  const auto token = [](std::int64_t id, const char* text, bool special, Value start, Value stop) {
+    return Value(Value::Dict{{"id", Value(id)},
+                             {"text", Value(text)},
+                             {"special", Value(special)},
+                             {"start", std::move(start)},
+                             {"stop", std::move(stop)}});
+  };
+  DocList docs{Doc("hi"), Doc("")};
+  docs[0].mutable_tags()["tokens"] =
+      Value(Value::List{token(101, "[CLS]", true, Value(nullptr), Value(nullptr)),
+                        token(7632, "hi", false, Value(0), Value(2))});
+  docs[1].mutable_tags()["tokens"] = Value(Value::List{});
+  jina::DataRequestProto reply;
+  DocListToProto(docs, reply.mutable_data()->mutable_docs());
+  TeiTokenizeRequest request;
+  request.inputs = {"hi", ""};
+  auto out = MakeTeiTokenizeResponse(request, reply, 1 << 20);
+  ASSERT_TRUE(std::holds_alternative<json>(out)) << std::get<TeiError>(out).message;
+  EXPECT_EQ(std::get<json>(out),
+            json::parse(R"([[{"id":101,"text":"[CLS]","special":true,"start":null,"stop":null},)"
+                        R"({"id":7632,"text":"hi","special":false,"start":0,"stop":2}],[]])"));
+
+  // An executor without /tokenize (its default handler answered) or with
+  // a bad offset: 424 naming the document.
+  docs[1].mutable_tags().clear();
+  jina::DataRequestProto untagged;
+  DocListToProto(docs, untagged.mutable_data()->mutable_docs());
+  out = MakeTeiTokenizeResponse(request, untagged, 1 << 20);
+  ASSERT_TRUE(std::holds_alternative<TeiError>(out));
+  EXPECT_EQ(std::get<TeiError>(out).http_status, 424);
+  EXPECT_NE(std::get<TeiError>(out).message.find("document 1"), std::string::npos);
+  docs[1].mutable_tags()["tokens"] = Value(Value::List{token(5, "x", false, Value(-1), Value(2))});
+  jina::DataRequestProto negative;
+  DocListToProto(docs, negative.mutable_data()->mutable_docs());
+  out = MakeTeiTokenizeResponse(request, negative, 1 << 20);
+  ASSERT_TRUE(std::holds_alternative<TeiError>(out));
+  EXPECT_NE(std::get<TeiError>(out).message.find("start that is not a byte offset"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace gantry::internal

@@ -25,6 +25,8 @@ struct Case {
   std::string text;
   std::vector<std::int64_t> ids;
   std::vector<float> embedding;
+  // [id, start byte, stop byte, special] of every token, uncut.
+  std::vector<std::vector<std::int64_t>> tokens;
 };
 
 class ParityTest : public ::testing::Test {
@@ -44,7 +46,8 @@ class ParityTest : public ::testing::Test {
     for (const nlohmann::json& c : doc.at("cases")) {
       cases_.push_back({c.at("text").get<std::string>(),
                         c.at("ids").get<std::vector<std::int64_t>>(),
-                        c.at("embedding").get<std::vector<float>>()});
+                        c.at("embedding").get<std::vector<float>>(),
+                        c.at("tokens").get<std::vector<std::vector<std::int64_t>>>()});
     }
     options_.model_path = model;
     if (const char* device = std::getenv("GANTRY_PARITY_DEVICE"); device != nullptr) {
@@ -100,6 +103,34 @@ TEST_F(ParityTest, TokenIdsEqualFastTokenizer) {
     }
   }
   std::printf("parity ids: %zu strings, %d mismatches\n", cases_.size(), mismatches);
+  EXPECT_EQ(mismatches, 0);
+}
+
+// The offsets TEI's /tokenize reports: Hugging Face's, in bytes, for every
+// token of every string (accents, CJK, lowercasing that makes two chars of
+// one, special tokens typed in the text, unknown words, long words).
+TEST_F(ParityTest, TokenOffsetsEqualFastTokenizer) {
+  int mismatches = 0;
+  for (std::size_t i = 0; i < cases_.size(); ++i) {
+    const std::vector<TokenSpan> got =
+        embedder_->tokenizer().Tokenize(cases_[i].text, /*add_special_tokens=*/true);
+    std::vector<std::vector<std::int64_t>> as_rows;
+    for (const TokenSpan& token : got) {
+      as_rows.push_back({token.id, static_cast<std::int64_t>(token.start),
+                         static_cast<std::int64_t>(token.end), token.special ? 1 : 0});
+    }
+    if (as_rows != cases_[i].tokens && ++mismatches <= 10) {
+      std::size_t first = 0;
+      while (first < std::min(as_rows.size(), cases_[i].tokens.size()) &&
+             as_rows[first] == cases_[i].tokens[first]) {
+        ++first;
+      }
+      ADD_FAILURE() << "case " << i << " text '" << cases_[i].text << "': tokens differ from token "
+                    << first << " (" << as_rows.size() << " vs " << cases_[i].tokens.size()
+                    << " tokens)";
+    }
+  }
+  std::printf("parity offsets: %zu strings, %d mismatches\n", cases_.size(), mismatches);
   EXPECT_EQ(mismatches, 0);
 }
 
