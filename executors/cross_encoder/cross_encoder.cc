@@ -12,6 +12,7 @@
 
 #include "cross_scorer.h"
 #include "option_readers.h"
+#include "tei_info.h"
 #include "token_tags.h"
 
 namespace gantry {
@@ -85,6 +86,15 @@ void CrossEncoder::Tokenize(DocList& docs, const Parameters& parameters) {
   sentence_encoder::TagTokens(
       docs, scorer_->tokenizer(), /*prompt=*/"",
       sentence_encoder::ReadBoolParameter(parameters, "add_special_tokens").value_or(true));
+}
+
+void CrossEncoder::Info(DocList& docs) {
+  sentence_encoder::SetTeiInfo(
+      docs, {.dtype = scorer_->dtype(),
+             .max_input_length = scorer_->max_seq_length(),
+             .auto_truncate = auto_truncate_,
+             .batch_size = scorer_->batch_size(),
+             .model_type = sentence_encoder::RerankerModelType(scorer_->labels())});
 }
 
 }  // namespace gantry

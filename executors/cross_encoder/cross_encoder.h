@@ -59,6 +59,10 @@ class CrossEncoder final : public Executor {
   GANTRY_REQUESTS(Tokenize, "/tokenize");
   void Tokenize(DocList& docs, const Parameters& parameters);
 
+  // One document describing the model for TEI's GET /info (tei_info.h).
+  GANTRY_REQUESTS(Info, "/info");
+  void Info(DocList& docs);
+
  private:
   std::unique_ptr<cross_encoder::CrossScorer> scorer_;
   bool auto_truncate_ = true;

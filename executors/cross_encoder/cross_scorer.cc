@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
@@ -72,6 +73,27 @@ Status ReadHead(const std::string& config_path, Activation* activation, bool* ha
                                 "torch.nn.modules.linear.Identity)");
   }
   return OkStatus();
+}
+
+// config.json's id2label for `num_labels` labels; "LABEL_i" where it says
+// nothing, as transformers names them.
+std::vector<std::string> ReadLabels(const std::string& config_path, std::int64_t num_labels) {
+  std::vector<std::string> labels;
+  for (std::int64_t i = 0; i < num_labels; ++i) {
+    labels.push_back("LABEL_" + std::to_string(i));
+  }
+  std::ifstream in(config_path);
+  const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (const auto id2label = config.find("id2label");
+      config.is_object() && id2label != config.end() && id2label->is_object()) {
+    for (std::int64_t i = 0; i < num_labels; ++i) {
+      if (const auto name = id2label->find(std::to_string(i));
+          name != id2label->end() && name->is_string()) {
+        labels[static_cast<std::size_t>(i)] = name->get<std::string>();
+      }
+    }
+  }
+  return labels;
 }
 
 }  // namespace
@@ -137,6 +159,7 @@ StatusOr<std::unique_ptr<CrossScorer>> CrossScorer::Load(const ScorerOptions& op
                             ? activation
                             : (num_labels == 1 ? Activation::kSigmoid : Activation::kIdentity);
   scorer->num_labels_ = num_labels;
+  scorer->labels_ = ReadLabels(config_path, num_labels);
   scorer->max_seq_length_ = max_seq_length;
   scorer->batch_size_ = run.batch_size;
   scorer->dtype_ = run.dtype_name;

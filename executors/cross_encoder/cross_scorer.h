@@ -70,6 +70,9 @@ class CrossScorer {
   const sentence_encoder::WordPieceTokenizer& tokenizer() const { return tokenizer_; }
   Activation activation() const { return activation_; }
   std::int64_t num_labels() const { return num_labels_; }
+  // Label i's name: config.json's id2label, else "LABEL_i" (as transformers).
+  const std::vector<std::string>& labels() const { return labels_; }
+  std::int64_t batch_size() const { return batch_size_; }
   std::int64_t max_seq_length() const { return max_seq_length_; }
   const std::string& dtype() const { return dtype_; }
   const Device& device() const { return device_; }
@@ -85,6 +88,7 @@ class CrossScorer {
   at::Tensor pooler_w_, pooler_b_, classifier_w_, classifier_b_;
   Activation activation_ = Activation::kSigmoid;
   std::int64_t num_labels_ = 1;
+  std::vector<std::string> labels_;
   std::int64_t max_seq_length_ = 512;
   std::int64_t batch_size_ = 32;
   std::string dtype_ = "float32";

@@ -248,6 +248,10 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
   embedder->model_path_ = folder.string();
   embedder->max_seq_length_ = max_seq_length;
   embedder->batch_size_ = options.batch_size;
+  if (options.max_batch_tokens == 1) {
+    return InvalidArgumentError("max_batch_tokens 1 fits no input ([CLS] and [SEP] take 2)");
+  }
+  embedder->max_batch_tokens_ = std::max<std::int64_t>(options.max_batch_tokens, 0);
   embedder->max_positions_ = config.max_position_embeddings;
   embedder->pipeline_ = std::move(pipeline);
   embedder->device_ = device;
@@ -261,7 +265,11 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
 }
 
 void SentenceEmbedder::WarmUp() const {
-  Encode({"Warm-up pass so that the first request does not pay for it."});
+  // Rows no longer than an input may be: max_seq_length, or the token budget.
+  const auto longest = static_cast<std::size_t>(
+      max_batch_tokens_ > 0 ? std::min(max_seq_length_, max_batch_tokens_) : max_seq_length_);
+  EncodeIds(
+      {tokenizer_.Encode("Warm-up pass so that the first request does not pay for it.", longest)});
   if (!device_.is_cuda()) {
     return;
   }
@@ -270,8 +278,7 @@ void SentenceEmbedder::WarmUp() const {
   while (text.size() < 4096) {
     text += "Warm-up pass so that the first request does not pay for it. ";
   }
-  const std::vector<std::int64_t> tokens =
-      tokenizer_.Encode(text, static_cast<std::size_t>(max_seq_length_));
+  const std::vector<std::int64_t> tokens = tokenizer_.Encode(text, longest);
   // Every row count PaddedRows makes, up to batch_size (capped, so a huge
   // batch_size does not make start-up slow).
   std::vector<std::int64_t> batches;
@@ -314,6 +321,18 @@ std::int64_t CudaPaddedLength(std::int64_t longest, std::int64_t max_positions) 
 
 std::int64_t SentenceEmbedder::PaddedRows(std::int64_t count) const {
   return device_.is_cuda() ? CudaBatchRows(count, batch_size_) : count;
+}
+
+std::int64_t SentenceEmbedder::RowsPerPass(std::int64_t length, std::int64_t left) const {
+  std::int64_t count = std::min(batch_size_, left);
+  if (max_batch_tokens_ > 0 && length > 0) {
+    count = std::min(count, std::max<std::int64_t>(max_batch_tokens_ / length, 1));
+    // On CUDA the rows are rounded up (PaddedRows): fewer until those fit.
+    while (count > 1 && PaddedRows(count) * length > max_batch_tokens_) {
+      --count;
+    }
+  }
+  return std::max<std::int64_t>(count, 1);
 }
 
 std::int64_t SentenceEmbedder::PaddedLength(std::int64_t longest) const {
@@ -373,6 +392,11 @@ at::Tensor SentenceEmbedder::EncodeIds(const std::vector<std::vector<std::int64_
                               std::to_string(ids[i].size()) + " tokens, over max_seq_length " +
                               std::to_string(max_seq_length_));
     }
+    if (max_batch_tokens_ > 0 && static_cast<std::int64_t>(ids[i].size()) > max_batch_tokens_) {
+      throw std::length_error("input " + std::to_string(i) + " has " +
+                              std::to_string(ids[i].size()) + " tokens, over max_batch_tokens " +
+                              std::to_string(max_batch_tokens_) + " (one forward pass)");
+    }
   }
   // InferenceMode, and on CUDA this worker's own stream (not the default one).
   InferenceScope scope(device_);
@@ -389,10 +413,10 @@ at::Tensor SentenceEmbedder::EncodeIds(const std::vector<std::vector<std::int64_
     return ids[static_cast<std::size_t>(a)].size() > ids[static_cast<std::size_t>(b)].size();
   });
   const std::int64_t pad = tokenizer_.pad_id();
-  for (std::int64_t start = 0; start < n; start += batch_size_) {
-    const std::int64_t count = std::min(batch_size_, n - start);
+  for (std::int64_t start = 0, count = 0; start < n; start += count) {
     const std::int64_t length =
         PaddedLength(static_cast<std::int64_t>(ids[static_cast<std::size_t>(order[start])].size()));
+    count = RowsPerPass(length, n - start);
     // Rows beyond `count` (CUDA only) are filler: one attended pad token
     // each, so they stay finite, and dropped after pooling.
     const std::int64_t rows = PaddedRows(count);

@@ -94,6 +94,10 @@ struct EmbedderOptions {
   // else tokenizer_config.json's model_max_length, at most
   // max_position_embeddings (as sentence-transformers reads it).
   std::int64_t max_seq_length = 0;
+  // TEI's max_batch_tokens: the most tokens, padding included, one forward
+  // pass holds; a pass takes fewer documents when they are long. 0: no
+  // budget but batch_size rows.
+  std::int64_t max_batch_tokens = 0;
   // "float32", "float16", "bfloat16", or "auto" (see ResolveDType).
   std::string dtype = "float32";
   Device device = Device::Cpu();
@@ -130,7 +134,7 @@ class SentenceEmbedder {
   // (PoolingSkip of the prompt the ids were made with); `normalize`, when
   // set, overrides whether the folder has a Normalize module (TEI's
   // `normalize`). Throws std::length_error for a row longer than
-  // max_seq_length.
+  // max_seq_length or than max_batch_tokens.
   at::Tensor EncodeIds(const std::vector<std::vector<std::int64_t>>& ids,
                        std::int64_t pooling_skip = 0,
                        std::optional<bool> normalize = std::nullopt) const;
@@ -150,6 +154,15 @@ class SentenceEmbedder {
   }
   std::int64_t max_seq_length() const { return max_seq_length_; }
   std::int64_t batch_size() const { return batch_size_; }
+  // The token budget of one forward pass: the option, else batch_size rows
+  // of max_seq_length tokens.
+  std::int64_t max_batch_tokens() const {
+    return max_batch_tokens_ > 0 ? max_batch_tokens_ : batch_size_ * max_seq_length_;
+  }
+  // Documents the forward pass starting at a row of `length` tokens (the
+  // longest left, rows go longest first) takes, out of `left`: at most
+  // batch_size, and as many as fit max_batch_tokens once padded; at least 1.
+  std::int64_t RowsPerPass(std::int64_t length, std::int64_t left) const;
   const Device& device() const { return device_; }
   // The resolved dtype the model runs in ("float32", "float16", "bfloat16").
   const std::string& dtype() const { return dtype_; }
@@ -174,6 +187,7 @@ class SentenceEmbedder {
   std::string model_path_;
   std::int64_t max_seq_length_ = 256;
   std::int64_t batch_size_ = 32;
+  std::int64_t max_batch_tokens_ = 0;
   std::int64_t max_positions_ = 512;
   SentencePipeline pipeline_;
   Device device_;

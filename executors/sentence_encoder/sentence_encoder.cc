@@ -13,6 +13,7 @@
 
 #include "option_readers.h"
 #include "sentence_embedder.h"
+#include "tei_info.h"
 #include "token_tags.h"
 
 namespace gantry {
@@ -20,13 +21,14 @@ namespace gantry {
 SentenceEncoder::SentenceEncoder(const ExecutorContext& context) {
   // `device` is read by the worker (it becomes context.device), but users
   // pass it under `with:` like every other constructor argument.
-  const sentence_encoder::WithReader with(
-      context, "SentenceEncoder",
-      {"model_path", "batch_size", "max_seq_length", "dtype", "auto_truncate", "device"});
+  const sentence_encoder::WithReader with(context, "SentenceEncoder",
+                                          {"model_path", "batch_size", "max_seq_length",
+                                           "max_batch_tokens", "dtype", "auto_truncate", "device"});
   sentence_encoder::EmbedderOptions options;
   options.model_path = with.Text("model_path", "");
   options.batch_size = with.PositiveInt("batch_size", 0);  // 0: the device's default
   options.max_seq_length = with.PositiveInt("max_seq_length", 0);
+  options.max_batch_tokens = with.PositiveInt("max_batch_tokens", 0);
   options.dtype = with.Text("dtype", "float32");
   auto_truncate_ = with.Bool("auto_truncate").value_or(true);
   options.device = context.device;
@@ -100,6 +102,17 @@ void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
       }
     }
   }
+  // TEI's rule: an input that does not fit one forward pass is refused.
+  if (const std::int64_t budget = embedder_->max_batch_tokens(); budget > 0) {
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (static_cast<std::int64_t>(ids[i].size()) > budget) {
+        throw std::length_error("document " + std::to_string(i) + " (id " + docs[i].id() +
+                                ") has " + std::to_string(ids[i].size()) +
+                                " tokens, over max_batch_tokens " + std::to_string(budget) +
+                                " (the most one forward pass holds)");
+      }
+    }
+  }
   // Tokens the model saw ([CLS] and [SEP] included, after truncation), for
   // callers that bill or report usage (the gateway's OpenAI API asks).
   if (parameters.GetBool("return_token_counts")) {
@@ -127,6 +140,19 @@ void SentenceEncoder::Tokenize(DocList& docs, const Parameters& parameters) {
       sentence_encoder::ReadBoolParameter(parameters, "add_special_tokens");
   sentence_encoder::TagTokens(docs, embedder_->tokenizer(), Prompt(parameters),
                               add_special_tokens.value_or(true));
+}
+
+void SentenceEncoder::Info(DocList& docs) {
+  std::string pooling;
+  for (const sentence_encoder::PoolingMode mode : embedder_->pipeline().pooling) {
+    pooling += (pooling.empty() ? "" : "+") + std::string(sentence_encoder::PoolingModeName(mode));
+  }
+  sentence_encoder::SetTeiInfo(docs, {.dtype = embedder_->dtype(),
+                                      .max_input_length = embedder_->max_seq_length(),
+                                      .auto_truncate = auto_truncate_,
+                                      .batch_size = embedder_->batch_size(),
+                                      .max_batch_tokens = embedder_->max_batch_tokens(),
+                                      .model_type = sentence_encoder::EmbeddingModelType(pooling)});
 }
 
 }  // namespace gantry

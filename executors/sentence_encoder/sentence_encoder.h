@@ -16,6 +16,8 @@
 // token of the prompt and text with its UTF-8 byte offsets (token_tags.h),
 // as text-embeddings-inference's /tokenize reports them; parameter
 // `add_special_tokens` (default true) says whether [CLS] and [SEP] are listed.
+// "/info" answers one document describing the model for TEI's GET /info
+// (tei_info.h).
 //
 // `with:` keys:
 //   model_path      HF sentence-transformers folder (default: see
@@ -24,6 +26,10 @@
 //                   CUDA)
 //   max_seq_length  tokens incl. [CLS]/[SEP] (default: the folder's, 256 for
 //                   all-MiniLM-L6-v2)
+//   max_batch_tokens  tokens one forward pass holds, padding included (TEI's
+//                   name): long inputs go fewer to a pass, and an input over
+//                   it is refused (std::length_error, HTTP 413) naming the
+//                   document (default: batch_size rows of max_seq_length)
 //   auto_truncate   cut inputs over max_seq_length when a request does not say
 //                   (default true); request parameters `truncate` and
 //                   `truncation_direction` ("right"/"left") override it, and an
@@ -76,6 +82,9 @@ class SentenceEncoder final : public Executor {
   // Throws std::invalid_argument as Encode, std::length_error for a text of
   // more than kMaxTokensPerDocument tokens.
   void Tokenize(DocList& docs, const Parameters& parameters);
+
+  GANTRY_REQUESTS(Info, "/info");
+  void Info(DocList& docs);
 
  private:
   // The text the request's `prompt` / `prompt_name` parameters ask to put

@@ -35,7 +35,8 @@ void TagTokens(DocList& docs, const WordPieceTokenizer& tokenizer, std::string_v
       entry["id"] = Value(token.id);
       entry["special"] = Value(token.special);
       if (token.special) {
-        entry["text"] = Value(token.id == tokenizer.cls_id() ? options.cls_token : options.sep_token);
+        entry["text"] =
+            Value(token.id == tokenizer.cls_id() ? options.cls_token : options.sep_token);
         entry["start"] = Value(nullptr);
         entry["stop"] = Value(nullptr);
       } else {

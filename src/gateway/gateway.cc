@@ -690,6 +690,7 @@ Status Gateway::Impl::Init() {
     http_options.ready = [this] { return upstream_->Available(); };
     http_options.signature = options_.signature;
     http_options.api_key = options_.api_key;
+    http_options.max_concurrent_requests = options_.max_concurrent_requests;
     http_options.cors = options_.cors;
     auto http = HttpGateway::Start(
         std::move(http_options),

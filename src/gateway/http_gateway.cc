@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "common/http_server.h"
+#include "core/limits.h"
 #include "core/value_json.h"
 #include "gateway/api_key.h"
 #include "gateway/json_docs.h"
@@ -228,6 +229,10 @@ class HttpGateway::Impl {
         }
       } else if (path == "/v1/models" && !options_.models.empty()) {
         send(JsonResponse(200, OpenAiModelList(options_.models, started_at_)));
+      } else if (path == "/info" && !options_.models.empty()) {
+        if (Authorized(request, send)) {
+          TeiInfo(request.query, Deadline(request, send), send);
+        }
       } else if (path == "/health" && !options_.models.empty()) {
         // TEI's: 200 when a replica can answer, else 503 in its error shape.
         send(options_.ready() ? EmptyResponse(200)
@@ -695,6 +700,34 @@ class HttpGateway::Impl {
       out.content_type = "application/json";
     }
     return out;
+  }
+
+  // TEI's GET /info: the executor describes its model, the gateway adds
+  // its own fields.
+  void TeiInfo(const std::string& query,
+               std::optional<std::chrono::system_clock::time_point> deadline, const Send& send) {
+    if (!deadline) {
+      return;
+    }
+    auto model = ChooseTeiInfoModel(query, options_.models);
+    if (const auto* error = std::get_if<TeiError>(&model)) {
+      send(JsonResponse(error->http_status, error->ToJson()));
+      return;
+    }
+    TeiRouterInfo router{.model_id = std::get<std::string>(model),
+                         .max_concurrent_requests = options_.max_concurrent_requests > 0
+                                                        ? options_.max_concurrent_requests
+                                                        : kMaxWorkerCallsInFlight,
+                         .max_client_batch_size = static_cast<std::int64_t>(kMaxOpenAiInputs),
+                         .version = GANTRY_VERSION};
+    forward_(MakeTeiInfoDataRequest(RandomRequestId()).SerializeAsString(), *deadline,
+             [send, router = std::move(router), cap = max_message_bytes_](
+                 const HttpForwardResult& result) { send(TeiReply(result, router, cap)); });
+  }
+  static std::variant<json, TeiError> MakeTeiResponse(const TeiRouterInfo& router,
+                                                      const jina::DataRequestProto& reply,
+                                                      std::uint64_t cap) {
+    return MakeTeiInfoResponse(router, reply, cap);
   }
 
   void DryRun(std::optional<std::chrono::system_clock::time_point> deadline, const Send& send) {

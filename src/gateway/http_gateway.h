@@ -94,6 +94,9 @@ struct HttpGatewayOptions {
   std::string api_key;
   // Answer CORS preflights and allow any origin (Jina's `cors`).
   bool cors = false;
+  // The gateway's bound on requests in flight, as GET /info reports it (0:
+  // none of its own, reported as a worker's own bound).
+  int max_concurrent_requests = 0;
 };
 
 class HttpGateway {

@@ -434,4 +434,109 @@ std::variant<json, TeiError> MakeTeiTokenizeResponse(const TeiTokenizeRequest& r
   return out;
 }
 
+std::variant<std::string, TeiError> ChooseTeiInfoModel(
+    std::string_view query, const std::map<std::string, std::string>& served) {
+  json selector = json::object();
+  for (std::size_t start = 0; start <= query.size();) {
+    const std::size_t end = std::min(query.find('&', start), query.size());
+    const std::string_view pair = query.substr(start, end - start);
+    if (pair.substr(0, 6) == "model=") {
+      selector["model"] = std::string(pair.substr(6));
+    }
+    start = end + 1;
+  }
+  std::string model;
+  if (std::optional<TeiError> error = ChooseModel(selector, served, model)) {
+    if (error->http_status == 422) {
+      error->message += " (GET /info?model=NAME)";
+    }
+    return *error;
+  }
+  return model;
+}
+
+jina::DataRequestProto MakeTeiInfoDataRequest(const std::string& request_id) {
+  jina::DataRequestProto proto;
+  proto.mutable_header()->set_request_id(request_id);
+  proto.mutable_header()->set_exec_endpoint(kTeiInfoEndpoint);
+  proto.mutable_data()->mutable_docs();
+  return proto;
+}
+
+namespace {
+
+// A tag value as JSON, whole numbers as integers (tags travel as doubles).
+json TagToJson(const Value& value) {
+  if (const std::string* text = value.AsText()) {
+    return *text;
+  }
+  if (const bool* flag = value.AsBool()) {
+    return *flag;
+  }
+  if (double number = 0; value.ToNumber(&number)) {
+    if (std::isfinite(number) && number == std::floor(number) && std::abs(number) < 9.0e15) {
+      return static_cast<std::int64_t>(number);
+    }
+    return number;
+  }
+  if (const Value::List* list = value.AsList()) {
+    json out = json::array();
+    for (const Value& item : *list) {
+      out.push_back(TagToJson(item));
+    }
+    return out;
+  }
+  if (const Value::Dict* dict = value.AsDict()) {
+    json out = json::object();
+    for (const auto& [key, item] : *dict) {
+      out[key] = TagToJson(item);
+    }
+    return out;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::variant<json, TeiError> MakeTeiInfoResponse(const TeiRouterInfo& router,
+                                                 const jina::DataRequestProto& reply,
+                                                 std::uint64_t max_tensor_bytes) {
+  auto decoded = ReplyDocsFor(reply, 1, max_tensor_bytes);
+  if (auto* error = std::get_if<TeiError>(&decoded)) {
+    return Backend("model '" + router.model_id +
+                   "': the executor's /info endpoint gave no "
+                   "description (" +
+                   error->message + "; SentenceEncoder and CrossEncoder have one)");
+  }
+  const Value::Dict& tags = std::get<DocList>(decoded)[0].tags();
+  const auto found = tags.find("tei_info");
+  const Value::Dict* fields = found == tags.end() ? nullptr : found->second.AsDict();
+  if (fields == nullptr) {
+    return Backend("model '" + router.model_id +
+                   "': the executor's /info reply has no tag tei_info (SentenceEncoder and "
+                   "CrossEncoder set it)");
+  }
+  json info = TagToJson(Value(*fields));
+  const auto is_count = [&info](const char* key) {
+    return info.contains(key) && info[key].is_number_integer() &&
+           info[key].get<std::int64_t>() >= 0;
+  };
+  if (!info.contains("model_dtype") || !info["model_dtype"].is_string() ||
+      !info.contains("model_type") || !info["model_type"].is_object() ||
+      !info.contains("auto_truncate") || !info["auto_truncate"].is_boolean() ||
+      !is_count("max_input_length") || !is_count("max_batch_tokens")) {
+    return Backend("model '" + router.model_id + "': the executor's tei_info " + info.dump() +
+                   " lacks model_dtype, model_type, auto_truncate, max_input_length or "
+                   "max_batch_tokens");
+  }
+  info["model_id"] = router.model_id;
+  info["model_sha"] = nullptr;
+  info["max_concurrent_requests"] = router.max_concurrent_requests;
+  info["max_client_batch_size"] = router.max_client_batch_size;
+  // Each replica tokenizes on the thread that runs its model.
+  info["tokenization_workers"] = 1;
+  info["version"] = router.version;
+  return info;
+}
+
 }  // namespace gantry::internal

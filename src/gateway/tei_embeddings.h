@@ -28,6 +28,10 @@
 // document with `tokens`; the reply is TEI's [[{"id", "text", "special",
 // "start", "stop"}, ...], ...], offsets in UTF-8 bytes.
 //
+// GET /info: the executor's "/info" endpoint describes the model (one
+// document with tag `tei_info`: dtype, model type, input and batch limits);
+// the gateway adds the model's name, its own limits and version.
+//
 // Thread safety: free functions without shared state.
 #ifndef GANTRY_GATEWAY_TEI_EMBEDDINGS_H_
 #define GANTRY_GATEWAY_TEI_EMBEDDINGS_H_
@@ -37,6 +41,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -144,6 +149,32 @@ jina::DataRequestProto MakeTeiTokenizeDataRequest(const TeiTokenizeRequest& requ
 std::variant<nlohmann::json, TeiError> MakeTeiTokenizeResponse(const TeiTokenizeRequest& request,
                                                                const jina::DataRequestProto& reply,
                                                                std::uint64_t max_tensor_bytes);
+
+// The model GET /info describes: `model=NAME` in the query, else the one
+// served (422 naming the served ones when there are several, 404 for a
+// name not served).
+std::variant<std::string, TeiError> ChooseTeiInfoModel(
+    std::string_view query, const std::map<std::string, std::string>& served);
+
+// The executor endpoint GET /info asks.
+inline constexpr const char* kTeiInfoEndpoint = "/info";
+
+// A request without documents to the executor's /info endpoint.
+jina::DataRequestProto MakeTeiInfoDataRequest(const std::string& request_id);
+
+// What the gateway itself knows for GET /info.
+struct TeiRouterInfo {
+  std::string model_id;
+  std::int64_t max_concurrent_requests = 0;
+  std::int64_t max_client_batch_size = 0;
+  std::string version;
+};
+
+// TEI's Info from the router's fields and the executor's `tei_info` tag
+// (424 naming what is missing when the executor has no /info endpoint).
+std::variant<nlohmann::json, TeiError> MakeTeiInfoResponse(const TeiRouterInfo& router,
+                                                           const jina::DataRequestProto& reply,
+                                                           std::uint64_t max_tensor_bytes);
 
 }  // namespace gantry::internal
 

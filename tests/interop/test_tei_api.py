@@ -1,7 +1,7 @@
 """text-embeddings-inference's POST /embed, POST /tokenize and GET /health on the HTTP gateway,
 in front of SentenceEncoder with the real all-MiniLM-L6-v2 weights: every
 reply and error body is checked against TEI's published schemas
-(fixtures/tei_openapi_embed.json and tei_openapi_tokenize.json, copied from
+(fixtures/tei_openapi_embed.json and tei_openapi_tokenize_info.json, copied from
 TEI's docs/openapi.json), the
 vectors against Jina's /encode route of the same deployment, and the server
 keeps serving after each bad request."""
@@ -26,8 +26,8 @@ with open(os.path.join(HERE, "fixtures", "tei_openapi_embed.json")) as f:
     SPEC = json.load(f)
 
 
-with open(os.path.join(HERE, "fixtures", "tei_openapi_tokenize.json")) as f:
-    TOKENIZE_SPEC = json.load(f)
+with open(os.path.join(HERE, "fixtures", "tei_openapi_tokenize_info.json")) as f:
+    MORE_SPEC = json.load(f)
 
 
 def check_schema(body, name, spec=SPEC):
@@ -48,8 +48,8 @@ def as_json_schema(node):
     return node
 
 
-def check_tokenize_schema(body, name):
-    check_schema(body, name, as_json_schema(TOKENIZE_SPEC))
+def check_more_schema(body, name):
+    check_schema(body, name, as_json_schema(MORE_SPEC))
 
 
 def post(port, path, body, content_type="application/json"):
@@ -175,10 +175,10 @@ class TeiRoutesInFrontOfSentenceEncoder(unittest.TestCase):
                 (1879, "東", False, 20, 23), (1755, "京", False, 23, 26),
                 (102, "[SEP]", True, None, None)]
         body = {"inputs": [text, "a [SEP] b"]}
-        check_tokenize_schema(body, "TokenizeRequest")
+        check_more_schema(body, "TokenizeRequest")
         status, reply = post(self.port, "/tokenize", body)
         self.assertEqual(status, 200, reply)
-        check_tokenize_schema(reply, "TokenizeResponse")
+        check_more_schema(reply, "TokenizeResponse")
         self.assertEqual(len(reply), 2)
         got = [(t["id"], t["text"], t["special"], t["start"], t["stop"]) for t in reply[0]]
         self.assertEqual(got, want)
@@ -191,7 +191,7 @@ class TeiRoutesInFrontOfSentenceEncoder(unittest.TestCase):
         status, reply = post(self.port, "/tokenize", {"inputs": text,
                                                       "add_special_tokens": False})
         self.assertEqual(status, 200, reply)
-        check_tokenize_schema(reply, "TokenizeResponse")
+        check_more_schema(reply, "TokenizeResponse")
         self.assertEqual([t["id"] for t in reply[0]], [w[0] for w in want[1:-1]])
         long = "word " * 40
         status, reply = post(self.port, "/tokenize", {"inputs": long})
@@ -211,9 +211,30 @@ class TeiRoutesInFrontOfSentenceEncoder(unittest.TestCase):
         for body, want_status, want_text in cases:
             status, reply = post(self.port, "/tokenize", body)
             self.assertEqual(status, want_status, (str(body)[:200], reply))
-            check_tokenize_schema(reply, "ErrorResponse")
+            check_more_schema(reply, "ErrorResponse")
             self.assertIn(want_text, reply["error"])
         self.assert_still_serving()
+
+    def test_info_describes_the_served_model(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/info", timeout=30) as r:
+            self.assertEqual(r.status, 200)
+            info = json.loads(r.read())
+        check_more_schema(info, "Info")
+        self.assertEqual(info["model_id"], "all-MiniLM-L6-v2")
+        self.assertEqual(info["model_type"], {"embedding": {"pooling": "mean"}})
+        self.assertEqual(info["model_dtype"], "float32")
+        self.assertEqual(info["max_input_length"], 16)  # max_seq_length in the YAML
+        self.assertIs(info["auto_truncate"], False)
+        self.assertEqual(info["max_client_batch_size"], 2048)
+        self.assertEqual(info["max_batch_tokens"], info["max_batch_requests"] * 16)
+        self.assertIsNone(info["model_sha"])
+        # A model that is not served is 404 in TEI's shape.
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{self.port}/info?model=gpt-4", timeout=30)
+            self.fail("GET /info?model=gpt-4 answered 200")
+        except urllib.error.HTTPError as e:
+            self.assertEqual(e.code, 404)
+            check_more_schema(json.loads(e.read()), "ErrorResponse")
 
     def test_a_jina_body_still_reaches_the_executor_on_embed(self):
         # {"data": ...} on /embed is Jina's /<endpoint> route, not TEI's (here

@@ -111,11 +111,11 @@ class PoolingParity(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def check(self, name, reference, prompt_names=(None,), legacy=False):
+    def check(self, name, reference, prompt_names=(None,), legacy=False, extra=""):
         folder = os.path.join(self.tmp.name, name)
         if legacy:
             to_legacy(folder)
-        gantry = serve(self.tmp.name, name, folder)
+        gantry = serve(self.tmp.name, name, folder, extra)
         try:
             for prompt_name in prompt_names:
                 want = reference.encode(TEXTS, prompt_name=prompt_name, convert_to_numpy=True)
@@ -144,6 +144,33 @@ class PoolingParity(unittest.TestCase):
             with self.subTest(mode=name):
                 reference = make_st(self.base, os.path.join(self.tmp.name, name), mode, normalize)
                 self.check(name, reference).stop()
+
+    def test_a_token_budget_splits_passes_and_refuses_what_cannot_fit(self):
+        # 30 tokens a pass: the 24-token inputs go one at a time, short ones
+        # several together; the vectors do not change.
+        reference = make_st(self.base, os.path.join(self.tmp.name, "budget"), "mean", True)
+        gantry = self.check("budget", reference, extra="    max_batch_tokens: 30\n")
+        try:
+            info = http_get(gantry.http_port, "/info")
+            self.assertEqual(info["max_batch_tokens"], 30)
+            self.assertEqual(info["model_type"], {"embedding": {"pooling": "mean"}})
+        finally:
+            gantry.stop()
+        # Under max_seq_length: an input over it is refused with the numbers
+        # (TEI's 413), the server keeps serving.
+        gantry = serve(self.tmp.name, "budget10", os.path.join(self.tmp.name, "budget"),
+                       "    max_batch_tokens: 10\n")
+        try:
+            status, error = http_post(gantry.http_port, "/embed",
+                                      {"inputs": ["a dog", TEXTS[0] + " " + TEXTS[1]]})
+            self.assertEqual(status, 413, error)
+            self.assertIn("document 1", error["error"])
+            self.assertIn("over max_batch_tokens 10", error["error"])
+            status, reply = http_post(gantry.http_port, "/embed", {"inputs": ["a dog", "x"]})
+            self.assertEqual(status, 200, reply)
+            np.testing.assert_allclose(reply, reference.encode(["a dog", "x"]), atol=1e-4)
+        finally:
+            gantry.stop()
 
     def test_legacy_folder_layout(self):
         # An older sentence-transformers folder: flags, not a mode name.

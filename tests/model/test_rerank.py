@@ -25,7 +25,7 @@ from transformers import BertConfig, BertForSequenceClassification, BertTokenize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "interop"))
-from gantry_process import GantryProcess, http_post as post  # noqa: E402
+from gantry_process import GantryProcess, http_get, http_post as post  # noqa: E402
 
 WORDS = ["the", "cat", "sat", "on", "mat", "query", "passage", "how", "many", "people",
          "live", "in", "berlin", "what", "is", "a", "dog", "runs", "fast", "slow"]
@@ -136,6 +136,14 @@ class RerankParity(unittest.TestCase):
         for rank in raw:
             self.assertNotIn("text", rank)
             self.assertAlmostEqual(rank["score"], float(logits[rank["index"]]), delta=1e-5)
+
+    def test_info_says_reranker_with_the_labels(self):
+        info = http_get(self.port, "/info")
+        self.assertEqual(info["model_id"], "reranker")
+        self.assertEqual(info["model_type"],
+                         {"reranker": {"id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}})
+        self.assertEqual(info["model_dtype"], "float32")
+        self.assertEqual(info["max_input_length"], MAX_LENGTH)
 
     def test_tokenize_lists_the_tokens_of_each_text(self):
         status, reply = post(self.port, "/tokenize", {"inputs": TEXTS[:3]})

@@ -300,5 +300,54 @@ TEST(TeiTokenizeTest, ReplyListsEachDocumentsTokensAndNamesAMalformedOne) {
             std::string::npos);
 }
 
+TEST(TeiInfoTest, ModelFromTheQueryOrTheOneServed) {
+  const std::map<std::string, std::string> two{{"a", "/encode"}, {"b", "/rerank"}};
+  EXPECT_EQ(std::get<std::string>(ChooseTeiInfoModel("", kOne)), "m");
+  EXPECT_EQ(std::get<std::string>(ChooseTeiInfoModel("x=1&model=b", two)), "b");
+  auto error = ChooseTeiInfoModel("", two);
+  ASSERT_TRUE(std::holds_alternative<TeiError>(error));
+  EXPECT_EQ(std::get<TeiError>(error).http_status, 422);
+  EXPECT_NE(std::get<TeiError>(error).message.find("GET /info?model=NAME"), std::string::npos);
+  error = ChooseTeiInfoModel("model=c", two);
+  ASSERT_TRUE(std::holds_alternative<TeiError>(error));
+  EXPECT_EQ(std::get<TeiError>(error).http_status, 404);
+}
+
+TEST(TeiInfoTest, ExecutorFieldsAndRouterFieldsMakeTeisInfo) {
+  Doc doc;
+  doc.mutable_tags()["tei_info"] = Value(Value::Dict{
+      {"model_dtype", Value("float16")},
+      {"model_type",
+       Value(Value::Dict{{"embedding", Value(Value::Dict{{"pooling", Value("cls")}})}})},
+      {"max_input_length", Value(512.0)},  // tags travel as doubles
+      {"auto_truncate", Value(true)},
+      {"max_batch_requests", Value(256.0)},
+      {"max_batch_tokens", Value(131072.0)}});
+  jina::DataRequestProto reply;
+  DocListToProto(DocList{doc}, reply.mutable_data()->mutable_docs());
+  const TeiRouterInfo router{.model_id = "bge",
+                             .max_concurrent_requests = 64,
+                             .max_client_batch_size = 2048,
+                             .version = "1.2.3"};
+  auto out = MakeTeiInfoResponse(router, reply, 1 << 20);
+  ASSERT_TRUE(std::holds_alternative<json>(out)) << std::get<TeiError>(out).message;
+  const json& info = std::get<json>(out);
+  EXPECT_EQ(info["model_id"], "bge");
+  EXPECT_EQ(info["max_input_length"], 512);
+  EXPECT_TRUE(info["max_input_length"].is_number_integer());
+  EXPECT_EQ(info["max_batch_tokens"], 131072);
+  EXPECT_EQ(info["model_type"]["embedding"]["pooling"], "cls");
+  EXPECT_EQ(info["max_concurrent_requests"], 64);
+  EXPECT_TRUE(info["model_sha"].is_null());
+
+  // An executor without /info (its default handler echoed no document).
+  jina::DataRequestProto empty;
+  empty.mutable_data()->mutable_docs();
+  out = MakeTeiInfoResponse(router, empty, 1 << 20);
+  ASSERT_TRUE(std::holds_alternative<TeiError>(out));
+  EXPECT_EQ(std::get<TeiError>(out).http_status, 424);
+  EXPECT_NE(std::get<TeiError>(out).message.find("model 'bge'"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gantry::internal
