@@ -96,6 +96,33 @@ TeiError TooMany(std::size_t given, std::size_t most) {
                   .type = "Validation"};
 }
 
+// `inputs`, as /embed and /tokenize share it: a string or a list of 1 to
+// `max_inputs` of them (413 past it, TEI's max_client_batch_size).
+std::optional<TeiError> ReadInputs(const json& body, std::size_t max_inputs,
+                                   std::vector<std::string>& texts) {
+  auto inputs = body.find("inputs");
+  if (inputs == body.end() || inputs->is_null()) {
+    return Invalid("\"inputs\" is required: a string or a list of strings");
+  }
+  if (auto problem = ReadTextInputs(*inputs, "inputs", max_inputs, texts)) {
+    if (problem->too_many) {
+      return TooMany(inputs->size(), max_inputs);
+    }
+    return Invalid(problem->message);
+  }
+  return std::nullopt;
+}
+
+std::optional<TeiError> ReadPromptName(const json& body, std::string& prompt_name) {
+  if (auto prompt = body.find("prompt_name"); prompt != body.end() && !prompt->is_null()) {
+    if (!prompt->is_string()) {
+      return Invalid("\"prompt_name\" must be a string, got " + prompt->dump());
+    }
+    prompt_name = prompt->get<std::string>();
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 TeiError TeiError::FromGrpc(int grpc_code, std::string message) {
@@ -123,15 +150,8 @@ std::variant<TeiEmbedRequest, TeiError> ParseTeiEmbedRequest(
     return *error;
   }
 
-  auto inputs = body.find("inputs");
-  if (inputs == body.end() || inputs->is_null()) {
-    return Invalid("\"inputs\" is required: a string or a list of strings");
-  }
-  if (auto problem = ReadTextInputs(*inputs, "inputs", max_inputs, request.inputs)) {
-    if (problem->too_many) {
-      return TooMany(inputs->size(), max_inputs);
-    }
-    return Invalid(problem->message);
+  if (std::optional<TeiError> error = ReadInputs(body, max_inputs, request.inputs)) {
+    return *error;
   }
 
   if (std::optional<TeiError> error = ReadFlag(body, "normalize", request.normalize)) {
@@ -141,11 +161,8 @@ std::variant<TeiEmbedRequest, TeiError> ParseTeiEmbedRequest(
           ReadTruncation(body, request.truncate, request.truncation_direction)) {
     return *error;
   }
-  if (auto prompt = body.find("prompt_name"); prompt != body.end() && !prompt->is_null()) {
-    if (!prompt->is_string()) {
-      return Invalid("\"prompt_name\" must be a string, got " + prompt->dump());
-    }
-    request.prompt_name = prompt->get<std::string>();
+  if (std::optional<TeiError> error = ReadPromptName(body, request.prompt_name)) {
+    return *error;
   }
   return request;
 }
@@ -338,25 +355,15 @@ std::variant<TeiTokenizeRequest, TeiError> ParseTeiTokenizeRequest(
   if (std::optional<TeiError> error = ChooseModel(body, served, request.model)) {
     return *error;
   }
-  auto inputs = body.find("inputs");
-  if (inputs == body.end() || inputs->is_null()) {
-    return Invalid("\"inputs\" is required: a string or a list of strings");
-  }
-  if (auto problem = ReadTextInputs(*inputs, "inputs", max_inputs, request.inputs)) {
-    if (problem->too_many) {
-      return TooMany(inputs->size(), max_inputs);
-    }
-    return Invalid(problem->message);
+  if (std::optional<TeiError> error = ReadInputs(body, max_inputs, request.inputs)) {
+    return *error;
   }
   if (std::optional<TeiError> error =
           ReadFlag(body, "add_special_tokens", request.add_special_tokens)) {
     return *error;
   }
-  if (auto prompt = body.find("prompt_name"); prompt != body.end() && !prompt->is_null()) {
-    if (!prompt->is_string()) {
-      return Invalid("\"prompt_name\" must be a string, got " + prompt->dump());
-    }
-    request.prompt_name = prompt->get<std::string>();
+  if (std::optional<TeiError> error = ReadPromptName(body, request.prompt_name)) {
+    return *error;
   }
   return request;
 }
