@@ -79,8 +79,8 @@ class SentenceEncoder final : public Executor {
   void Encode(DocList& docs, const Parameters& parameters);
 
   GANTRY_REQUESTS(Tokenize, "/tokenize");
-  // Throws std::invalid_argument as Encode, std::length_error for a text of
-  // more than kMaxTokensPerDocument tokens.
+  // Throws std::invalid_argument as Encode, std::length_error past
+  // kMaxTokensPerRequest tokens.
   void Tokenize(DocList& docs, const Parameters& parameters);
 
   GANTRY_REQUESTS(Info, "/info");

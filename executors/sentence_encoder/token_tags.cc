@@ -11,6 +11,7 @@ void TagTokens(DocList& docs, const WordPieceTokenizer& tokenizer, std::string_v
                bool add_special_tokens) {
   const auto& options = tokenizer.options();
   std::string text;
+  std::size_t total = 0;
   for (std::size_t i = 0; i < docs.size(); ++i) {
     const auto name = [&docs, i] {
       return "document " + std::to_string(i) + " (id " + docs[i].id() + ")";
@@ -23,10 +24,12 @@ void TagTokens(DocList& docs, const WordPieceTokenizer& tokenizer, std::string_v
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(name() + ": " + e.what());
     }
-    if (tokens.size() > kMaxTokensPerDocument) {
+    total += tokens.size();
+    if (total > kMaxTokensPerRequest) {
       throw std::length_error(name() + " has " + std::to_string(tokens.size()) +
-                              " tokens, more than the " + std::to_string(kMaxTokensPerDocument) +
-                              " /tokenize lists for one text");
+                              " tokens, which bring the request to " + std::to_string(total) +
+                              ", more than the " + std::to_string(kMaxTokensPerRequest) +
+                              " /tokenize lists for one request");
     }
     Value::List list;
     list.reserve(tokens.size());

@@ -20,13 +20,16 @@
 
 namespace gantry::sentence_encoder {
 
-// Most tokens one document may turn into on /tokenize: the reply lists every
-// one of them (about 60 bytes each as JSON).
-inline constexpr std::size_t kMaxTokensPerDocument = 65536;
+// Most tokens one /tokenize request may list, all its documents together:
+// each becomes a tag of five fields (a few hundred bytes in the worker, about
+// 60 as JSON), so a request of 64 MiB of one-letter words would otherwise
+// hold gigabytes.
+inline constexpr std::size_t kMaxTokensPerRequest = 131072;
 
 // Sets tag `tokens` on every document from `prompt` + its text. Throws
-// std::invalid_argument for text that is not UTF-8 and std::length_error for
-// a document over kMaxTokensPerDocument, each naming the document.
+// std::invalid_argument for text that is not UTF-8 and std::length_error
+// once the documents pass kMaxTokensPerRequest tokens in all, each naming the
+// document.
 void TagTokens(DocList& docs, const WordPieceTokenizer& tokenizer, std::string_view prompt,
                bool add_special_tokens);
 

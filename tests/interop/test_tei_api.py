@@ -205,8 +205,10 @@ class TeiRoutesInFrontOfSentenceEncoder(unittest.TestCase):
             ({"inputs": "a", "prompt_name": "query"}, 422, "prompt_name"),
             ({"inputs": ["x"] * 2049}, 413, "batch size 2049 > maximum allowed batch size 2048"),
             ({"inputs": "a", "model": "bert"}, 404, "not served"),
-            # About 200,000 tokens: more than /tokenize lists for one text.
-            ({"inputs": "w " * 200000}, 413, "more than the 65536 /tokenize lists"),
+            # About 200,000 tokens: more than /tokenize lists for one request,
+            # in one text or spread over many.
+            ({"inputs": "w " * 200000}, 413, "more than the 131072 /tokenize lists"),
+            ({"inputs": ["w " * 1000] * 200}, 413, "document 130 (id "),
         ]
         for body, want_status, want_text in cases:
             status, reply = post(self.port, "/tokenize", body)
