@@ -88,7 +88,7 @@ TEST(BatchingIntegrationTest, UnbatchedEndpointCallsOncePerRequest) {
 TEST(BatchingIntegrationTest, UsesDynamicBatchingTurnsItOnAndTheTimeoutBoundsLatency) {
   Deployment dep(
       {.uses = "BatchCountExec",
-       .uses_dynamic_batching = {{"/plain", {.preferred_batch_size = 1000, .timeout_ms = 300}}}});
+       .uses_dynamic_batching = {{"/plain", {.preferred_batch_size = 1000, .timeout_ms = 600}}}});
   ASSERT_TRUE(dep.ok()) << dep.status();
   std::vector<Reply> replies = PostConcurrently(dep, "/plain", 16);
   std::set<std::int64_t> calls;
@@ -97,14 +97,18 @@ TEST(BatchingIntegrationTest, UsesDynamicBatchingTurnsItOnAndTheTimeoutBoundsLat
     EXPECT_EQ(reply.text, "seen:" + reply.sent);
     calls.insert(reply.call);
   }
-  EXPECT_LE(calls.size(), 4u);
+  // Unbatched this endpoint makes 16 calls. Merged, the 16 arrive within a
+  // few windows: 1-3 calls on an idle machine, 5 seen under ThreadSanitizer
+  // with another test beside it, so the bound is half of 16.
+  RecordProperty("handler_calls", static_cast<int>(calls.size()));
+  EXPECT_LE(calls.size(), 8u);
   // A lone request waits for company no longer than the timeout (plus
   // generous slack for a loaded machine).
   auto start = std::chrono::steady_clock::now();
   auto one = dep.Post("/plain", DocList{Doc("alone")});
   auto elapsed = std::chrono::steady_clock::now() - start;
   ASSERT_TRUE(one.ok()) << one.status();
-  EXPECT_GE(elapsed, std::chrono::milliseconds(250));
+  EXPECT_GE(elapsed, std::chrono::milliseconds(550));
   EXPECT_LT(elapsed, std::chrono::seconds(20));
 }
 
