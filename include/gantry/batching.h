@@ -37,6 +37,20 @@ struct DynamicBatching {
   // Documents that may wait in one queue; a request that would exceed it is
   // refused with RESOURCE_EXHAUSTED. 0: unbounded (Jina's behaviour).
   int max_queue_size = 0;
+  // A request that waited this long in the queue without being taken into a
+  // handler call is answered DEADLINE_EXCEEDED, its handler never run
+  // (Triton's default_timeout_microseconds with timeout_action REJECT, in
+  // ms). 0: a request waits as long as it takes (Jina's behaviour).
+  int queue_timeout_ms = 0;
+  // Priority levels (Triton's priority_levels): a request's `priority`
+  // parameter, 1 the most urgent to priority_levels the least, picks its
+  // queue; while a more urgent request waits, no less urgent batch starts,
+  // and a more urgent one does not wait for company. 0: no priorities, a
+  // `priority` parameter is an ordinary one.
+  int priority_levels = 0;
+  // The level of a request without `priority`; 0: the least urgent,
+  // priority_levels.
+  int default_priority_level = 0;
   // False turns batching off for this endpoint (Jina's use_dynamic_batching),
   // e.g. to override the macro from YAML.
   bool enabled = true;

@@ -45,9 +45,17 @@ constexpr std::string_view kFlowStepOnlyKeys[] = {
     "needs",      "shards",   "when",      "polling", "floating",     "uses_before",
     "uses_after", "external", "workspace", "tls",     "uses_requests"};
 // Jina's batching keys, plus Triton-style caps of ours.
-constexpr std::string_view kBatchingKeys[] = {
-    "preferred_batch_size", "timeout",        "flush_all",     "use_dynamic_batching",
-    "max_batch_size",       "max_queue_size", "custom_metric", "use_custom_metric"};
+constexpr std::string_view kBatchingKeys[] = {"preferred_batch_size",
+                                              "timeout",
+                                              "flush_all",
+                                              "use_dynamic_batching",
+                                              "max_batch_size",
+                                              "max_queue_size",
+                                              "custom_metric",
+                                              "use_custom_metric",
+                                              "queue_timeout",
+                                              "priority_levels",
+                                              "default_priority_level"};
 
 std::string Join(std::string_view path, std::string_view key) {
   if (path.empty()) {
@@ -982,6 +990,18 @@ class Parser {
           GANTRY_ASSIGN_OR_RETURN(std::int64_t v, ReadInt(k, key_path, internal::kBatchLimitRule));
           (k.key == "max_batch_size" ? batching.max_batch_size : batching.max_queue_size) =
               static_cast<int>(v);
+        } else if (k.key == "queue_timeout") {
+          GANTRY_ASSIGN_OR_RETURN(std::int64_t v,
+                                  ReadInt(k, key_path, internal::kQueueTimeoutRule));
+          batching.queue_timeout_ms = static_cast<int>(v);
+        } else if (k.key == "priority_levels") {
+          GANTRY_ASSIGN_OR_RETURN(std::int64_t v,
+                                  ReadInt(k, key_path, internal::kPriorityLevelsRule));
+          batching.priority_levels = static_cast<int>(v);
+        } else if (k.key == "default_priority_level") {
+          GANTRY_ASSIGN_OR_RETURN(std::int64_t v,
+                                  ReadInt(k, key_path, internal::kDefaultPriorityLevelRule));
+          batching.default_priority_level = static_cast<int>(v);
         } else if (k.key == "flush_all" || k.key == "use_dynamic_batching") {
           GANTRY_ASSIGN_OR_RETURN(Scalar scalar, ReadScalar(k.value, k.mark, key_path));
           const bool* b = scalar.value.AsBool();

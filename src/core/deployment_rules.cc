@@ -101,6 +101,22 @@ Status CheckDynamicBatching(const DynamicBatching& batching) {
     return InvalidArgumentError(
         "preferred_batch_size must be >= 1 and timeout_ms, max_batch_size, max_queue_size >= 0");
   }
+  if (!InRange(kQueueTimeoutRule, batching.queue_timeout_ms)) {
+    return InvalidArgumentError("queue_timeout must be " + std::string(kQueueTimeoutRule.expected) +
+                                ", got " + std::to_string(batching.queue_timeout_ms));
+  }
+  if (!InRange(kPriorityLevelsRule, batching.priority_levels)) {
+    return InvalidArgumentError("priority_levels must be " +
+                                std::string(kPriorityLevelsRule.expected) + ", got " +
+                                std::to_string(batching.priority_levels));
+  }
+  if (!InRange(kDefaultPriorityLevelRule, batching.default_priority_level) ||
+      batching.default_priority_level > batching.priority_levels) {
+    return InvalidArgumentError(
+        "default_priority_level must be from 0 (the least urgent) to priority_levels (" +
+        std::to_string(batching.priority_levels) + "), got " +
+        std::to_string(batching.default_priority_level));
+  }
   return OkStatus();
 }
 

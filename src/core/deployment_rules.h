@@ -74,6 +74,12 @@ inline constexpr IntRule kTimeoutSendRule{0, std::numeric_limits<std::int64_t>::
 inline constexpr IntRule kPreferredBatchSizeRule{1, kIntMax, "an integer >= 1", false};
 inline constexpr IntRule kBatchTimeoutRule{0, kIntMax, "milliseconds >= 0", false};
 inline constexpr IntRule kBatchLimitRule{0, kIntMax, "an integer >= 0 (0: no limit)", false};
+inline constexpr IntRule kQueueTimeoutRule{0, kIntMax, "milliseconds >= 0 (0: no limit)", false};
+// A level is a queue of its own: bounded so that YAML cannot ask for a
+// million (Triton allows any number; 100 is far beyond any use seen).
+inline constexpr IntRule kPriorityLevelsRule{0, 100, "an integer from 0 (none) to 100", false};
+inline constexpr IntRule kDefaultPriorityLevelRule{
+    0, 100, "an integer from 0 (the least urgent) to 100", false};
 
 // Whether `value` lies within the rule's bounds.
 bool InRange(const IntRule& rule, std::int64_t value);
@@ -105,7 +111,9 @@ Status CheckDeploymentName(std::string_view name);
 
 // One endpoint's dynamic batching as built in C++: preferred_batch_size
 // within kPreferredBatchSizeRule, timeout_ms within kBatchTimeoutRule, the
-// caps within kBatchLimitRule; one message for any of them.
+// caps within kBatchLimitRule; one message for any of them. Then the queue
+// policy: queue_timeout_ms, priority_levels and default_priority_level in
+// their rules, the default level no higher than priority_levels.
 Status CheckDynamicBatching(const DynamicBatching& batching);
 
 // `gpus` (DeploymentOptions::gpus), parsed: what a replica asks for.

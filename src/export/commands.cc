@@ -49,6 +49,13 @@ Value ExecutorConfigDoc(const Step& step) {
       if (b.max_queue_size > 0) {
         one.emplace("max_queue_size", Int(b.max_queue_size));
       }
+      if (b.queue_timeout_ms > 0) {
+        one.emplace("queue_timeout", Int(b.queue_timeout_ms));
+      }
+      if (b.priority_levels > 0) {
+        one.emplace("priority_levels", Int(b.priority_levels));
+        one.emplace("default_priority_level", Int(b.default_priority_level));
+      }
       batching.emplace(endpoint, Value(std::move(one)));
     }
     doc.emplace("dynamic_batching", Value(std::move(batching)));

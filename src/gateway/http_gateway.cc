@@ -95,6 +95,16 @@ int HttpStatusOfGrpc(int grpc_code) {
   }
 }
 
+// How an executor's error reply reads over HTTP: a request its batching
+// queue refused as the matching overload or timeout (429, 504), an input
+// too large for the model 413, anything else the executor's fault, 500.
+int HttpStatusOfExecutorError(const jina::StatusProto& status) {
+  if (const std::optional<int> refused = QueueRefusalCode(status)) {
+    return HttpStatusOfGrpc(*refused);
+  }
+  return IsInputTooLarge(status) ? 413 : 500;
+}
+
 // The media type of a Content-Type value, lower case, without parameters.
 std::string MediaType(std::string_view content_type) {
   std::string out;
@@ -391,7 +401,7 @@ class HttpGateway::Impl {
       return DetailResponse(500, "gateway: the replica's reply to " + endpoint + " does not parse");
     }
     if (result.is_error || reply.header().status().code() == jina::StatusProto::ERROR) {
-      return JsonResponse(IsInputTooLarge(reply.header().status()) ? 413 : 500,
+      return JsonResponse(HttpStatusOfExecutorError(reply.header().status()),
                           json{{"detail", reply.header().status().description()},
                                {"header", MessageToJson(reply.header())}});
     }
@@ -523,6 +533,9 @@ class HttpGateway::Impl {
       // The executor's verdict on the input (too long: 413; invalid, such as
       // a prompt_name the model lacks: 422) is the client's; the rest is 424.
       const jina::StatusProto& status = reply.header().status();
+      if (const std::optional<int> refused = QueueRefusalCode(status)) {
+        return error_response(TeiError::FromGrpc(*refused, status.description()));
+      }
       const bool invalid = status.exception().name() == "std::invalid_argument";
       const int http_status = IsInputTooLarge(status) ? 413 : invalid ? 422 : 424;
       return error_response(TeiError{.http_status = http_status,
@@ -553,7 +566,7 @@ class HttpGateway::Impl {
     }
     if (result.is_error || reply.header().status().code() == jina::StatusProto::ERROR) {
       return error_response(
-          OpenAiError::WithStatus(IsInputTooLarge(reply.header().status()) ? 413 : 500,
+          OpenAiError::WithStatus(HttpStatusOfExecutorError(reply.header().status()),
                                   "executor error: " + reply.header().status().description()));
     }
     auto response = MakeOpenAiEmbeddingsResponse(request, reply, cap);
@@ -677,7 +690,7 @@ class HttpGateway::Impl {
       return KServeError(500, "gateway: the replica's reply does not parse");
     }
     if (result.is_error || reply.header().status().code() == jina::StatusProto::ERROR) {
-      return KServeError(IsInputTooLarge(reply.header().status()) ? 413 : 500,
+      return KServeError(HttpStatusOfExecutorError(reply.header().status()),
                          "executor error: " + reply.header().status().description());
     }
     StatusOr<inference::ModelInferResponse> response =

@@ -135,8 +135,10 @@ grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
     return {grpc::StatusCode::INTERNAL, "gateway: the replica's reply does not parse"};
   }
   if (result.is_error || reply.header().status().code() == jina::StatusProto::ERROR) {
-    return {IsInputTooLarge(reply.header().status()) ? grpc::StatusCode::INVALID_ARGUMENT
-                                                     : grpc::StatusCode::INTERNAL,
+    const std::optional<int> refused = QueueRefusalCode(reply.header().status());
+    return {refused                                    ? static_cast<grpc::StatusCode>(*refused)
+            : IsInputTooLarge(reply.header().status()) ? grpc::StatusCode::INVALID_ARGUMENT
+                                                       : grpc::StatusCode::INTERNAL,
             "executor error: " + reply.header().status().description()};
   }
   StatusOr<inference::ModelInferResponse> out =

@@ -24,6 +24,18 @@ StatusOr<DocList> ReplyDocs(const jina::DataRequestProto& reply, const DecodeLim
   return DocList();
 }
 
+std::optional<int> QueueRefusalCode(const jina::StatusProto& status) {
+  if (status.code() != jina::StatusProto::ERROR) {
+    return std::nullopt;
+  }
+  for (StatusCode code : {StatusCode::kResourceExhausted, StatusCode::kDeadlineExceeded}) {
+    if (status.exception().name() == StatusCodeName(code)) {
+      return static_cast<int>(code);
+    }
+  }
+  return std::nullopt;
+}
+
 bool IsInputTooLarge(const jina::StatusProto& status) {
   return status.code() == jina::StatusProto::ERROR &&
          status.exception().name() == "std::length_error";

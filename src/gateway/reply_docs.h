@@ -10,6 +10,8 @@
 #include <gantry/document.h>
 #include <gantry/status.h>
 
+#include <optional>
+
 #include "core/doc_proto.h"
 #include "docarray/docarray.pb.h"
 #include "jina/jina.pb.h"
@@ -28,6 +30,14 @@ StatusOr<DocList> ReplyDocs(const jina::DataRequestProto& reply, const DecodeLim
 // with truncation off): HTTP 413 and gRPC INVALID_ARGUMENT, where other
 // executor errors are 500 and INTERNAL.
 bool IsInputTooLarge(const jina::StatusProto& status);
+
+// The gRPC code (StatusCode's number) of an error reply that a worker's
+// dynamic batching queue gave without running the handler:
+// RESOURCE_EXHAUSTED (queue full) or DEADLINE_EXCEEDED (past
+// queue_timeout), read from the exception name the worker sets to the
+// code's name. nullopt for any other reply, handler errors included. Front
+// ends answer these as their protocol's overload and timeout (HTTP 429, 504).
+std::optional<int> QueueRefusalCode(const jina::StatusProto& status);
 
 }  // namespace gantry::internal
 

@@ -5,12 +5,32 @@
 #include <algorithm>
 #include <cstdint>
 #include <iterator>
+#include <limits>
 #include <utility>
 #include <vector>
 
 namespace gantry::internal {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Smaller is more urgent; a queue without a level comes after every level.
+int Urgency(int priority) { return priority <= 0 ? std::numeric_limits<int>::max() : priority; }
+
+// Documents per handler call when `queued` wait: preferred_batch_size, or
+// all of them with flush_all, never over max_batch_size, at least one.
+std::size_t CallSize(const DynamicBatching& config, std::size_t queued) {
+  std::size_t size = config.flush_all
+                         ? queued
+                         : static_cast<std::size_t>(std::max(1, config.preferred_batch_size));
+  if (config.max_batch_size > 0) {
+    size = std::min(size, static_cast<std::size_t>(config.max_batch_size));
+  }
+  return std::max<std::size_t>(size, 1);
+}
+
+}  // namespace
 
 BatchQueueSet::BatchQueueSet(BatchQueueLimits limits) : limits_(limits) {}
 
@@ -63,7 +83,7 @@ bool BatchQueueSet::EvictOneIdleLocked() {
 
 HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching& config,
                                    const std::function<BatchInvoke()>& make_invoke,
-                                   const std::string& where, DocList& docs) {
+                                   const std::string& where, DocList& docs, int priority) {
   if (docs.empty()) {
     return {};
   }
@@ -71,7 +91,10 @@ HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching
   pending.docs = &docs;
   std::unique_lock lock(mutex_);
   if (stopping_) {
-    return {UnavailableError("the executor is shutting down"), ""};
+    return {.status = UnavailableError("the executor is shutting down"),
+            .exception_name = "",
+            .started = {},
+            .refused = ""};
   }
   auto it = queues_.find(key);
   if (it == queues_.end()) {
@@ -96,6 +119,7 @@ HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching
     queue->config = config;
     queue->invoke = make_invoke();
     queue->where = where;
+    queue->priority = priority;
     it = queues_.emplace(key, std::move(queue)).first;
     if (!flusher_.joinable()) {
       flusher_ = std::thread([this] { Run(); });
@@ -108,13 +132,16 @@ HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching
       queue.queued_docs + docs.size() > static_cast<std::size_t>(queue.config.max_queue_size)) {
     spdlog::warn("{}: dynamic batching queue full ({} documents); refusing a request", where,
                  queue.queued_docs);
-    return {ResourceExhaustedError("the dynamic batching queue is full (" +
-                                   std::to_string(queue.queued_docs) +
-                                   " documents waiting, max_queue_size " +
-                                   std::to_string(queue.config.max_queue_size) + "); retry later"),
-            ""};
+    return {.status = ResourceExhaustedError(
+                "the dynamic batching queue is full (" + std::to_string(queue.queued_docs) +
+                " documents waiting, max_queue_size " +
+                std::to_string(queue.config.max_queue_size) + "); retry later"),
+            .exception_name = "",
+            .started = {},
+            .refused = "queue_full"};
   }
   const auto now = Clock::now();
+  pending.arrived = now;
   if (queue.pending.empty()) {
     queue.first_arrival = now;
     queue.deadline = now + std::chrono::milliseconds(queue.config.timeout_ms);
@@ -123,7 +150,27 @@ HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching
   queue.queued_docs += docs.size();
   ++queue.users;
   wake_.notify_all();
-  pending.done_cv.wait(lock, [&] { return pending.done; });
+  const int queue_timeout_ms = queue.config.queue_timeout_ms;
+  if (queue_timeout_ms <= 0 ||
+      pending.done_cv.wait_until(lock, now + std::chrono::milliseconds(queue_timeout_ms),
+                                 [&] { return pending.done; })) {
+    pending.done_cv.wait(lock, [&] { return pending.done; });
+  } else if (pending.taken) {
+    // Its handler call has started: the documents are the handler's now.
+    pending.done_cv.wait(lock, [&] { return pending.done; });
+  } else {
+    WithdrawLocked(queue, pending);
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - now).count();
+    pending.outcome = {
+        .status = DeadlineExceededError("waited " + std::to_string(waited) +
+                                        " ms in the dynamic batching queue, past " +
+                                        "queue_timeout " + std::to_string(queue_timeout_ms) +
+                                        " ms; the handler did not run on it; retry later"),
+        .exception_name = "",
+        .started = {},
+        .refused = "queue_timeout"};
+  }
   --queue.users;
   queue.last_used = Clock::now();
   if (queue.users == 0) {
@@ -132,40 +179,91 @@ HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching
   return std::move(pending.outcome);
 }
 
+void BatchQueueSet::WithdrawLocked(Queue& queue, Pending& pending) {
+  // Queue timeouts expire in arrival order, so the caller is at or near
+  // the front: the search is short.
+  auto it = std::find(queue.pending.begin(), queue.pending.end(), &pending);
+  if (it == queue.pending.end()) {
+    return;
+  }
+  const bool was_oldest = it == queue.pending.begin();
+  queue.pending.erase(it);
+  queue.queued_docs -= pending.docs->size();
+  if (was_oldest && !queue.pending.empty()) {
+    // The batch timer runs from the oldest request still queued.
+    queue.first_arrival = queue.pending.front()->arrived;
+    queue.deadline = queue.first_arrival + std::chrono::milliseconds(queue.config.timeout_ms);
+  }
+}
+
+BatchQueueSet::Queue* BatchQueueSet::PickLocked(Clock::time_point now,
+                                                Clock::time_point& next_wake) {
+  // Of two queues, the more urgent, then the one waiting longer, so that
+  // none of one level starves.
+  auto before = [](const Queue* best, const Queue& queue) {
+    return best == nullptr || Urgency(queue.priority) < Urgency(best->priority) ||
+           (Urgency(queue.priority) == Urgency(best->priority) &&
+            queue.first_arrival < best->first_arrival);
+  };
+  Queue* due = nullptr;
+  Queue* most_urgent = nullptr;
+  for (auto it = queues_.begin(); it != queues_.end();) {
+    Queue& queue = *it->second;
+    if (!queue.pending.empty()) {
+      const auto preferred =
+          static_cast<std::size_t>(std::max(1, queue.config.preferred_batch_size));
+      // Stopping flushes at once: shutdown drains what is queued.
+      if (stopping_ || queue.queued_docs >= preferred || now >= queue.deadline) {
+        if (before(due, queue)) {
+          due = &queue;
+        }
+      } else {
+        next_wake = std::min(next_wake, queue.deadline);
+      }
+      if (before(most_urgent, queue)) {
+        most_urgent = &queue;
+      }
+    } else if (queue.users == 0) {
+      const auto idle_until = queue.last_used + limits_.idle_timeout;
+      if (now >= idle_until) {
+        it = queues_.erase(it);
+        continue;
+      }
+      next_wake = std::min(next_wake, idle_until);
+    }
+    ++it;
+  }
+  if (due == nullptr) {
+    return nullptr;
+  }
+  return Urgency(most_urgent->priority) < Urgency(due->priority) ? most_urgent : due;
+}
+
 void BatchQueueSet::Run() {
   std::unique_lock lock(mutex_);
   while (true) {
-    const auto now = Clock::now();
-    Queue* ready = nullptr;
     auto next_wake = Clock::time_point::max();
-    for (auto it = queues_.begin(); it != queues_.end();) {
-      Queue& queue = *it->second;
-      if (!queue.pending.empty()) {
-        const auto preferred =
-            static_cast<std::size_t>(std::max(1, queue.config.preferred_batch_size));
-        // Stopping flushes at once: shutdown drains what is queued. Of the
-        // queues due, the one waiting longest goes first, so none starves.
-        if (stopping_ || queue.queued_docs >= preferred || now >= queue.deadline) {
-          if (ready == nullptr || queue.first_arrival < ready->first_arrival) {
-            ready = &queue;
-          }
-        } else {
-          next_wake = std::min(next_wake, queue.deadline);
-        }
-      } else if (queue.users == 0) {
-        const auto idle_until = queue.last_used + limits_.idle_timeout;
-        if (now >= idle_until) {
-          it = queues_.erase(it);
-          continue;
-        }
-        next_wake = std::min(next_wake, idle_until);
-      }
-      ++it;
-    }
+    const auto now = Clock::now();
+    Queue* ready = PickLocked(now, next_wake);
     if (ready != nullptr) {
+      // One handler call's worth of requests (all of them with flush_all),
+      // so that between calls a more urgent or older queue is looked at
+      // again; what stays is due at once, as it was when picked.
+      const std::size_t call_size = CallSize(ready->config, ready->queued_docs);
       std::deque<Pending*> batch;
-      batch.swap(ready->pending);
-      ready->queued_docs = 0;
+      std::size_t taken_docs = 0;
+      while (!ready->pending.empty() && (batch.empty() || taken_docs < call_size)) {
+        Pending* pending = ready->pending.front();
+        ready->pending.pop_front();
+        pending->taken = true;  // its call starts: a queue timeout no longer withdraws it
+        taken_docs += pending->docs->size();
+        batch.push_back(pending);
+      }
+      ready->queued_docs -= taken_docs;
+      if (!ready->pending.empty()) {
+        ready->first_arrival = ready->pending.front()->arrived;
+        ready->deadline = std::min(ready->deadline, now);
+      }
       // `ready` stays alive: its callers wait, so users > 0.
       lock.unlock();
       Flush(*ready, batch);
@@ -200,12 +298,7 @@ void BatchQueueSet::Flush(Queue& queue, std::deque<Pending*>& batch) {
       owner.push_back(r);
     }
   }
-  std::size_t chunk =
-      config.flush_all ? all.size() : std::size_t(std::max(1, config.preferred_batch_size));
-  if (config.max_batch_size > 0) {
-    chunk = std::min(chunk, static_cast<std::size_t>(config.max_batch_size));
-  }
-  chunk = std::max<std::size_t>(chunk, 1);
+  const std::size_t chunk = CallSize(config, all.size());
   for (std::size_t begin = 0; begin < all.size(); begin += chunk) {
     const std::size_t end = std::min(all.size(), begin + chunk);
     DocList call(std::vector<Doc>(std::make_move_iterator(all.begin() + begin),

@@ -18,6 +18,17 @@
 // (e.g. an id per request in the parameters) and gain nothing, and it holds
 // no resource beyond the caller's own gRPC thread.
 //
+// Queue policy (Triton's): a queue has a priority level (1 most urgent),
+// the flusher starts the most urgent queue that is due, and a queue more
+// urgent than the one it would start goes first, due or not, as a partial
+// batch: the worker is busy either way, so waiting for company would only
+// delay it. The flusher takes one handler call's worth of requests at a
+// time, so a backlog of one queue does not hold back a more urgent request
+// (or an older queue) for longer than one call. With queue_timeout_ms, a
+// caller whose documents were not taken into a handler call by then
+// withdraws them itself and gets DEADLINE_EXCEEDED; it does not depend on
+// the flusher, which may be busy in a long call.
+//
 // No sockets and no protobuf: unit-tested with plain threads.
 #ifndef GANTRY_WORKER_BATCH_QUEUE_H_
 #define GANTRY_WORKER_BATCH_QUEUE_H_
@@ -48,6 +59,9 @@ struct HandlerOutcome {
   // When the handler started on (the first of) this request's documents;
   // unset when it never ran. For the queue-time metric.
   std::chrono::steady_clock::time_point started{};
+  // Why the queue refused the request without running its handler
+  // ("queue_full", "queue_timeout"); empty otherwise. For the failure metric.
+  std::string refused;
 };
 
 // Calls the handler on `docs` (edited in place). Must not throw.
@@ -76,10 +90,13 @@ class BatchQueueSet {
   // `make_invoke`, called only then. An error (a throwing handler, a wrong
   // number of documents back) is returned to every caller whose documents
   // were in the failing call. RESOURCE_EXHAUSTED when the queue holds
-  // max_queue_size documents already; UNAVAILABLE after Stop.
+  // max_queue_size documents already; DEADLINE_EXCEEDED when
+  // config.queue_timeout_ms passed before its documents went into a call;
+  // UNAVAILABLE after Stop. `priority` (1 the most urgent; 0 as the least
+  // urgent of all) is the new queue's level; the key must tell levels apart.
   HandlerOutcome Push(const std::string& key, const DynamicBatching& config,
                       const std::function<BatchInvoke()>& make_invoke, const std::string& where,
-                      DocList& docs);
+                      DocList& docs, int priority = 0);
 
   // Runs everything queued through the handler, then refuses new pushes
   // and joins the flusher. Idempotent.
@@ -99,6 +116,8 @@ class BatchQueueSet {
   struct Pending {
     DocList* docs = nullptr;
     HandlerOutcome outcome;
+    std::chrono::steady_clock::time_point arrived{};
+    bool taken = false;               // in a batch being flushed; guarded by mutex_
     bool done = false;                // guarded by mutex_
     std::condition_variable done_cv;  // notified under mutex_, so it outlives the notify
   };
@@ -108,6 +127,8 @@ class BatchQueueSet {
     std::string where;
     std::deque<Pending*> pending;
     std::size_t queued_docs = 0;
+    // 1 the most urgent; 0 (no priorities) sorts after every level.
+    int priority = 0;
     // When the oldest queued request must go, whatever the batch size.
     std::chrono::steady_clock::time_point deadline{};
     std::chrono::steady_clock::time_point first_arrival{};
@@ -117,6 +138,11 @@ class BatchQueueSet {
   };
 
   void Run();
+  // The queue the flusher should run now, or null (see the file comment).
+  Queue* PickLocked(std::chrono::steady_clock::time_point now,
+                    std::chrono::steady_clock::time_point& next_wake);
+  // Takes `pending` out of `queue` after its queue timeout; under mutex_.
+  void WithdrawLocked(Queue& queue, Pending& pending);
   // Frees the least recently used queue nobody waits on; false if none.
   bool EvictOneIdleLocked();
   // Runs `batch` of `queue` through its handler, outside the lock.

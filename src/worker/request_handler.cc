@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <typeinfo>
@@ -242,11 +243,40 @@ HandlerOutcome RequestHandler::InvokeOnHandlerThread(const Route& route, DocList
   return outcome;
 }
 
+namespace {
+
+// The priority is one of the parameters, so each level has queues of its
+// own (the key); the queue set only needs to know which level it is.
+StatusOr<int> PriorityLevel(const DynamicBatching& config, const Parameters& parameters) {
+  if (config.priority_levels <= 0) {
+    return 0;
+  }
+  const int lowest = config.priority_levels;
+  const Value* asked = parameters.Find("priority");
+  if (asked == nullptr) {
+    return config.default_priority_level > 0 && config.default_priority_level <= lowest
+               ? config.default_priority_level
+               : lowest;
+  }
+  // Protobuf's Struct carries every number as a double.
+  double level = 0;
+  if (!asked->ToNumber(&level) || level < 1 || level > lowest || level != std::floor(level)) {
+    return InvalidArgumentError(
+        "parameter 'priority' must be an integer from 1 (the most urgent) to " +
+        std::to_string(lowest) + " (priority_levels), got " +
+        ValueDictToJson(Value::Dict{{"priority", *asked}}));
+  }
+  return static_cast<int>(level);
+}
+
+}  // namespace
+
 // Jina keys its queues by endpoint and json.dumps(parameters,
 // sort_keys=True); Value::Dict is ordered, so its JSON is canonical too.
 HandlerOutcome RequestHandler::PushBatched(const std::string& endpoint, std::size_t route_index,
                                            const Parameters& parameters, const std::string& where,
-                                           DocList& docs, WorkerMetrics::Endpoint* measured) {
+                                           DocList& docs, WorkerMetrics::Endpoint* measured,
+                                           int priority) {
   std::string key = endpoint + '\n' + ValueDictToJson(parameters.values());
   const Route* route = &routes_[route_index];
   auto make_invoke = [this, route, &parameters, measured] {
@@ -254,7 +284,7 @@ HandlerOutcome RequestHandler::PushBatched(const std::string& endpoint, std::siz
       return Invoke(*route, batch, parameters, measured);
     });
   };
-  return queues_.Push(key, batching_.find(endpoint)->second, make_invoke, where, docs);
+  return queues_.Push(key, batching_.find(endpoint)->second, make_invoke, where, docs, priority);
 }
 
 bool RequestHandler::SetReplyDocs(jina::DataRequestProto* request, const DocList& docs,
@@ -398,8 +428,14 @@ RequestHandler::Result RequestHandler::Handle(jina::DataRequestProto* request,
 
   HandlerOutcome outcome;
   const std::size_t doc_count = docs->size();
-  if (batching_.contains(bound)) {
-    outcome = PushBatched(bound, it->second, parameters, where, *docs, measured);
+  if (auto batching = batching_.find(bound); batching != batching_.end()) {
+    StatusOr<int> priority = PriorityLevel(batching->second, parameters);
+    if (!priority.ok()) {
+      result.status = priority.status().WithPrefix(where);
+      failed("invalid_argument");
+      return result;
+    }
+    outcome = PushBatched(bound, it->second, parameters, where, *docs, measured, *priority);
   } else {
     outcome = Invoke(route, *docs, parameters, measured, &abandoned);
   }
@@ -421,7 +457,9 @@ RequestHandler::Result RequestHandler::Handle(jina::DataRequestProto* request,
                message);
     }
     result.is_error = true;
-    failed(status.code() == StatusCode::kCancelled ? "cancelled" : "handler");
+    failed(!outcome.refused.empty()                  ? std::string_view(outcome.refused)
+           : status.code() == StatusCode::kCancelled ? "cancelled"
+                                                     : "handler");
     return result;
   }
   result.is_error = SetReplyDocs(request, *docs, max_message_bytes, where);

@@ -118,7 +118,7 @@ class RequestHandler {
   // Through the batch queue of `endpoint` and `parameters`.
   HandlerOutcome PushBatched(const std::string& endpoint, std::size_t route_index,
                              const Parameters& parameters, const std::string& where, DocList& docs,
-                             WorkerMetrics::Endpoint* measured);
+                             WorkerMetrics::Endpoint* measured, int priority);
 
   std::string jtype_;
   std::string executor_name_;

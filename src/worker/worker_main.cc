@@ -63,6 +63,9 @@ std::string WorkerSpecToJson(const WorkerSpec& spec) {
                      {"flush_all", b.flush_all},
                      {"max_batch_size", b.max_batch_size},
                      {"max_queue_size", b.max_queue_size},
+                     {"queue_timeout_ms", b.queue_timeout_ms},
+                     {"priority_levels", b.priority_levels},
+                     {"default_priority_level", b.default_priority_level},
                      {"enabled", b.enabled}};
   }
   j["dynamic_batching"] = std::move(batching);
@@ -111,6 +114,9 @@ StatusOr<WorkerSpec> WorkerSpecFromJson(std::string_view json) {
       out.flush_all = b.value("flush_all", out.flush_all);
       out.max_batch_size = b.value("max_batch_size", out.max_batch_size);
       out.max_queue_size = b.value("max_queue_size", out.max_queue_size);
+      out.queue_timeout_ms = b.value("queue_timeout_ms", out.queue_timeout_ms);
+      out.priority_levels = b.value("priority_levels", out.priority_levels);
+      out.default_priority_level = b.value("default_priority_level", out.default_priority_level);
       out.enabled = b.value("enabled", out.enabled);
     }
   } catch (const nlohmann::json::exception& e) {

@@ -56,7 +56,7 @@ class WorkerMetrics {
   Endpoint& For(std::string_view endpoint);
   // A failed request; `reason` is one of a few fixed words
   // ("invalid_argument", "handler", "cancelled", "endpoint_not_found",
-  // "reply_too_large").
+  // "reply_too_large", "queue_full", "queue_timeout").
   void Failed(const Endpoint& endpoint, std::string_view reason);
 
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }

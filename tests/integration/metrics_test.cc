@@ -21,37 +21,14 @@
 #include <thread>
 #include <vector>
 
+#include "integration/metrics_scrape.h"
 #include "testutil/testutil.h"
 
 namespace gantry {
 namespace {
 
-std::string Scrape(int port) {
-  httplib::Client client("127.0.0.1", port);
-  client.set_read_timeout(10, 0);
-  auto res = client.Get("/metrics");
-  if (!res) {
-    return "scrape of port " + std::to_string(port) + " failed: " + httplib::to_string(res.error());
-  }
-  return res->status == 200 ? res->body : "HTTP " + std::to_string(res->status);
-}
-
-// The sum of every sample of `name` whose labels include `label` (e.g.
-// endpoint="/count"); NaN when there is none.
-double Sum(const std::string& exposition, const std::string& name, const std::string& label) {
-  const std::regex sample("^" + name + R"(\{([^}]*)\} ([0-9.eE+-]+)$)");
-  double total = 0;
-  bool found = false;
-  std::istringstream lines(exposition);
-  for (std::string line; std::getline(lines, line);) {
-    std::smatch m;
-    if (std::regex_match(line, m, sample) && m[1].str().find(label) != std::string::npos) {
-      total += std::stod(m[2].str());
-      found = true;
-    }
-  }
-  return found ? total : std::nan("");
-}
+using testing::Scrape;
+using testing::Sum;
 
 double SumOverReplicas(const Deployment& dep, const std::string& name, const std::string& label) {
   double total = 0;

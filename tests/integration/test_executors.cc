@@ -136,7 +136,8 @@ GANTRY_REGISTER_EXECUTOR(PlacementProbeExec);
 // Counts its handler calls: each document is tagged with the call that
 // served it and that call's size. /count batches (16 docs or 1 s); /plain
 // does not unless uses_dynamic_batching says so; /gpu batches like /count on
-// a CUDA device only.
+// a CUDA device only; /slow batches one document per call and sleeps
+// `parameters.sleep_ms` first, to keep the worker busy (queue policy).
 class BatchCountExec final : public gantry::Executor {
   GANTRY_EXECUTOR(BatchCountExec);
   explicit BatchCountExec(const gantry::ExecutorContext& /*context*/) {}
@@ -152,6 +153,14 @@ class BatchCountExec final : public gantry::Executor {
   GANTRY_REQUESTS(OnGpu, "/gpu");
   GANTRY_DYNAMIC_BATCHING_ON_GPU(OnGpu, {.preferred_batch_size = 16, .timeout_ms = 1000});
   void OnGpu(gantry::DocList& docs) { Tag(docs); }
+
+  GANTRY_REQUESTS(Slow, "/slow");
+  GANTRY_DYNAMIC_BATCHING(Slow, {.preferred_batch_size = 1, .timeout_ms = 0});
+  void Slow(gantry::DocList& docs, const gantry::Parameters& parameters) {
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(static_cast<std::int64_t>(parameters.GetNumber("sleep_ms", 0))));
+    Tag(docs);
+  }
 
  private:
   void Tag(gantry::DocList& docs) {

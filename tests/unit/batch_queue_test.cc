@@ -153,7 +153,10 @@ TEST(BatchQueueTest, AnErrorReachesEveryRequestOfTheFailingCall) {
         ++calls;
         for (const Doc& doc : docs) {
           if (doc.text() == "1/0") {
-            return HandlerOutcome{UnknownError("cannot encode 1/0"), "std::runtime_error"};
+            return HandlerOutcome{.status = UnknownError("cannot encode 1/0"),
+                                  .exception_name = "std::runtime_error",
+                                  .started = {},
+                                  .refused = ""};
           }
         }
         return HandlerOutcome{};

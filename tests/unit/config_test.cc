@@ -157,10 +157,11 @@ dynamic_batching:
   Search: {preferred_batch_size: 8, timeout: 5, flush_all: true, max_batch_size: 64,
            max_queue_size: 1000}
   /off: {use_dynamic_batching: false}
+  /queued: {queue_timeout: 250, priority_levels: 3, default_priority_level: 2}
 )",
                                                         "exec.yml");
   ASSERT_TRUE(config.ok()) << config.status();
-  ASSERT_EQ(config->dynamic_batching.size(), 3u);
+  ASSERT_EQ(config->dynamic_batching.size(), 4u);
   const DynamicBatching& encode = config->dynamic_batching.at("/encode");
   EXPECT_EQ(encode.preferred_batch_size, 32);
   EXPECT_EQ(encode.timeout_ms, 200);
@@ -173,6 +174,12 @@ dynamic_batching:
   EXPECT_EQ(search.max_batch_size, 64);
   EXPECT_EQ(search.max_queue_size, 1000);
   EXPECT_FALSE(config->dynamic_batching.at("/off").enabled);
+  const DynamicBatching& queued = config->dynamic_batching.at("/queued");
+  EXPECT_EQ(queued.queue_timeout_ms, 250);
+  EXPECT_EQ(queued.priority_levels, 3);
+  EXPECT_EQ(queued.default_priority_level, 2);
+  EXPECT_EQ(search.queue_timeout_ms, 0);
+  EXPECT_EQ(search.priority_levels, 0);
 }
 
 TEST(ExecutorConfigTest, RejectsBadDynamicBatching) {

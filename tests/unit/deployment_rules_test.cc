@@ -148,6 +148,24 @@ TEST(DeploymentRulesTest, DynamicBatchingAtItsEdges) {
   EXPECT_EQ(CheckDynamicBatching(b).code(), StatusCode::kInvalidArgument);
 }
 
+TEST(DeploymentRulesTest, QueuePolicyRanges) {
+  DynamicBatching b{.queue_timeout_ms = 100, .priority_levels = 3, .default_priority_level = 3};
+  EXPECT_TRUE(CheckDynamicBatching(b).ok());
+  b.default_priority_level = 4;
+  EXPECT_EQ(
+      CheckDynamicBatching(b).message(),
+      "default_priority_level must be from 0 (the least urgent) to priority_levels (3), got 4");
+  b = {.priority_levels = 101};
+  EXPECT_EQ(CheckDynamicBatching(b).message(),
+            "priority_levels must be an integer from 0 (none) to 100, got 101");
+  b = {.queue_timeout_ms = -1};
+  EXPECT_EQ(CheckDynamicBatching(b).message(),
+            "queue_timeout must be milliseconds >= 0 (0: no limit), got -1");
+  // Without levels there is no default level to give.
+  b = {.default_priority_level = 1};
+  EXPECT_EQ(CheckDynamicBatching(b).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(DeploymentRulesTest, GpuSpecForms) {
   StatusOr<GpuSpec> unset = ParseGpuSpec("");
   ASSERT_TRUE(unset.ok());

@@ -1,0 +1,144 @@
+// The queue policy of dynamic batching through a real worker: a request
+// the busy worker could not start within queue_timeout is refused without
+// its handler running and counted (HTTP 504 over HTTP); an urgent request overtakes a queue of
+// less urgent ones; a priority out of range is the client's error.
+#include <gantry/deployment.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "integration/metrics_scrape.h"
+#include "testutil/testutil.h"
+
+namespace gantry {
+namespace {
+
+using ::testing::HasSubstr;
+
+Parameters Params(Value::Dict values) { return Parameters(std::move(values)); }
+
+// The handler call that served the one document of `reply`, or -1.
+std::int64_t CallOf(const StatusOr<DocList>& reply) {
+  if (!reply.ok() || reply->size() != 1) {
+    return -1;
+  }
+  const std::int64_t* call = (*reply)[0].tags().at("call").AsInt();
+  return call == nullptr ? -1 : *call;
+}
+
+TEST(QueuePolicyTest, QueueTimeoutRefusesWhatTheBusyWorkerCouldNotStartAndCountsIt) {
+  Deployment dep(
+      {.uses = "BatchCountExec",
+       .http_port = 0,
+       .uses_dynamic_batching =
+           {{"/slow", {.preferred_batch_size = 1, .timeout_ms = 0, .queue_timeout_ms = 300}}},
+       .monitoring = true});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  StatusOr<DocList> busy = DocList();
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    busy = dep.Post("/slow", DocList{Doc("busy")},
+                    {.parameters = Params({{"sleep_ms", Value(2500.0)}})});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // it is in the handler
+
+  const auto start = std::chrono::steady_clock::now();
+  StatusOr<DocList> late = dep.Post("/slow", DocList{Doc("late")});
+  const auto waited = testing::Since(start);
+  // Over HTTP the same refusal is a gateway timeout.
+  httplib::Client http("127.0.0.1", dep.http_port());
+  http.set_read_timeout(30, 0);
+  auto late_http = http.Post("/slow", R"({"data": [{"text": "late"}]})", "application/json");
+  testing::JoinWithin(threads, std::chrono::seconds(60), "the busy post");
+  ASSERT_TRUE(late_http) << httplib::to_string(late_http.error());
+  EXPECT_EQ(late_http->status, 504) << late_http->body;
+  EXPECT_THAT(late_http->body, HasSubstr("queue_timeout 300 ms"));
+  ASSERT_FALSE(late.ok()) << "served after " << waited.count() << " ms";
+  EXPECT_THAT(late.status().message(), HasSubstr("queue_timeout 300 ms"));
+  EXPECT_THAT(late.status().message(), HasSubstr("the handler did not run"));
+  EXPECT_THAT(late.status().message(), HasSubstr("endpoint '/slow'"));
+  EXPECT_LT(waited, std::chrono::milliseconds(1700)) << "refused only when the busy call ended";
+  ASSERT_TRUE(busy.ok()) << busy.status();
+  EXPECT_EQ(CallOf(busy), 1);
+
+  // The refused request never reached the handler: the next one is call 2.
+  StatusOr<DocList> next = dep.Post("/slow", DocList{Doc("next")});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(CallOf(next), 2);
+
+  const std::string metrics = testing::Scrape(dep.replicas()[0].monitoring_port);
+  EXPECT_EQ(testing::Sum(metrics, "gantry_request_failure_total", "reason=\"queue_timeout\""), 2)
+      << metrics;
+  EXPECT_EQ(testing::Sum(metrics, "gantry_request_success_total", "endpoint=\"/slow\""), 2);
+}
+
+// One busy call, then four less urgent requests, then one urgent one: with
+// priority levels the urgent one is the next call; without, the last.
+std::int64_t UrgentCallAfterAQueueOfOthers(int priority_levels) {
+  Deployment dep(
+      {.uses = "BatchCountExec",
+       .uses_dynamic_batching = {
+           {"/slow",
+            {.preferred_batch_size = 1, .timeout_ms = 0, .priority_levels = priority_levels}}}});
+  EXPECT_TRUE(dep.ok()) << dep.status();
+  if (!dep.ok()) {
+    return -1;
+  }
+  std::vector<std::thread> threads;
+  std::vector<StatusOr<DocList>> replies(6, DocList());
+  threads.emplace_back([&] {
+    replies[0] = dep.Post("/slow", DocList{Doc("busy")},
+                          {.parameters = Params({{"sleep_ms", Value(1500.0)}})});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  for (std::size_t i = 1; i <= 4; ++i) {
+    threads.emplace_back([&, i] {
+      replies[i] = dep.Post("/slow", DocList{Doc("low")},
+                            {.parameters = Params({{"sleep_ms", Value(50.0)}})});
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  threads.emplace_back([&] {
+    replies[5] = dep.Post("/slow", DocList{Doc("urgent")},
+                          {.parameters = Params({{"sleep_ms", Value(50.0)}, {"priority", 1.0}})});
+  });
+  testing::JoinWithin(threads, std::chrono::seconds(60), "the prioritised posts");
+  for (const StatusOr<DocList>& reply : replies) {
+    EXPECT_TRUE(reply.ok()) << reply.status();
+  }
+  return CallOf(replies[5]);
+}
+
+TEST(QueuePolicyTest, AnUrgentRequestOvertakesAQueueOfLessUrgentOnes) {
+  EXPECT_EQ(UrgentCallAfterAQueueOfOthers(/*priority_levels=*/2), 2);
+  // Without levels, `priority` is an ordinary parameter and arrival order rules.
+  EXPECT_EQ(UrgentCallAfterAQueueOfOthers(/*priority_levels=*/0), 6);
+}
+
+TEST(QueuePolicyTest, APriorityOutOfRangeIsTheClientsErrorNamingTheRange) {
+  Deployment dep(
+      {.uses = "BatchCountExec",
+       .uses_dynamic_batching = {
+           {"/slow", {.preferred_batch_size = 1, .timeout_ms = 0, .priority_levels = 3}}}});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  for (double bad : {0.0, 4.0, 1.5}) {
+    StatusOr<DocList> reply =
+        dep.Post("/slow", DocList{Doc("x")}, {.parameters = Params({{"priority", bad}})});
+    ASSERT_FALSE(reply.ok()) << bad;
+    EXPECT_EQ(reply.status().code(), StatusCode::kInvalidArgument) << reply.status();
+    EXPECT_THAT(reply.status().message(),
+                HasSubstr("parameter 'priority' must be an integer from 1 (the most urgent) to 3"));
+  }
+  StatusOr<DocList> good =
+      dep.Post("/slow", DocList{Doc("x")}, {.parameters = Params({{"priority", 3.0}})});
+  EXPECT_TRUE(good.ok()) << good.status();
+}
+
+}  // namespace
+}  // namespace gantry

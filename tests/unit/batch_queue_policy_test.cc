@@ -1,0 +1,197 @@
+// The queue policy of dynamic batching: a queue timeout withdraws a request
+// whose handler has not started (and never runs it), a request already in
+// a call is served whatever the timeout, and a more urgent level goes before
+// a less urgent one, due or not.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "testutil/testutil.h"
+#include "worker/batch_queue.h"
+
+namespace gantry::internal {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A handler that waits until the test opens the gate: the flusher is stuck
+// in it meanwhile, as it is in a long forward pass.
+struct Gate {
+  std::mutex mutex;
+  std::unique_lock<std::mutex> hold{mutex};
+  BatchInvoke Blocked() {
+    return [this](DocList& /*docs*/) {
+      std::lock_guard wait(mutex);
+      return HandlerOutcome{};
+    };
+  }
+  void Open() { hold.unlock(); }
+};
+
+// Records which queue's handler ran, in order.
+struct CallLog {
+  std::mutex mutex;
+  std::vector<std::string> calls;
+  BatchInvoke Recording(const std::string& name) {
+    return [this, name](DocList& docs) {
+      std::lock_guard lock(mutex);
+      calls.push_back(name);
+      for (Doc& doc : docs) {
+        doc.set_text(std::string(doc.text()) + "!");
+      }
+      return HandlerOutcome{};
+    };
+  }
+};
+
+TEST(BatchQueuePolicyTest, QueueTimeoutAnswersDeadlineExceededAndTheHandlerNeverRuns) {
+  BatchQueueSet set;
+  Gate gate;
+  CallLog log;
+  std::vector<std::thread> threads;
+  const DynamicBatching plain{.preferred_batch_size = 1, .timeout_ms = 0};
+  DocList first{Doc("first")};
+  threads.emplace_back([&] {
+    (void)set.Push(
+        "busy", plain, [&] { return gate.Blocked(); }, "'/busy'", first);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the flusher is in it
+
+  const DynamicBatching timed{.preferred_batch_size = 1, .timeout_ms = 0, .queue_timeout_ms = 150};
+  DocList late{Doc("late")};
+  const auto start = std::chrono::steady_clock::now();
+  HandlerOutcome outcome = set.Push(
+      "timed", timed, [&] { return log.Recording("timed"); }, "'/timed'", late);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(outcome.status.code(), StatusCode::kDeadlineExceeded) << outcome.status;
+  EXPECT_THAT(outcome.status.message(), HasSubstr("queue_timeout 150 ms"));
+  EXPECT_THAT(outcome.status.message(), HasSubstr("the handler did not run"));
+  EXPECT_EQ(outcome.refused, "queue_timeout");
+  EXPECT_GE(waited, std::chrono::milliseconds(140));
+  EXPECT_LT(waited, std::chrono::seconds(10)) << "the timeout waited for the busy flusher";
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_EQ(late[0].text(), "late");  // untouched
+
+  gate.Open();
+  testing::JoinWithin(threads, std::chrono::seconds(30), "the gated push");
+  // The withdrawn request left nothing behind: the next one is served alone.
+  DocList next{Doc("next")};
+  HandlerOutcome served = set.Push(
+      "timed", timed, [&] { return log.Recording("timed"); }, "'/timed'", next);
+  EXPECT_TRUE(served.status.ok()) << served.status;
+  EXPECT_EQ(next[0].text(), "next!");
+  std::lock_guard lock(log.mutex);
+  EXPECT_THAT(log.calls, ElementsAre("timed"));
+}
+
+TEST(BatchQueuePolicyTest, ARequestWhoseCallStartedIsServedPastItsQueueTimeout) {
+  BatchQueueSet set;
+  const DynamicBatching timed{.preferred_batch_size = 1, .timeout_ms = 0, .queue_timeout_ms = 50};
+  DocList docs{Doc("slow")};
+  HandlerOutcome outcome = set.Push(
+      "slow", timed,
+      [] {
+        return BatchInvoke([](DocList& batch) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          batch[0].set_text("done");
+          return HandlerOutcome{};
+        });
+      },
+      "'/slow'", docs);
+  EXPECT_TRUE(outcome.status.ok()) << outcome.status;
+  EXPECT_TRUE(outcome.refused.empty());
+  EXPECT_EQ(docs[0].text(), "done");
+}
+
+TEST(BatchQueuePolicyTest, TheMoreUrgentLevelGoesFirstWithoutWaitingForCompany) {
+  BatchQueueSet set;
+  Gate gate;
+  CallLog log;
+  std::vector<std::thread> threads;
+  const DynamicBatching plain{.preferred_batch_size = 1, .timeout_ms = 0};
+  DocList first{Doc("first")};
+  threads.emplace_back([&] {
+    (void)set.Push(
+        "busy", plain, [&] { return gate.Blocked(); }, "'/busy'", first);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+
+  // Level 2 is full and due; level 1 would wait a minute for company, but a
+  // more urgent request never waits behind less urgent work.
+  const DynamicBatching levels{.preferred_batch_size = 1,
+                               .timeout_ms = 60000,
+                               .priority_levels = 2,
+                               .default_priority_level = 2};
+  std::vector<DocList> low(3, DocList{Doc("low")});
+  for (DocList& docs : low) {
+    threads.emplace_back([&] {
+      (void)set.Push(
+          "low", levels, [&] { return log.Recording("low"); }, "'/e'", docs, 2);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const DynamicBatching waiting{.preferred_batch_size = 100,
+                                .timeout_ms = 60000,
+                                .priority_levels = 2,
+                                .default_priority_level = 2};
+  DocList urgent{Doc("urgent")};
+  std::promise<HandlerOutcome> promise;
+  std::future<HandlerOutcome> urgent_outcome = promise.get_future();
+  threads.emplace_back([&] {
+    promise.set_value(set.Push(
+        "high", waiting, [&] { return log.Recording("high"); }, "'/e'", urgent, 1));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  gate.Open();
+  const bool answered =
+      urgent_outcome.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  testing::JoinWithin(threads, std::chrono::seconds(30), "the prioritised pushes");
+  ASSERT_TRUE(answered) << "the urgent request waited for its batch timeout";
+  EXPECT_TRUE(urgent_outcome.get().status.ok());
+  EXPECT_EQ(urgent[0].text(), "urgent!");
+  std::lock_guard lock(log.mutex);
+  // The three low requests went after it, one call of preferred_batch_size
+  // 1 each.
+  EXPECT_THAT(log.calls, ElementsAre("high", "low", "low", "low"));
+}
+
+TEST(BatchQueuePolicyTest, WithoutLevelsTheOldestDueQueueGoesFirst) {
+  BatchQueueSet set;
+  Gate gate;
+  CallLog log;
+  std::vector<std::thread> threads;
+  const DynamicBatching plain{.preferred_batch_size = 1, .timeout_ms = 0};
+  DocList first{Doc("first")};
+  threads.emplace_back([&] {
+    (void)set.Push(
+        "busy", plain, [&] { return gate.Blocked(); }, "'/busy'", first);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  DocList a{Doc("a")};
+  DocList b{Doc("b")};
+  threads.emplace_back([&] {
+    (void)set.Push(
+        "a", plain, [&] { return log.Recording("a"); }, "'/e'", a);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  threads.emplace_back([&] {
+    (void)set.Push(
+        "b", plain, [&] { return log.Recording("b"); }, "'/e'", b);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  gate.Open();
+  testing::JoinWithin(threads, std::chrono::seconds(30), "the pushes");
+  std::lock_guard lock(log.mutex);
+  EXPECT_THAT(log.calls, ElementsAre("a", "b"));
+}
+
+}  // namespace
+}  // namespace gantry::internal
