@@ -16,7 +16,9 @@
 // start `max_init_failures` times in a row is given up: replicas() reports
 // it failed and why, the error is logged, and the Deployment serves on with
 // the replicas it has (a request finding none left fails with UNAVAILABLE
-// naming why).
+// naming why). The first start is retried the same way when the process
+// dies or hangs before it is ready; an exception from the executor's
+// constructor on the first start fails the Deployment at once.
 //
 //   gantry::Deployment dep({.uses = "MyExec", .uses_with = {{"device", "cpu"}}, .replicas = 2});
 //   if (!dep.ok()) { ... dep.status() ... }
@@ -144,7 +146,8 @@ struct DeploymentOptions {
   std::chrono::milliseconds restart_backoff_max{30000};
   // A replica that fails to start (its executor's constructor throws, or
   // its process dies or hangs past timeout_ready before it is ready) this
-  // many times in a row is not started again (>= 1).
+  // many times in a row is not started again (>= 1). While the Deployment
+  // is built, reaching it fails the Deployment.
   int max_init_failures = 5;
   // On Stop, the destructor, or SIGINT/SIGTERM in Block(): how long requests
   // already in flight may take to finish after the gateway stops accepting

@@ -407,96 +407,115 @@ Status Deployment::Impl::SpawnReplica(Replica& replica) {
   return OkStatus();
 }
 
+// A first start that crashes or hangs is retried as a later start is (with
+// backoff, up to max_init_failures in a row): a GPU still being reset or a
+// model file still being written passes on the next try. A constructor
+// error (the worker's ERROR line: a bad weights path, a bad option) fails
+// the Deployment at once, with its message: it would fail every time.
 Status Deployment::Impl::AwaitReplicas() {
   struct Pending {
-    int fd;
-    std::string text;
     bool done = false;
+    std::optional<SteadyClock::time_point> retry_at;  // set while backing off
   };
-  std::vector<Pending> pending;
-  for (Replica& replica : replicas_) {
-    pending.push_back({replica.status->read_fd, "", false});
-    replica.status->read_fd = -1;  // closed by close_all or below
-    replica.status.reset();
-  }
-  auto close_all = [&] {
-    for (Pending& p : pending) {
-      if (p.fd >= 0) {
-        ::close(p.fd);
-        p.fd = -1;
-      }
-    }
-  };
-  auto deadline = std::chrono::steady_clock::now() + options_.timeout_ready;
+  std::vector<Pending> pending(replicas_.size());
   std::size_t remaining = pending.size();
-  while (remaining > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      close_all();
-      for (std::size_t i = 0; i < pending.size(); ++i) {
-        if (!pending[i].done) {
-          return DeadlineExceededError("replica " + replicas_[i].name + " was not ready within " +
-                                       std::to_string(options_.timeout_ready.count()) +
-                                       " ms (timeout_ready)");
-        }
-      }
+  // The start of replica `i` failed with `error` (a DeadlineExceeded or
+  // Internal status): try it again later, or give up with that status.
+  auto retry = [&](std::size_t i, const Status& error) -> Status {
+    Replica& replica = replicas_[i];
+    replica.status.reset();
+    replica.lifeline.reset();
+    const SteadyClock::time_point now = SteadyClock::now();
+    std::optional<std::chrono::milliseconds> delay = replica.policy.OnExit(now, true);
+    if (!delay) {
+      return Status(error.code(), error.message() + " (" +
+                                      std::to_string(replica.policy.init_failures()) +
+                                      " failed starts in a row, max_init_failures " +
+                                      std::to_string(options_.max_init_failures) + ")");
     }
+    spdlog::warn("{} failed to start ({} of {} in a row): {}; trying again in {} ms", replica.name,
+                 replica.policy.init_failures(), options_.max_init_failures, error.message(),
+                 delay->count());
+    pending[i].retry_at = now + *delay;
+    return OkStatus();
+  };
+  while (remaining > 0) {
+    SteadyClock::time_point now = SteadyClock::now();
+    SteadyClock::time_point wake = now + std::chrono::seconds(1);
     std::vector<pollfd> fds;
     std::vector<std::size_t> index;
     for (std::size_t i = 0; i < pending.size(); ++i) {
-      if (!pending[i].done) {
-        fds.push_back({pending[i].fd, POLLIN, 0});
-        index.push_back(i);
+      Replica& replica = replicas_[i];
+      if (pending[i].done) {
+        continue;
       }
+      if (pending[i].retry_at) {
+        if (now < *pending[i].retry_at) {
+          wake = std::min(wake, *pending[i].retry_at);
+          continue;
+        }
+        pending[i].retry_at.reset();
+        ++replica.restarts;
+        GANTRY_RETURN_IF_ERROR(SpawnReplica(replica));
+      }
+      if (now >= replica.deadline) {
+        replica.process->Signal(SIGKILL);
+        replica.process->WaitFor(kFailedStartExitGrace);
+        GANTRY_RETURN_IF_ERROR(
+            retry(i, DeadlineExceededError("replica " + replica.name + " was not ready within " +
+                                           std::to_string(options_.timeout_ready.count()) +
+                                           " ms (timeout_ready)")));
+        continue;
+      }
+      wake = std::min(wake, replica.deadline);
+      fds.push_back({replica.status->read_fd, POLLIN, 0});
+      index.push_back(i);
     }
-    int timeout_ms = static_cast<int>(std::min<long long>(left.count(), 1000));
-    int n = ::poll(fds.data(), fds.size(), timeout_ms);
+    const auto timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now);
+    int n = ::poll(fds.data(), fds.size(),
+                   static_cast<int>(std::max<long long>(0, timeout_ms.count()) + 1));
     if (n < 0 && errno != EINTR) {
-      close_all();
       return InternalError(std::string("poll: ") + std::strerror(errno));
     }
-    for (std::size_t k = 0; k < fds.size(); ++k) {
+    for (std::size_t k = 0; n > 0 && k < fds.size(); ++k) {
       if (fds[k].revents == 0) {
         continue;
       }
-      Pending& p = pending[index[k]];
+      Replica& replica = replicas_[index[k]];
       char buffer[4096];
-      ssize_t got = ::read(p.fd, buffer, sizeof(buffer));
+      ssize_t got = ::read(replica.status->read_fd, buffer, sizeof(buffer));
       if (got > 0) {
-        p.text.append(buffer, static_cast<std::size_t>(got));
-        if (!ReadyLineComplete(p.text)) {
+        replica.status_text.append(buffer, static_cast<std::size_t>(got));
+        if (!ReadyLineComplete(replica.status_text)) {
           continue;
         }
       } else if (got < 0 && errno == EINTR) {
         continue;
       }
-      // EOF: the worker said all it will say.
-      p.done = true;
-      --remaining;
-      ::close(p.fd);
-      p.fd = -1;
-      Replica& replica = replicas_[index[k]];
-      if (p.text.starts_with("READY ")) {
-        ParseReady(p.text, replica);
+      // EOF or a whole line: the worker said all it will say.
+      if (replica.status_text.starts_with("READY ")) {
+        replica.status.reset();
+        ParseReady(replica.status_text, replica);
         replica.state = Replica::State::kServing;
         replica.policy.OnReady(SteadyClock::now());
+        pending[index[k]].done = true;
+        --remaining;
         spdlog::info("{} ready on 127.0.0.1:{} (pid {}, {})", replica.name, replica.port,
                      replica.process->pid(), replica.device);
         continue;
       }
-      close_all();
-      if (p.text.starts_with("ERROR ")) {
+      if (replica.status_text.starts_with("ERROR ")) {
         return FailedPreconditionError("replica " + replica.name +
-                                       " failed to start: " + p.text.substr(6));
+                                       " failed to start: " + replica.status_text.substr(6));
       }
-      replica.process->WaitFor(std::chrono::milliseconds(2000));
+      replica.process->WaitFor(kFailedStartExitGrace);
       std::string how = replica.process->exit_status()
                             ? ChildProcess::DescribeWaitStatus(*replica.process->exit_status())
                             : "closed its status pipe";
-      return InternalError("replica " + replica.name + " (pid " +
-                           std::to_string(replica.process->pid()) + ") " + how +
-                           " before it was ready; see its log above");
+      GANTRY_RETURN_IF_ERROR(
+          retry(index[k], InternalError("replica " + replica.name + " (pid " +
+                                        std::to_string(replica.process->pid()) + ") " + how +
+                                        " before it was ready; see its log above")));
     }
   }
   return OkStatus();

@@ -167,5 +167,73 @@ TEST(RespawnTest, CrashLoopingReplicaIsGivenUpWithItsErrorAndTheOtherServesOn) {
             HasSubstr("weights file is corrupt (crash-loop test)")));
 }
 
+// First starts are retried as later ones are: a crash before the replica
+// was ever ready costs a backoff, not the Deployment.
+TEST(RespawnTest, AFirstStartThatCrashesIsRetriedAndTheDeploymentBecomesReady) {
+  testing::TempDir dir;
+  Deployment dep({.uses = "FirstStartCrashExec",
+                  .uses_with = {{"crash_flag", dir.File("crashed-once")}},
+                  .name = "flaky",
+                  .restart_backoff_initial = Ms(50),
+                  .max_init_failures = 3});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  const ReplicaInfo replica = dep.replicas()[0];
+  EXPECT_EQ(replica.restarts, 1);
+  EXPECT_FALSE(replica.failed);
+  auto out = dep.Post("/work", {Doc("x")});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].text(), "served:x");
+}
+
+TEST(RespawnTest, AFirstStartThatHangsIsKilledAtTimeoutReadyAndRetried) {
+  testing::TempDir dir;
+  Deployment dep({.uses = "FirstStartCrashExec",
+                  .uses_with = {{"crash_flag", dir.File("hung-once")}, {"hang", true}},
+                  .name = "stuck",
+                  // Long enough for a sanitizer build's second start.
+                  .timeout_ready = Ms(15000),
+                  .restart_backoff_initial = Ms(50),
+                  .max_init_failures = 3});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  EXPECT_EQ(dep.replicas()[0].restarts, 1);
+  auto out = dep.Post("/work", {Doc("y")});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].text(), "served:y");
+}
+
+TEST(RespawnTest, AFirstStartThatAlwaysCrashesFailsAfterMaxInitFailuresNamingHow) {
+  const auto start = SteadyClock::now();
+  Deployment dep({.uses = "FirstStartCrashExec",
+                  .uses_with = {{"always", true}},
+                  .name = "doomed",
+                  .restart_backoff_initial = Ms(50),
+                  .restart_backoff_max = Ms(200),
+                  .max_init_failures = 3});
+  ASSERT_FALSE(dep.ok());
+  EXPECT_EQ(dep.status().code(), StatusCode::kInternal) << dep.status();
+  EXPECT_THAT(dep.status().message(),
+              AllOf(HasSubstr("replica doomed/rep-0"), HasSubstr("exited with code 4"),
+                    HasSubstr("before it was ready"),
+                    HasSubstr("3 failed starts in a row, max_init_failures 3")));
+  EXPECT_LT(Since(start), Ms(60000));
+}
+
+// A constructor error would fail every time: no retry, whatever the backoff.
+TEST(RespawnTest, AConstructorErrorOnTheFirstStartFailsAtOnce) {
+  testing::TempDir dir;
+  const std::string flag = dir.File("broken");
+  testing::WriteFile(flag, "x");
+  const auto start = SteadyClock::now();
+  Deployment dep({.uses = "CrashLoopExec",
+                  .uses_with = {{"fail_flag", flag}},
+                  .restart_backoff_initial = Ms(20000),
+                  .restart_backoff_max = Ms(20000),
+                  .max_init_failures = 5});
+  ASSERT_FALSE(dep.ok());
+  EXPECT_EQ(dep.status().code(), StatusCode::kFailedPrecondition) << dep.status();
+  EXPECT_THAT(dep.status().message(), HasSubstr("weights file is corrupt (crash-loop test)"));
+  EXPECT_LT(Since(start), Ms(20000)) << "the start was retried after a backoff";
+}
+
 }  // namespace
 }  // namespace gantry

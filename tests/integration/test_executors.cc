@@ -103,6 +103,37 @@ class CrashLoopExec final : public gantry::Executor {
 };
 GANTRY_REGISTER_EXECUTOR(CrashLoopExec);
 
+// Its constructor ends the process abruptly, as a crash in a driver would,
+// on the first start only: it creates the file `with.crash_flag` and dies
+// while that file does not exist yet. With `with.always: true` every start
+// dies; with `with.hang: true` the first start hangs instead of dying.
+class FirstStartCrashExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(FirstStartCrashExec);
+  explicit FirstStartCrashExec(const gantry::ExecutorContext& context) {
+    const std::string flag = context.with.GetString("crash_flag", "");
+    if (context.with.GetBool("always", false)) {
+      std::_Exit(4);
+    }
+    if (!flag.empty() && ::access(flag.c_str(), F_OK) != 0) {
+      const int fd = ::open(flag.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::close(fd);
+      }
+      if (context.with.GetBool("hang", false)) {
+        std::this_thread::sleep_for(std::chrono::minutes(10));
+      }
+      std::_Exit(4);
+    }
+  }
+  GANTRY_REQUESTS(Work);
+  void Work(gantry::DocList& docs) {
+    for (gantry::Doc& doc : docs) {
+      doc.set_text("served:" + std::string(doc.text()));
+    }
+  }
+};
+GANTRY_REGISTER_EXECUTOR(FirstStartCrashExec);
+
 // Reports what the replica was given: its CUDA_VISIBLE_DEVICES, thread
 // variables and context.device, in tags named with `tag_prefix` first (so
 // that two steps of a Flow do not overwrite each other's). Touches no CUDA,
