@@ -16,7 +16,9 @@
 // start `max_init_failures` times in a row is given up: replicas() reports
 // it failed and why, the error is logged, and the Deployment serves on with
 // the replicas it has (a request finding none left fails with UNAVAILABLE
-// naming why). The first start is retried the same way when the process
+// naming why). A replica that is alive but stops answering its health
+// checks is killed and started again the same way (`liveness_*` below).
+// The first start is retried the same way when the process
 // dies or hangs before it is ready; an exception from the executor's
 // constructor on the first start fails the Deployment at once.
 //
@@ -149,6 +151,18 @@ struct DeploymentOptions {
   // many times in a row is not started again (>= 1). While the Deployment
   // is built, reaching it fails the Deployment.
   int max_init_failures = 5;
+  // Hung replicas (alive, not answering), as Kubernetes' liveness probe
+  // (periodSeconds, timeoutSeconds, failureThreshold): the gateway checks
+  // each replica's gRPC health every `liveness_period`, each check bounded
+  // by `liveness_timeout` (both >= 1 ms); a replica that answers none of
+  // `liveness_failure_threshold` checks in a row leaves rotation, is killed
+  // (SIGKILL) and is started again like one that died. Its requests in
+  // flight are retried on another replica (gateway/replica_pool.h). Any
+  // answer counts, so a replica busy in its handler is not hung. 0 turns
+  // the checks off.
+  std::chrono::milliseconds liveness_period{1000};
+  std::chrono::milliseconds liveness_timeout{1000};
+  int liveness_failure_threshold = 3;
   // On Stop, the destructor, or SIGINT/SIGTERM in Block(): how long requests
   // already in flight may take to finish after the gateway stops accepting
   // new ones (>= 0); whatever is left is then cancelled.

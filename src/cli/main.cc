@@ -5,7 +5,8 @@
 //                     F
 //                     [--ssl-client-cafile F]] [--restart-backoff-initial MS]
 //                     [--restart-backoff-max MS] [--max-init-failures N] [--timeout-drain MS]
-//                     [--max-concurrent-requests N]
+//                     [--max-concurrent-requests N] [--liveness-period MS]
+//                     [--liveness-timeout MS] [--liveness-failure-threshold N]
 //   gantry flow --uses flow.yml [--port N] [--http-port N] [--port-file F] [--http-port-file F]
 //               [--log-level L] [--max-message-bytes N] [--max-concurrent-requests N]
 //               [--timeout-drain MS] [--monitoring] [--port-monitoring N]

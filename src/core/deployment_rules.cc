@@ -217,6 +217,10 @@ Status ValidateDeploymentOptions(const DeploymentOptions& options) {
         CheckRestartBackoff(options.restart_backoff_initial.count(),
                             options.restart_backoff_max.count()),
         CheckIntOption(kMaxInitFailuresRule, "max_init_failures", options.max_init_failures),
+        CheckIntOption(kLivenessMsRule, "liveness_period", options.liveness_period.count()),
+        CheckIntOption(kLivenessMsRule, "liveness_timeout", options.liveness_timeout.count()),
+        CheckIntOption(kLivenessFailureThresholdRule, "liveness_failure_threshold",
+                       options.liveness_failure_threshold),
         CheckIntOption(kTimeoutDrainRule, "timeout_drain", options.timeout_drain.count()),
         CheckIntOption(kTimeoutSendRule, "timeout_send", options.timeout_send.count())}) {
     if (!s.ok()) {

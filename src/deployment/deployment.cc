@@ -127,7 +127,15 @@ struct Replica {
   int restarts = 0;
   // Why the last start failed, or how the process last ended.
   std::string error;
+  // Set when the supervisor killed a serving replica that stopped answering
+  // its liveness checks, until its process is reaped.
+  bool killed_unresponsive = false;
 };
+
+// Where the gateway reaches a replica: workers bind 127.0.0.1.
+std::string AddressOf(const Replica& replica) {
+  return "127.0.0.1:" + std::to_string(replica.port);
+}
 
 // A worker's start-up report is complete at EOF, or at the end of a READY
 // line: a container replica's status pipe stays open in `docker run`.
@@ -187,6 +195,9 @@ class Deployment::Impl {
   // One look at replica `index` (under replicas_mutex_); `readable`: its
   // status pipe has something to read.
   void Step(std::size_t index, bool readable, internal::Gateway& gateway);
+  // A replica failed its liveness checks: SIGKILL, so that the next Step
+  // sees it ended and starts it again (under replicas_mutex_).
+  void KillUnresponsive(const internal::UnresponsiveReplica& found);
   // Its process ended (reaped).
   void OnExited(std::size_t index, internal::Gateway& gateway);
   void StopSupervisor();
@@ -284,7 +295,7 @@ Status Deployment::Impl::Start() {
   gateway_options.models = options_.models;
   gateway_options.signature = KServeSignatureOf(options_.uses_with);
   for (const Replica& replica : replicas_) {
-    gateway_options.replica_addresses.push_back("127.0.0.1:" + std::to_string(replica.port));
+    gateway_options.replica_addresses.push_back(AddressOf(replica));
     gateway_options.replica_names.push_back(replica.name);
   }
   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<internal::Gateway> gateway,
@@ -548,7 +559,11 @@ void Deployment::Impl::Supervise() {
     if (!gateway) {
       return;
     }
+    const std::vector<internal::UnresponsiveReplica> unresponsive = gateway->TakeUnresponsive();
     std::lock_guard lock(replicas_mutex_);
+    for (const internal::UnresponsiveReplica& found : unresponsive) {
+      KillUnresponsive(found);
+    }
     for (std::size_t i = 0; i < replicas_.size(); ++i) {
       bool readable = false;
       for (std::size_t k = 0; k < index.size(); ++k) {
@@ -584,7 +599,7 @@ void Deployment::Impl::Step(std::size_t index, bool readable, internal::Gateway&
         auto took = std::chrono::duration_cast<std::chrono::milliseconds>(now - replica.started_at);
         spdlog::info("{} restarted: ready on 127.0.0.1:{} (pid {}, {}) after {} ms", replica.name,
                      replica.port, replica.process->pid(), replica.device, took.count());
-        gateway.ReplicaRestarted(index, "127.0.0.1:" + std::to_string(replica.port));
+        gateway.ReplicaRestarted(index, AddressOf(replica));
         WriteMonitoringTargets(gateway.monitoring_port());
         return;
       }
@@ -636,6 +651,27 @@ void Deployment::Impl::Step(std::size_t index, bool readable, internal::Gateway&
   }
 }
 
+void Deployment::Impl::KillUnresponsive(const internal::UnresponsiveReplica& found) {
+  if (found.index >= replicas_.size()) {
+    return;
+  }
+  Replica& replica = replicas_[found.index];
+  if (replica.state != Replica::State::kServing || !replica.process->Running() ||
+      found.address != AddressOf(replica)) {
+    return;  // it ended, or was replaced after it was found unresponsive
+  }
+  spdlog::error("{}: not answering its liveness checks; killing it (pid {}) to start it again",
+                replica.name, replica.process->pid());
+  replica.killed_unresponsive = true;
+  replica.process->Signal(SIGKILL);
+  if (!replica.container.empty()) {
+    // Killing `docker run` leaves its container running: remove it too.
+    if (Status removed = launcher_->CleanUp(replica.container); !removed.ok()) {
+      spdlog::warn("{}: {}", replica.name, removed.message());
+    }
+  }
+}
+
 void Deployment::Impl::OnExited(std::size_t index, internal::Gateway& gateway) {
   Replica& replica = replicas_[index];
   const bool during_init = replica.state != Replica::State::kServing;
@@ -646,7 +682,11 @@ void Deployment::Impl::OnExited(std::size_t index, internal::Gateway& gateway) {
           ChildProcess::DescribeWaitStatus(replica.process->exit_status().value_or(0));
   }
   if (!during_init) {
-    replica.error = "its process " + how;
+    replica.error =
+        replica.killed_unresponsive
+            ? "it stopped answering its liveness checks and was killed: its process " + how
+            : "its process " + how;
+    replica.killed_unresponsive = false;
     gateway.ReplicaDown(index, replica.error);
   } else if (replica.error.starts_with("it closed its status pipe") && !how.empty()) {
     replica.error += ": its process " + how;

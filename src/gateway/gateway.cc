@@ -618,6 +618,15 @@ Status Gateway::Impl::Init() {
     // per-try bound (retried on expiry) stays off.
     pool.links = GrpcReplicaLinks(options_.max_message_bytes);
     pool.on_rotation_change = [this] { UpdateHealth(); };
+    pool.liveness_period = options_.liveness_period;
+    pool.liveness_timeout = options_.liveness_timeout;
+    pool.liveness_failure_threshold = options_.liveness_failure_threshold;
+    // metrics_ is set below, before the pool's threads start.
+    pool.on_unresponsive = [this](std::size_t index) {
+      if (metrics_) {
+        metrics_->ReplicaUnresponsive(index);
+      }
+    };
     pool_ = std::make_shared<ReplicaPool>(std::move(pool));
     upstream_ = pool_;
   }
@@ -954,6 +963,9 @@ GatewayOptions GatewayOptionsOf(const DeploymentOptions& options) {
   gateway.timeout_send = options.timeout_send;
   gateway.cors = options.cors;
   gateway.monitoring_port = options.monitoring ? options.port_monitoring : -1;
+  gateway.liveness_period = options.liveness_period;
+  gateway.liveness_timeout = options.liveness_timeout;
+  gateway.liveness_failure_threshold = options.liveness_failure_threshold;
   return gateway;
 }
 
@@ -1004,6 +1016,10 @@ void Gateway::ReplicaGivenUp(std::size_t index, const std::string& why) {
   if (impl_->pool()) {
     impl_->pool()->ReplicaGivenUp(index, why);
   }
+}
+
+std::vector<UnresponsiveReplica> Gateway::TakeUnresponsive() {
+  return impl_->pool() ? impl_->pool()->TakeUnresponsive() : std::vector<UnresponsiveReplica>{};
 }
 
 }  // namespace gantry::internal

@@ -93,6 +93,11 @@ struct GatewayOptions {
   std::string api_key;
   // CORS on the HTTP port (Jina's `cors`).
   bool cors = false;
+  // Liveness checks of the replicas (gateway/replica_pool.h); a threshold of
+  // 0 turns them off.
+  std::chrono::milliseconds liveness_period{1000};
+  std::chrono::milliseconds liveness_timeout{1000};
+  int liveness_failure_threshold = 3;
   // Prometheus metrics (gateway/gateway_metrics.h) on this HTTP port of
   // `host`: -1 for none, 0 for any free port.
   int monitoring_port = -1;
@@ -137,6 +142,9 @@ class Gateway {
   void ReplicaRestarting(std::size_t index);
   void ReplicaRestarted(std::size_t index, const std::string& address);
   void ReplicaGivenUp(std::size_t index, const std::string& why);
+  // Replicas that failed their liveness checks since the last call, each
+  // once (ReplicaPool::TakeUnresponsive); empty for a Flow's gateway.
+  std::vector<UnresponsiveReplica> TakeUnresponsive();
 
   class Impl;
 

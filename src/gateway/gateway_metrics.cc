@@ -107,8 +107,17 @@ GatewayMetrics::GatewayMetrics(const std::string& deployment,
                            "not started again")
                        .Labels({{"deployment", deployment}})
                        .Register(*registry_);
+  auto& unresponsive =
+      prometheus::BuildCounter()
+          .Name("gantry_replica_unresponsive_total")
+          .Help(
+              "Times a replica answered none of liveness_failure_threshold health checks in a "
+              "row and was taken out of rotation (and, in a Deployment, killed and restarted)")
+          .Labels({{"deployment", deployment}})
+          .Register(*registry_);
   for (const std::string& name : replica_names) {
     restarts_.push_back(&restarts.Add({{"replica", name}}));
+    unresponsive_.push_back(&unresponsive.Add({{"replica", name}}));
     given_up_.push_back(&given_up.Add({{"replica", name}}));
   }
 }
@@ -165,6 +174,12 @@ void GatewayMetrics::End(const Request& request, int code, bool is_error) {
 void GatewayMetrics::ReplicaGivenUp(std::size_t index) {
   if (index < given_up_.size()) {
     given_up_[index]->Set(1);
+  }
+}
+
+void GatewayMetrics::ReplicaUnresponsive(std::size_t index) {
+  if (index < unresponsive_.size()) {
+    unresponsive_[index]->Increment();
   }
 }
 

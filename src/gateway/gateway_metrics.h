@@ -66,6 +66,8 @@ class GatewayMetrics {
   void End(const Request& request, int code, bool is_error);
 
   void ReplicaRestarted(std::size_t index);
+  // The replica failed its liveness checks (gateway/replica_pool.h).
+  void ReplicaUnresponsive(std::size_t index);
   // The replica failed max_init_failures starts in a row and is not started
   // again (gantry_replica_given_up becomes 1).
   void ReplicaGivenUp(std::size_t index);
@@ -82,6 +84,7 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Gauge>& pending_;
   // One per replica, fixed at construction.
   std::vector<prometheus::Counter*> restarts_;
+  std::vector<prometheus::Counter*> unresponsive_;
   std::vector<prometheus::Gauge*> given_up_;
 
   std::mutex mutex_;

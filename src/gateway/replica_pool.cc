@@ -119,6 +119,8 @@ struct ReplicaPool::Replica {
   bool down = false;  // guarded by mutex
   // Non-empty once the supervisor gave the replica up: why.
   std::string given_up;  // guarded by mutex
+  // Liveness checks of the current link in a row that got no answer.
+  int missed_checks = 0;  // guarded by mutex
 
   std::shared_ptr<ReplicaLink> CurrentLink() const {
     std::lock_guard lock(mutex);
@@ -203,6 +205,9 @@ void ReplicaPool::Start() {
   if (!prober_.joinable()) {
     prober_ = std::thread([this] { ProbeLoop(); });
   }
+  if (!liveness_checker_.joinable() && options_.liveness_failure_threshold > 0) {
+    liveness_checker_ = std::thread([this] { LivenessLoop(); });
+  }
 }
 
 void ReplicaPool::Stop() {
@@ -213,6 +218,9 @@ void ReplicaPool::Stop() {
   probe_wake_.notify_all();
   if (prober_.joinable()) {
     prober_.join();
+  }
+  if (liveness_checker_.joinable()) {
+    liveness_checker_.join();
   }
   std::lock_guard lock(listener_mutex_);
   stopped_ = true;
@@ -323,6 +331,7 @@ void ReplicaPool::ReplicaRestarted(std::size_t index, const std::string& address
     std::lock_guard lock(replica.mutex);
     replica.link = std::move(link);
     replica.down = false;
+    replica.missed_checks = 0;
     replica.available.store(false);  // until its health check passes
   }
   {
@@ -387,6 +396,81 @@ void ReplicaPool::ProbeOnce() {
                           : "health check failed: " + status.error_message());
     }
   }
+}
+
+void ReplicaPool::LivenessLoop() {
+  std::unique_lock lock(probe_mutex_);
+  while (true) {
+    probe_wake_.wait_for(lock, options_.liveness_period, [this] { return stop_probing_; });
+    if (stop_probing_) {
+      return;
+    }
+    lock.unlock();
+    CheckLivenessOnce();
+    lock.lock();
+  }
+}
+
+void ReplicaPool::CheckLivenessOnce() {
+  const int threshold = options_.liveness_failure_threshold;
+  if (threshold <= 0) {
+    return;
+  }
+  // One replica at a time: a check of a live one takes a millisecond, so
+  // only hung ones stretch a round (by liveness_timeout each).
+  for (std::size_t index = 0; index < replicas_.size(); ++index) {
+    Replica& replica = *replicas_[index];
+    std::shared_ptr<ReplicaLink> link;
+    {
+      std::lock_guard lock(replica.mutex);
+      if (replica.down) {
+        continue;
+      }
+      link = replica.link;
+    }
+    grpc::Status status;
+    link->Check(options_.liveness_timeout, &status);
+    int missed = 0;
+    {
+      std::lock_guard lock(replica.mutex);
+      if (replica.down || replica.link != link) {
+        continue;  // replaced or gone while it was checked
+      }
+      replica.missed_checks = status.ok() ? 0 : replica.missed_checks + 1;
+      missed = replica.missed_checks;
+      if (missed >= threshold) {
+        replica.missed_checks = 0;  // reported once per run of misses
+      }
+    }
+    if (missed < threshold) {
+      continue;
+    }
+    const std::string why = "it answered none of " + std::to_string(threshold) +
+                            " liveness checks in a row within " +
+                            std::to_string(options_.liveness_timeout.count()) +
+                            " ms (last: " + status.error_message() + ")";
+    MarkOut(replica, *link, why);
+    spdlog::error("deployment '{}': replica {} is unresponsive: {}", options_.deployment_name,
+                  replica.Describe(*link), why);
+    {
+      // At most one entry per replica until taken: a gateway with no
+      // supervisor never takes them.
+      std::lock_guard lock(unresponsive_mutex_);
+      UnresponsiveReplica found{index, link->address()};
+      if (std::find(unresponsive_.begin(), unresponsive_.end(), found) == unresponsive_.end()) {
+        unresponsive_.push_back(std::move(found));
+      }
+    }
+    std::lock_guard lock(listener_mutex_);
+    if (!stopped_ && options_.on_unresponsive) {
+      options_.on_unresponsive(index);
+    }
+  }
+}
+
+std::vector<UnresponsiveReplica> ReplicaPool::TakeUnresponsive() {
+  std::lock_guard lock(unresponsive_mutex_);
+  return std::exchange(unresponsive_, {});
 }
 
 std::shared_ptr<ForwardHandle> ReplicaPool::Forward(const grpc::ByteBuffer& request,

@@ -20,6 +20,14 @@
 // deadline (Jina's rule); never past the client's deadline, and in all at
 // most max(3, replicas) + 1 tries.
 //
+// Liveness, as Kubernetes' liveness probe: a separate check of every
+// replica each `liveness_period`, bounded by `liveness_timeout`. A replica
+// that answers none of `liveness_failure_threshold` such checks in a row
+// (it is alive but hung: stopped, deadlocked, stuck in a kernel call)
+// leaves rotation and is reported unresponsive (`on_unresponsive`, and
+// TakeUnresponsive for the Deployment's supervisor, which kills and
+// restarts it). Any answer, NOT_SERVING included, counts as alive.
+//
 // Restarts: the Deployment's supervisor reports a replica's process gone
 // (ReplicaDown: out of rotation, not probed), started again on a new
 // address (ReplicaRestarted: probed at once, in rotation once its check
@@ -87,6 +95,12 @@ using ReplicaLinkFactory = std::function<std::shared_ptr<ReplicaLink>(const std:
 // `max_message_bytes`.
 ReplicaLinkFactory GrpcReplicaLinks(std::int64_t max_message_bytes);
 
+struct UnresponsiveReplica {
+  std::size_t index = 0;
+  std::string address;
+  bool operator==(const UnresponsiveReplica&) const = default;
+};
+
 struct ReplicaPoolOptions {
   // For messages: "deployment '<name>': ...".
   std::string deployment_name = "executor";
@@ -107,6 +121,13 @@ struct ReplicaPoolOptions {
   // Runs whenever a replica enters or leaves rotation (the gateway updates
   // its health). Not after Stop.
   std::function<void()> on_rotation_change;
+  // Liveness (above); a threshold of 0 turns it off.
+  std::chrono::milliseconds liveness_period{1000};
+  std::chrono::milliseconds liveness_timeout{1000};
+  int liveness_failure_threshold = 3;
+  // Runs once each time a replica is found unresponsive, on the liveness
+  // thread, with its index. Not after Stop.
+  std::function<void(std::size_t)> on_unresponsive;
 };
 
 class ReplicaPool final : public Upstream {
@@ -133,6 +154,12 @@ class ReplicaPool final : public Upstream {
   // cannot be reached or answers NOT_SERVING (a slow answer from a busy
   // replica is not a failure).
   void ProbeOnce();
+  // One liveness check of every replica not reported down (see above).
+  void CheckLivenessOnce();
+  // Replicas found unresponsive since the last call, each once, with the
+  // address they were found unresponsive on (a successor on a new address
+  // is not to be killed for them).
+  std::vector<UnresponsiveReplica> TakeUnresponsive();
 
   std::size_t size() const { return replicas_.size(); }
   std::vector<std::string> names() const;
@@ -160,6 +187,7 @@ class ReplicaPool final : public Upstream {
   void RotationChanged();
   std::string NoReplicaMessage() const;
   void ProbeLoop();
+  void LivenessLoop();
 
   ReplicaPoolOptions options_;
   std::vector<std::unique_ptr<Replica>> replicas_;
@@ -175,6 +203,10 @@ class ReplicaPool final : public Upstream {
   // A replica was restarted: probe now rather than at the next interval.
   bool probe_now_ = false;  // guarded by probe_mutex_
   std::thread prober_;
+  std::thread liveness_checker_;
+
+  std::mutex unresponsive_mutex_;
+  std::vector<UnresponsiveReplica> unresponsive_;  // guarded by unresponsive_mutex_
 };
 
 }  // namespace gantry::internal

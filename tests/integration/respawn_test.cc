@@ -1,5 +1,7 @@
 // Replicas whose process dies are started again (gantry/deployment.h): a
-// replica killed under load is replaced with no document lost, and one whose
+// replica killed under load is replaced with no document lost, one that
+// hangs (SIGSTOP) is found by its liveness checks, killed and replaced the
+// same way, and one whose
 // constructor fails on every restart is given up, with the reason reported.
 #include <gantry/client.h>
 #include <gantry/deployment.h>
@@ -15,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "metrics_scrape.h"
 #include "testutil/testutil.h"
 
 namespace gantry {
@@ -111,6 +114,103 @@ TEST(RespawnTest, ReplicaKilledWhilePostingTenThousandDocsIsReplacedAndLosesNone
   }
   EXPECT_GT(more_by_successor, 0u);
   EXPECT_TRUE(Client(dep.address()).Ping(Ms(5000)).ok());
+}
+
+// SIGSTOP to serving again: three missed liveness checks (3 x (200 + 300)
+// ms at most), then as kRespawnBound.
+constexpr Ms kHungReplacedBound{15000};
+
+TEST(RespawnTest, HungReplicaUnderOneHundredThousandDocsIsKilledAndReplacedAndLosesNone) {
+  testing::TempDir dir;
+  std::string log = dir.File("calls.log");
+  Deployment dep({.uses = "ChaosExec",
+                  .uses_with = {{"log", log}},
+                  .name = "hung",
+                  .replicas = 2,
+                  .restart_backoff_initial = Ms(100),
+                  .liveness_period = Ms(200),
+                  .liveness_timeout = Ms(300),
+                  .liveness_failure_threshold = 3,
+                  .monitoring = true});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  const pid_t victim = dep.replicas()[0].pid;
+
+  constexpr int kDocs = 100000;
+  DocList docs;
+  for (int i = 0; i < kDocs; ++i) {
+    docs.emplace_back("doc " + std::to_string(i));
+  }
+  // 500 requests of 200 documents, 5 ms each.
+  std::future<StatusOr<DocList>> post = std::async(std::launch::async, [&] {
+    return dep.Post("/work", docs,
+                    {.request_size = 200,
+                     .parameters = Parameters(Value::Dict{{"sleep_ms", Value(5.0)}}),
+                     .prefetch = 8,
+                     .timeout = Ms(120000)});
+  });
+  ASSERT_TRUE(WaitUntil([&] { return CountLines(log) >= 30; }, Ms(30000)));
+  const auto stopped_at = SteadyClock::now();
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+
+  pid_t successor = 0;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        ReplicaInfo r = dep.replicas()[0];
+        successor = r.pid;
+        return r.pid != victim && r.available;
+      },
+      kHungReplacedBound))
+      << "the stopped replica was not replaced within " << kHungReplacedBound.count() << " ms";
+  const Ms replaced_in = Since(stopped_at);
+  std::printf("[ measured ] stopped replica killed, replaced and back in rotation after %lld ms\n",
+              static_cast<long long>(replaced_in.count()));
+
+  StatusOr<DocList> out = post.get();
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), static_cast<std::size_t>(kDocs));
+  std::set<std::string> ids;
+  std::size_t by_successor = 0;
+  for (int i = 0; i < kDocs; ++i) {
+    const Doc& doc = (*out)[static_cast<std::size_t>(i)];
+    ASSERT_EQ(doc.id(), docs[static_cast<std::size_t>(i)].id()) << "at " << i;
+    ASSERT_EQ(doc.text(), "done:doc " + std::to_string(i));
+    ids.insert(doc.id());
+    by_successor += *doc.tags().at("pid").AsInt() == successor ? 1 : 0;
+  }
+  EXPECT_EQ(ids.size(), static_cast<std::size_t>(kDocs));
+  std::printf("[ measured ] %zu of %d documents served by the new replica\n", by_successor, kDocs);
+
+  ReplicaInfo replaced = dep.replicas()[0];
+  EXPECT_EQ(replaced.restarts, 1);
+  EXPECT_FALSE(replaced.failed);
+  EXPECT_TRUE(WaitUntil([&] { return !testing::ProcessAlive(victim); }, Ms(5000)))
+      << "the stopped process was not killed and reaped";
+  EXPECT_TRUE(dep.replicas()[1].available);
+
+  const std::string metrics = testing::Scrape(dep.monitoring_port());
+  EXPECT_EQ(testing::Sum(metrics, "gantry_replica_unresponsive_total", "replica=\"hung/rep-0\""), 1)
+      << metrics;
+  EXPECT_EQ(testing::Sum(metrics, "gantry_replica_unresponsive_total", "replica=\"hung/rep-1\""),
+            0);
+  EXPECT_EQ(testing::Sum(metrics, "gantry_replica_restarts_total", "replica=\"hung/rep-0\""), 1);
+}
+
+TEST(RespawnTest, WithLivenessChecksOffAHungReplicaIsLeftAlone) {
+  Deployment dep({.uses = "ChaosExec",
+                  .name = "hung-off",
+                  .replicas = 2,
+                  .liveness_period = Ms(100),
+                  .liveness_timeout = Ms(100),
+                  .liveness_failure_threshold = 0});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  const pid_t victim = dep.replicas()[0].pid;
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+  std::this_thread::sleep_for(Ms(1500));
+  EXPECT_EQ(dep.replicas()[0].pid, victim);
+  EXPECT_EQ(dep.replicas()[0].restarts, 0);
+  EXPECT_TRUE(testing::ProcessAlive(victim));
+  ASSERT_EQ(::kill(victim, SIGCONT), 0);
+  EXPECT_TRUE(dep.Post("/work", {Doc("a"), Doc("b")}, {.request_size = 1}).ok());
 }
 
 TEST(RespawnTest, CrashLoopingReplicaIsGivenUpWithItsErrorAndTheOtherServesOn) {

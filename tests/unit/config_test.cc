@@ -520,19 +520,29 @@ TEST(DeploymentConfigTest, RefusesADocumentStartingWithACommaInsteadOfHanging) {
 TEST(DeploymentConfigTest, RespawnAndDrainKeys) {
   StatusOr<DeploymentOptions> options = ParseDeploymentConfig(
       "jtype: Deployment\nwith:\n  uses: MyExec\n  restart_backoff_initial: 250\n"
-      "  restart_backoff_max: 4000\n  max_init_failures: 2\n  timeout_drain: 0\n",
+      "  restart_backoff_max: 4000\n  max_init_failures: 2\n  timeout_drain: 0\n"
+      "  liveness_period: 300\n  liveness_timeout: 700\n  liveness_failure_threshold: 0\n",
       "dep.yml");
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->restart_backoff_initial, std::chrono::milliseconds(250));
   EXPECT_EQ(options->restart_backoff_max, std::chrono::milliseconds(4000));
   EXPECT_EQ(options->max_init_failures, 2);
   EXPECT_EQ(options->timeout_drain, std::chrono::milliseconds(0));
+  EXPECT_EQ(options->liveness_period, std::chrono::milliseconds(300));
+  EXPECT_EQ(options->liveness_timeout, std::chrono::milliseconds(700));
+  EXPECT_EQ(options->liveness_failure_threshold, 0);
 
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n"
                             "  restart_backoff_initial: 0\n"),
             "dep.yml:4:28: with.restart_backoff_initial: expected milliseconds >= 1, got 0");
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  max_init_failures: 0\n"),
             "dep.yml:4:22: with.max_init_failures: expected an integer >= 1, got 0");
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  liveness_timeout: 0\n"),
+            "dep.yml:4:21: with.liveness_timeout: expected milliseconds >= 1, got 0");
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n"
+                            "  liveness_failure_threshold: -1\n"),
+            "dep.yml:4:31: with.liveness_failure_threshold: expected an integer >= 0 (0: no "
+            "liveness checks), got -1");
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  timeout_drain: -1\n"),
             "dep.yml:4:18: with.timeout_drain: expected milliseconds >= 0, got -1");
   EXPECT_THAT(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  timeout_drain: 10s\n"),
@@ -668,7 +678,8 @@ TEST(DeploymentConfigTest, RejectsUnknownKeys) {
       "name, replicas, port, host, env, timeout_ready, log_level, gpus, uses_dynamic_batching, "
       "http_port, max_message_bytes, max_concurrent_requests, models, api_key, cors, "
       "ssl_certfile, ssl_keyfile, ssl_client_cafile, "
-      "restart_backoff_initial, restart_backoff_max, max_init_failures, timeout_drain, "
+      "restart_backoff_initial, restart_backoff_max, max_init_failures, liveness_period, "
+      "liveness_timeout, liveness_failure_threshold, timeout_drain, "
       "timeout_send, monitoring, port_monitoring, monitoring_targets_file, volumes");
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  uses_metas: {size: 1}\n"),
             "dep.yml:4:16: with.uses_metas.size: unknown key; allowed keys: name, description, "

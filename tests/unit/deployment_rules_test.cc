@@ -250,6 +250,14 @@ TEST(DeploymentRulesTest, ValidateDeploymentOptionsNamesTheDeployment) {
   EXPECT_EQ(ValidateDeploymentOptions(o).message(),
             "deployment 'dep': max_init_failures must be >= 1, got 0");
   o = Valid();
+  o.liveness_period = std::chrono::milliseconds(0);
+  EXPECT_EQ(ValidateDeploymentOptions(o).message(),
+            "deployment 'dep': liveness_period must be >= 1, got 0");
+  o = Valid();
+  o.liveness_failure_threshold = -2;
+  EXPECT_EQ(ValidateDeploymentOptions(o).message(),
+            "deployment 'dep': liveness_failure_threshold must be >= 0, got -2");
+  o = Valid();
   o.restart_backoff_initial = std::chrono::milliseconds(0);
   EXPECT_EQ(ValidateDeploymentOptions(o).message(),
             "deployment 'dep': restart_backoff_initial must be >= 1, got 0");

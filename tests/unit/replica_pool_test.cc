@@ -131,6 +131,8 @@ class ReplicaPoolTest : public ::testing::Test {
       return link;
     };
     options.on_rotation_change = [this] { ++rotation_changes_; };
+    options.liveness_failure_threshold = 3;
+    options.on_unresponsive = [this](std::size_t index) { unresponsive_.push_back(index); };
     pool_ = std::make_unique<ReplicaPool>(std::move(options));
     return *pool_;
   }
@@ -146,6 +148,7 @@ class ReplicaPoolTest : public ::testing::Test {
 
   std::map<std::string, std::shared_ptr<FakeLink>> links_;
   int rotation_changes_ = 0;
+  std::vector<std::size_t> unresponsive_;
   std::unique_ptr<ReplicaPool> pool_;
 };
 
@@ -358,6 +361,78 @@ TEST_F(ReplicaPoolTest, ACancelledRequestIsNotRetried) {
   EXPECT_EQ(link("a:1").sends() + link("b:2").sends(), 1);
   EXPECT_TRUE(pool.States()[0].available);
   EXPECT_TRUE(pool.States()[1].available);
+}
+
+grpc::Status NoAnswer() {
+  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
+}
+
+TEST_F(ReplicaPoolTest, AReplicaThatMissesThresholdLivenessChecksInARowIsReportedOnce) {
+  ReplicaPool& pool = MakePool(2);
+  link("b:2").Probes(false, NoAnswer());
+  pool.CheckLivenessOnce();
+  pool.CheckLivenessOnce();
+  EXPECT_TRUE(pool.States()[1].available) << "two misses are below the threshold of three";
+  EXPECT_TRUE(pool.TakeUnresponsive().empty());
+  pool.CheckLivenessOnce();
+  EXPECT_FALSE(pool.States()[1].available);
+  EXPECT_TRUE(pool.States()[0].available);
+  EXPECT_EQ(pool.TakeUnresponsive(), (std::vector<UnresponsiveReplica>{{1, "b:2"}}));
+  EXPECT_TRUE(pool.TakeUnresponsive().empty()) << "taken once";
+  EXPECT_EQ(unresponsive_, std::vector<std::size_t>{1});
+  // Still hung and not yet taken: listed once however often it is found.
+  for (int i = 0; i < 6; ++i) {
+    pool.CheckLivenessOnce();
+  }
+  EXPECT_EQ(pool.TakeUnresponsive(), (std::vector<UnresponsiveReplica>{{1, "b:2"}}));
+  EXPECT_EQ(unresponsive_.size(), 3u);
+}
+
+TEST_F(ReplicaPoolTest, AnyAnswerResetsTheMissedLivenessChecks) {
+  ReplicaPool& pool = MakePool(1);
+  for (int round = 0; round < 4; ++round) {
+    link("a:1").Probes(false, NoAnswer());
+    pool.CheckLivenessOnce();
+    pool.CheckLivenessOnce();
+    link("a:1").Probes(false);  // NOT_SERVING (draining) is an answer
+    pool.CheckLivenessOnce();
+  }
+  EXPECT_TRUE(pool.TakeUnresponsive().empty());
+  EXPECT_TRUE(unresponsive_.empty());
+  EXPECT_TRUE(pool.States()[0].available);
+}
+
+TEST_F(ReplicaPoolTest, LivenessSkipsReplicasReportedDownAndStartsOverOnARestart) {
+  ReplicaPool& pool = MakePool(1);
+  link("a:1").Probes(false, NoAnswer());
+  pool.CheckLivenessOnce();
+  pool.CheckLivenessOnce();
+  pool.ReplicaDown(0, "killed by signal 9");
+  const int checks_before = link("a:1").checks();
+  pool.CheckLivenessOnce();
+  EXPECT_EQ(link("a:1").checks(), checks_before);
+  pool.ReplicaRestarted(0, "a:7");
+  link("a:7").Probes(false, NoAnswer());
+  pool.CheckLivenessOnce();
+  pool.CheckLivenessOnce();
+  EXPECT_TRUE(pool.TakeUnresponsive().empty()) << "the old link's misses do not count";
+  pool.CheckLivenessOnce();
+  EXPECT_EQ(pool.TakeUnresponsive(), (std::vector<UnresponsiveReplica>{{0, "a:7"}}));
+}
+
+TEST_F(ReplicaPoolTest, LivenessThresholdZeroChecksNothing) {
+  ReplicaPoolOptions options;
+  options.replica_addresses = {"a:1"};
+  auto hung = std::make_shared<FakeLink>("a:1");
+  hung->Probes(false, NoAnswer());
+  options.links = [hung](const std::string&) { return hung; };
+  options.liveness_failure_threshold = 0;
+  ReplicaPool pool(std::move(options));
+  for (int i = 0; i < 5; ++i) {
+    pool.CheckLivenessOnce();
+  }
+  EXPECT_EQ(hung->checks(), 0);
+  EXPECT_TRUE(pool.TakeUnresponsive().empty());
 }
 
 TEST_F(ReplicaPoolTest, NoRotationCallbackAfterStop) {
