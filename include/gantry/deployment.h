@@ -151,6 +151,13 @@ struct DeploymentOptions {
   // many times in a row is not started again (>= 1). While the Deployment
   // is built, reaching it fails the Deployment.
   int max_init_failures = 5;
+  // The Deployment is ready (its constructor returns) once this many
+  // replicas are; the others join the gateway's rotation as each becomes
+  // ready, and a failed start of theirs is retried as a restart is (given up
+  // after max_init_failures) instead of failing the Deployment. A required
+  // replica's constructor error still fails it at once. 0: all replicas
+  // (at most `replicas`).
+  int min_ready = 0;
   // Hung replicas (alive, not answering), as Kubernetes' liveness probe
   // (periodSeconds, timeoutSeconds, failureThreshold): the gateway checks
   // each replica's gRPC health every `liveness_period`, each check bounded
@@ -209,6 +216,9 @@ struct ReplicaInfo {
   // The container's name for a container replica (uses: docker://IMAGE);
   // `pid` is then its `docker run` client's. Empty for a process replica.
   std::string container{};
+  // True while it is being started (a first start past min_ready, or a
+  // restart) and has not reported ready yet; `available` is then false.
+  bool starting = false;
   // True once the replica was given up (max_init_failures failed starts in
   // a row); `error` then says why (the last start's error). While it waits
   // to be restarted, `error` says how its process ended.

@@ -217,6 +217,7 @@ Status ValidateDeploymentOptions(const DeploymentOptions& options) {
         CheckRestartBackoff(options.restart_backoff_initial.count(),
                             options.restart_backoff_max.count()),
         CheckIntOption(kMaxInitFailuresRule, "max_init_failures", options.max_init_failures),
+        CheckIntOption(kMinReadyRule, "min_ready", options.min_ready),
         CheckIntOption(kLivenessMsRule, "liveness_period", options.liveness_period.count()),
         CheckIntOption(kLivenessMsRule, "liveness_timeout", options.liveness_timeout.count()),
         CheckIntOption(kLivenessFailureThresholdRule, "liveness_failure_threshold",
@@ -226,6 +227,11 @@ Status ValidateDeploymentOptions(const DeploymentOptions& options) {
     if (!s.ok()) {
       return InvalidArgumentError(prefix + s.message());
     }
+  }
+  if (options.min_ready > options.replicas) {
+    return InvalidArgumentError(prefix + "min_ready " + std::to_string(options.min_ready) +
+                                " is more than replicas (" + std::to_string(options.replicas) +
+                                ")");
   }
   GANTRY_RETURN_IF_ERROR(CheckDeploymentName(options.name));
   for (const auto& [name, endpoint] : options.models) {

@@ -63,6 +63,8 @@ inline constexpr IntRule kTimeoutReadyRule{-1, std::numeric_limits<std::int64_t>
 inline constexpr IntRule kRestartBackoffRule{1, std::numeric_limits<std::int64_t>::max(),
                                              "milliseconds >= 1", false};
 inline constexpr IntRule kMaxInitFailuresRule{1, kIntMax, "an integer >= 1", false};
+// `min_ready`: replicas the Deployment waits for (0: all; at most replicas).
+inline constexpr IntRule kMinReadyRule{0, kIntMax, "an integer >= 0 (0: all replicas)", false};
 // Liveness checks: liveness_period and liveness_timeout (ms), and
 // liveness_failure_threshold (checks in a row; 0 turns them off).
 inline constexpr IntRule kLivenessMsRule{1, std::numeric_limits<std::int64_t>::max(),
@@ -196,7 +198,7 @@ std::string AbsoluteVolumeSpec(std::string_view volume, const std::string& base)
 
 // The rules for a Deployment's own options built in C++: `uses` given,
 // replicas, port, max_message_bytes, restart_backoff_initial and _max,
-// max_init_failures, liveness_*, timeout_drain, name and log level. Messages start
+// max_init_failures, min_ready, liveness_*, timeout_drain, name and log level. Messages start
 // with "deployment '<name>': " (or name the bad name). The YAML loader
 // checks the same rules, with its own words, as it reads a file.
 Status ValidateDeploymentOptions(const DeploymentOptions& options);

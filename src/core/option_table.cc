@@ -167,6 +167,13 @@ const OptionRow kRows[] = {
      .flag = "--max-init-failures",
      .help = "failed starts in a row before a replica is given up (default 5)",
      .deployment = Field<&D::max_init_failures>()},
+    {.key = "min_ready",
+     .type = OptionType::kInt,
+     .rule = &kMinReadyRule,
+     .flag = "--min-ready",
+     .help = "replicas that must be ready before the deployment serves; the rest join as they "
+             "come up (default 0: all)",
+     .deployment = Field<&D::min_ready>()},
     {.key = "liveness_period",
      .type = OptionType::kMilliseconds,
      .rule = &kLivenessMsRule,

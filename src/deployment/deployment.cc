@@ -295,7 +295,10 @@ Status Deployment::Impl::Start() {
   gateway_options.models = options_.models;
   gateway_options.signature = KServeSignatureOf(options_.uses_with);
   for (const Replica& replica : replicas_) {
-    gateway_options.replica_addresses.push_back(AddressOf(replica));
+    // Empty: still starting (min_ready); the pool keeps it out of rotation
+    // until the supervisor reports its address.
+    gateway_options.replica_addresses.push_back(
+        replica.state == Replica::State::kServing ? AddressOf(replica) : std::string());
     gateway_options.replica_names.push_back(replica.name);
   }
   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<internal::Gateway> gateway,
@@ -429,7 +432,11 @@ Status Deployment::Impl::AwaitReplicas() {
     std::optional<SteadyClock::time_point> retry_at;  // set while backing off
   };
   std::vector<Pending> pending(replicas_.size());
-  std::size_t remaining = pending.size();
+  const std::size_t needed =
+      options_.min_ready > 0
+          ? std::min(static_cast<std::size_t>(options_.min_ready), replicas_.size())
+          : replicas_.size();
+  std::size_t ready = 0;
   // The start of replica `i` failed with `error` (a DeadlineExceeded or
   // Internal status): try it again later, or give up with that status.
   auto retry = [&](std::size_t i, const Status& error) -> Status {
@@ -450,7 +457,7 @@ Status Deployment::Impl::AwaitReplicas() {
     pending[i].retry_at = now + *delay;
     return OkStatus();
   };
-  while (remaining > 0) {
+  while (ready < needed) {
     SteadyClock::time_point now = SteadyClock::now();
     SteadyClock::time_point wake = now + std::chrono::seconds(1);
     std::vector<pollfd> fds;
@@ -510,7 +517,7 @@ Status Deployment::Impl::AwaitReplicas() {
         replica.state = Replica::State::kServing;
         replica.policy.OnReady(SteadyClock::now());
         pending[index[k]].done = true;
-        --remaining;
+        ++ready;
         spdlog::info("{} ready on 127.0.0.1:{} (pid {}, {})", replica.name, replica.port,
                      replica.process->pid(), replica.device);
         continue;
@@ -528,6 +535,23 @@ Status Deployment::Impl::AwaitReplicas() {
                                         std::to_string(replica.process->pid()) + ") " + how +
                                         " before it was ready; see its log above")));
     }
+  }
+  // min_ready is met: the supervisor takes over the replicas still starting
+  // (kStarting, status pipe open) or waiting to be started again.
+  std::string starting;
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    if (pending[i].done) {
+      continue;
+    }
+    if (pending[i].retry_at) {
+      replicas_[i].state = Replica::State::kWaiting;
+      replicas_[i].deadline = *pending[i].retry_at;
+    }
+    starting += (starting.empty() ? "" : ", ") + replicas_[i].name;
+  }
+  if (!starting.empty()) {
+    spdlog::info("deployment '{}': {} of {} replicas ready (min_ready {}); still starting: {}",
+                 options_.name, ready, replicas_.size(), needed, starting);
   }
   return OkStatus();
 }
@@ -597,8 +621,9 @@ void Deployment::Impl::Step(std::size_t index, bool readable, internal::Gateway&
         replica.policy.OnReady(now);
         replica.error.clear();
         auto took = std::chrono::duration_cast<std::chrono::milliseconds>(now - replica.started_at);
-        spdlog::info("{} restarted: ready on 127.0.0.1:{} (pid {}, {}) after {} ms", replica.name,
-                     replica.port, replica.process->pid(), replica.device, took.count());
+        spdlog::info("{}{} ready on 127.0.0.1:{} (pid {}, {}) after {} ms", replica.name,
+                     replica.restarts > 0 ? " restarted:" : "", replica.port,
+                     replica.process->pid(), replica.device, took.count());
         gateway.ReplicaRestarted(index, AddressOf(replica));
         WriteMonitoringTargets(gateway.monitoring_port());
         return;
@@ -860,6 +885,9 @@ std::vector<ReplicaInfo> Deployment::replicas() const {
     info.monitoring_port = replica.monitoring_port;
     info.container = replica.container;
     info.failed = replica.state == Replica::State::kFailed;
+    info.starting = replica.state == Replica::State::kStarting ||
+                    replica.state == Replica::State::kEnding ||
+                    replica.state == Replica::State::kWaiting;
     if (replica.state != Replica::State::kServing) {
       info.error = replica.error;
     }

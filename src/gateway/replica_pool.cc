@@ -21,6 +21,9 @@ constexpr int kMaxReplicasKilledPerRequest = 2;
 
 using Clock = std::chrono::system_clock;
 
+// The link of a replica given no address yet (still starting).
+constexpr char kNotStartedAddress[] = "127.0.0.1:0";
+
 // gRPC reports a replica it could not connect to ("failed to connect to all
 // addresses", "Connection refused") with the same code as one that dropped
 // a call mid-way; only the latter may have been killed by the request.
@@ -193,7 +196,16 @@ ReplicaPool::ReplicaPool(ReplicaPoolOptions options) : options_(std::move(option
     replica->name = i < options_.replica_names.size()
                         ? options_.replica_names[i]
                         : options_.deployment_name + "/rep-" + std::to_string(i);
-    replica->link = options_.links(options_.replica_addresses[i]);
+    const std::string& address = options_.replica_addresses[i];
+    if (address.empty()) {
+      // Still starting: down until ReplicaRestarted names its address; the
+      // placeholder link is never called.
+      replica->down = true;
+      replica->available.store(false);
+      replica->link = options_.links(kNotStartedAddress);
+    } else {
+      replica->link = options_.links(address);
+    }
     replicas_.push_back(std::move(replica));
   }
   max_attempts_ = std::max<int>(3, static_cast<int>(replicas_.size())) + 1;

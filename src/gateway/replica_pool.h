@@ -105,7 +105,9 @@ struct ReplicaPoolOptions {
   // For messages: "deployment '<name>': ...".
   std::string deployment_name = "executor";
   // One "host:port" per replica, and their runtime names for messages
-  // (missing names become "<deployment_name>/rep-<i>").
+  // (missing names become "<deployment_name>/rep-<i>"). An empty address:
+  // the replica is still starting, out of rotation and unprobed until
+  // ReplicaRestarted gives its address.
   std::vector<std::string> replica_addresses;
   std::vector<std::string> replica_names;
   // Deadline for one try; zero means none (Jina's timeout_send).

@@ -213,6 +213,70 @@ TEST(RespawnTest, WithLivenessChecksOffAHungReplicaIsLeftAlone) {
   EXPECT_TRUE(dep.Post("/work", {Doc("a"), Doc("b")}, {.request_size = 1}).ok());
 }
 
+TEST(RespawnTest, WithMinReadyTheDeploymentServesBeforeItsSlowReplicaJoins) {
+  testing::TempDir dir;
+  Deployment dep({.uses = "SlowStartExec",
+                  .uses_with = {{"slow_flag", dir.File("slow")}, {"slow_ms", 4000}},
+                  .name = "partial",
+                  .replicas = 3,
+                  .min_ready = 2});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  std::vector<ReplicaInfo> replicas = dep.replicas();
+  int starting = 0;
+  std::set<pid_t> ready_pids;
+  for (const ReplicaInfo& r : replicas) {
+    EXPECT_NE(r.starting, r.available) << r.name;
+    starting += r.starting ? 1 : 0;
+    if (r.available) {
+      ready_pids.insert(r.pid);
+    }
+  }
+  ASSERT_EQ(starting, 1) << "the slow replica is still in its constructor";
+  EXPECT_TRUE(Client(dep.address()).Ping(Ms(5000)).ok()) << "health is SERVING with two of three";
+
+  DocList docs;
+  for (int i = 0; i < 12; ++i) {
+    docs.emplace_back("doc " + std::to_string(i));
+  }
+  StatusOr<DocList> early = dep.Post("/", docs, {.request_size = 1});
+  ASSERT_TRUE(early.ok()) << early.status();
+  for (const Doc& doc : *early) {
+    EXPECT_TRUE(ready_pids.contains(static_cast<pid_t>(*doc.tags().at("pid").AsInt())))
+        << "only the ready replicas serve";
+  }
+
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (const ReplicaInfo& r : dep.replicas()) {
+          if (!r.available) {
+            return false;
+          }
+        }
+        return true;
+      },
+      Ms(30000)))
+      << "the slow replica did not join";
+  for (const ReplicaInfo& r : dep.replicas()) {
+    EXPECT_FALSE(r.starting) << r.name;
+    EXPECT_EQ(r.restarts, 0) << r.name << ": a slow first start is not a restart";
+  }
+  std::set<pid_t> pids;
+  for (int round = 0; round < 3; ++round) {
+    StatusOr<DocList> later = dep.Post("/", docs, {.request_size = 1});
+    ASSERT_TRUE(later.ok()) << later.status();
+    for (const Doc& doc : *later) {
+      pids.insert(static_cast<pid_t>(*doc.tags().at("pid").AsInt()));
+    }
+  }
+  EXPECT_EQ(pids.size(), 3u) << "all three replicas serve once the slow one is ready";
+}
+
+TEST(RespawnTest, MinReadyAboveReplicasIsRefused) {
+  Deployment dep({.uses = "EchoExec", .name = "too-many", .replicas = 2, .min_ready = 3});
+  ASSERT_FALSE(dep.ok());
+  EXPECT_EQ(dep.status().message(), "deployment 'too-many': min_ready 3 is more than replicas (2)");
+}
+
 TEST(RespawnTest, CrashLoopingReplicaIsGivenUpWithItsErrorAndTheOtherServesOn) {
   testing::TempDir dir;
   const std::string flag = dir.File("broken");

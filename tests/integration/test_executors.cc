@@ -134,6 +134,29 @@ class FirstStartCrashExec final : public gantry::Executor {
 };
 GANTRY_REGISTER_EXECUTOR(FirstStartCrashExec);
 
+// One replica slow to start: the first process to create the file
+// `with.slow_flag` sleeps `with.slow_ms` in its constructor; the others
+// start at once. Its handler tags each document with the replica's pid.
+class SlowStartExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(SlowStartExec);
+  explicit SlowStartExec(const gantry::ExecutorContext& context) {
+    const std::string flag = context.with.GetString("slow_flag", "");
+    const int fd = flag.empty() ? -1 : ::open(flag.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      std::this_thread::sleep_for(std::chrono::milliseconds(
+          static_cast<std::int64_t>(context.with.GetNumber("slow_ms", 0))));
+    }
+  }
+  GANTRY_REQUESTS(Work);
+  void Work(gantry::DocList& docs) {
+    for (gantry::Doc& doc : docs) {
+      doc.mutable_tags()["pid"] = gantry::Value(static_cast<std::int64_t>(::getpid()));
+    }
+  }
+};
+GANTRY_REGISTER_EXECUTOR(SlowStartExec);
+
 // Reports what the replica was given: its CUDA_VISIBLE_DEVICES, thread
 // variables and context.device, in tags named with `tag_prefix` first (so
 // that two steps of a Flow do not overwrite each other's). Touches no CUDA,

@@ -521,7 +521,8 @@ TEST(DeploymentConfigTest, RespawnAndDrainKeys) {
   StatusOr<DeploymentOptions> options = ParseDeploymentConfig(
       "jtype: Deployment\nwith:\n  uses: MyExec\n  restart_backoff_initial: 250\n"
       "  restart_backoff_max: 4000\n  max_init_failures: 2\n  timeout_drain: 0\n"
-      "  liveness_period: 300\n  liveness_timeout: 700\n  liveness_failure_threshold: 0\n",
+      "  liveness_period: 300\n  liveness_timeout: 700\n  liveness_failure_threshold: 0\n"
+      "  min_ready: 1\n",
       "dep.yml");
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->restart_backoff_initial, std::chrono::milliseconds(250));
@@ -531,6 +532,7 @@ TEST(DeploymentConfigTest, RespawnAndDrainKeys) {
   EXPECT_EQ(options->liveness_period, std::chrono::milliseconds(300));
   EXPECT_EQ(options->liveness_timeout, std::chrono::milliseconds(700));
   EXPECT_EQ(options->liveness_failure_threshold, 0);
+  EXPECT_EQ(options->min_ready, 1);
 
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n"
                             "  restart_backoff_initial: 0\n"),
@@ -678,7 +680,8 @@ TEST(DeploymentConfigTest, RejectsUnknownKeys) {
       "name, replicas, port, host, env, timeout_ready, log_level, gpus, uses_dynamic_batching, "
       "http_port, max_message_bytes, max_concurrent_requests, models, api_key, cors, "
       "ssl_certfile, ssl_keyfile, ssl_client_cafile, "
-      "restart_backoff_initial, restart_backoff_max, max_init_failures, liveness_period, "
+      "restart_backoff_initial, restart_backoff_max, max_init_failures, min_ready, "
+      "liveness_period, "
       "liveness_timeout, liveness_failure_threshold, timeout_drain, "
       "timeout_send, monitoring, port_monitoring, monitoring_targets_file, volumes");
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  uses_metas: {size: 1}\n"),
