@@ -293,22 +293,33 @@ class HttpGateway::Impl {
     if (!deadline) {
       return;
     }
+    StatusOr<json> tei_body = tei_embed || tei_rerank || tei_tokenize
+                                  ? ParseJsonBounded(request.body)
+                                  : StatusOr<json>(json());
+    // A Jina body ({"data": ...} or {"parameters": ...}) on a TEI path
+    // reaches an executor's own /embed, /rerank or /tokenize endpoint; any
+    // other body there is TEI's, and answered in TEI's error shape.
+    const bool jina_body = tei_body.ok() && tei_body->is_object() &&
+                           (tei_body->contains("data") || tei_body->contains("parameters"));
     if (openai) {
       HandleOpenAiEmbeddings(request.body, *deadline, send);
-    } else if (StatusOr<json> body = tei_embed || tei_rerank || tei_tokenize
-                                         ? ParseJsonBounded(request.body)
-                                         : StatusOr<json>(json());
-               body.ok() && body->is_object() && !body->contains("data") &&
-               (tei_rerank || body->contains("inputs"))) {
-      // TEI's body; a Jina body ({"data": ...}) still reaches an executor's
-      // own /embed, /rerank or /tokenize endpoint below.
+    } else if ((tei_embed || tei_rerank || tei_tokenize) && !tei_body.ok()) {
+      // As TEI (axum): a body that is not JSON is 400, one of the wrong
+      // shape 422.
+      send(JsonResponse(400,
+                        TeiError{.http_status = 400,
+                                 .message = "the body is not JSON: " + tei_body.status().message(),
+                                 .type = "Validation"}
+                            .ToJson()));
+    } else if ((tei_embed || tei_rerank || tei_tokenize) && !jina_body) {
+      const json& body = *tei_body;
       if (tei_embed) {
-        HandleTei(ParseTeiEmbedRequest(*body, options_.models, kMaxOpenAiInputs), *deadline, send);
+        HandleTei(ParseTeiEmbedRequest(body, options_.models, kMaxOpenAiInputs), *deadline, send);
       } else if (tei_tokenize) {
-        HandleTei(ParseTeiTokenizeRequest(*body, options_.models, kMaxOpenAiInputs), *deadline,
+        HandleTei(ParseTeiTokenizeRequest(body, options_.models, kMaxOpenAiInputs), *deadline,
                   send);
       } else {
-        HandleTei(ParseTeiRerankRequest(*body, options_.models, kMaxOpenAiInputs), *deadline, send);
+        HandleTei(ParseTeiRerankRequest(body, options_.models, kMaxOpenAiInputs), *deadline, send);
       }
     } else {
       HandleData(request.body, path == "/post" ? "" : path, *deadline, send);

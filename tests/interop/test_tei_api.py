@@ -149,6 +149,11 @@ class TeiRoutesInFrontOfSentenceEncoder(unittest.TestCase):
             ({"inputs": "a", "prompt_name": "query"}, 422, "prompt_name"),
             ({"inputs": ["x"] * 2049}, 413, "batch size 2049 > maximum allowed batch size 2048"),
             ({"inputs": "a", "model": "gpt-4"}, 404, "not served"),
+            # Bodies of another shape are TEI's errors too, not Jina's.
+            ([1, 2], 422, "request body must be a JSON object"),
+            ("a text", 422, "request body must be a JSON object"),
+            ({}, 422, "\"inputs\" is required"),
+            (b"{not json", 400, "the body is not JSON"),
         ]
         for body, want_status, want_text in cases:
             status, reply = post(self.port, "/embed", body)
@@ -209,6 +214,9 @@ class TeiRoutesInFrontOfSentenceEncoder(unittest.TestCase):
             # in one text or spread over many.
             ({"inputs": "w " * 200000}, 413, "more than the 131072 /tokenize lists"),
             ({"inputs": ["w " * 1000] * 200}, 413, "document 130 (id "),
+            ([1, 2], 422, "request body must be a JSON object"),
+            ({"text": "a"}, 422, "\"inputs\" is required"),
+            (b"", 400, "the body is not JSON"),
         ]
         for body, want_status, want_text in cases:
             status, reply = post(self.port, "/tokenize", body)

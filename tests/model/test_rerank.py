@@ -196,6 +196,8 @@ class RerankParity(unittest.TestCase):
             ({"query": "q", "texts": ["a"] * 10000}, 413, "batch size 10000"),
             ({"query": "q", "texts": ["a"], "raw_scores": "yes"}, 422, "raw_scores"),
             ({"query": "q", "texts": ["a"], "model": "other"}, 404, "'reranker'"),
+            (["q", "a"], 422, "request body must be a JSON object"),
+            ("q", 422, "request body must be a JSON object"),
         ]
         for body, status, want in cases:
             got, error = post(self.port, "/rerank", body)
