@@ -2,6 +2,7 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
@@ -56,6 +58,24 @@ constexpr std::string_view kBatchingKeys[] = {"preferred_batch_size",
                                               "queue_timeout",
                                               "priority_levels",
                                               "default_priority_level"};
+
+// The whole-number keys of a dynamic_batching entry: each its rule and field.
+struct BatchingIntKey {
+  std::string_view key;
+  const internal::IntRule* rule;
+  int DynamicBatching::*field;
+};
+constexpr BatchingIntKey kBatchingIntKeys[] = {
+    {"preferred_batch_size", &internal::kPreferredBatchSizeRule,
+     &DynamicBatching::preferred_batch_size},
+    {"timeout", &internal::kBatchTimeoutRule, &DynamicBatching::timeout_ms},
+    {"max_batch_size", &internal::kBatchLimitRule, &DynamicBatching::max_batch_size},
+    {"max_queue_size", &internal::kBatchLimitRule, &DynamicBatching::max_queue_size},
+    {"queue_timeout", &internal::kQueueTimeoutRule, &DynamicBatching::queue_timeout_ms},
+    {"priority_levels", &internal::kPriorityLevelsRule, &DynamicBatching::priority_levels},
+    {"default_priority_level", &internal::kDefaultPriorityLevelRule,
+     &DynamicBatching::default_priority_level},
+};
 
 std::string Join(std::string_view path, std::string_view key) {
   if (path.empty()) {
@@ -978,30 +998,12 @@ class Parser {
       DynamicBatching batching;
       for (const Entry& k : keys) {
         std::string key_path = Join(ep_path, k.key);
-        if (k.key == "preferred_batch_size") {
-          GANTRY_ASSIGN_OR_RETURN(std::int64_t v,
-                                  ReadInt(k, key_path, internal::kPreferredBatchSizeRule));
-          batching.preferred_batch_size = static_cast<int>(v);
-        } else if (k.key == "timeout") {
-          GANTRY_ASSIGN_OR_RETURN(std::int64_t v,
-                                  ReadInt(k, key_path, internal::kBatchTimeoutRule));
-          batching.timeout_ms = static_cast<int>(v);
-        } else if (k.key == "max_batch_size" || k.key == "max_queue_size") {
-          GANTRY_ASSIGN_OR_RETURN(std::int64_t v, ReadInt(k, key_path, internal::kBatchLimitRule));
-          (k.key == "max_batch_size" ? batching.max_batch_size : batching.max_queue_size) =
-              static_cast<int>(v);
-        } else if (k.key == "queue_timeout") {
-          GANTRY_ASSIGN_OR_RETURN(std::int64_t v,
-                                  ReadInt(k, key_path, internal::kQueueTimeoutRule));
-          batching.queue_timeout_ms = static_cast<int>(v);
-        } else if (k.key == "priority_levels") {
-          GANTRY_ASSIGN_OR_RETURN(std::int64_t v,
-                                  ReadInt(k, key_path, internal::kPriorityLevelsRule));
-          batching.priority_levels = static_cast<int>(v);
-        } else if (k.key == "default_priority_level") {
-          GANTRY_ASSIGN_OR_RETURN(std::int64_t v,
-                                  ReadInt(k, key_path, internal::kDefaultPriorityLevelRule));
-          batching.default_priority_level = static_cast<int>(v);
+        const auto int_key =
+            std::find_if(std::begin(kBatchingIntKeys), std::end(kBatchingIntKeys),
+                         [&k](const BatchingIntKey& known) { return known.key == k.key; });
+        if (int_key != std::end(kBatchingIntKeys)) {
+          GANTRY_ASSIGN_OR_RETURN(std::int64_t v, ReadInt(k, key_path, *int_key->rule));
+          batching.*(int_key->field) = static_cast<int>(v);
         } else if (k.key == "flush_all" || k.key == "use_dynamic_batching") {
           GANTRY_ASSIGN_OR_RETURN(Scalar scalar, ReadScalar(k.value, k.mark, key_path));
           const bool* b = scalar.value.AsBool();

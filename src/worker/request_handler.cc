@@ -273,7 +273,8 @@ StatusOr<int> PriorityLevel(const DynamicBatching& config, const Parameters& par
 
 // Jina keys its queues by endpoint and json.dumps(parameters,
 // sort_keys=True); Value::Dict is ordered, so its JSON is canonical too.
-HandlerOutcome RequestHandler::PushBatched(const std::string& endpoint, std::size_t route_index,
+HandlerOutcome RequestHandler::PushBatched(const std::string& endpoint,
+                                           const DynamicBatching& batching, std::size_t route_index,
                                            const Parameters& parameters, const std::string& where,
                                            DocList& docs, WorkerMetrics::Endpoint* measured,
                                            int priority) {
@@ -284,7 +285,7 @@ HandlerOutcome RequestHandler::PushBatched(const std::string& endpoint, std::siz
       return Invoke(*route, batch, parameters, measured);
     });
   };
-  return queues_.Push(key, batching_.find(endpoint)->second, make_invoke, where, docs, priority);
+  return queues_.Push(key, batching, make_invoke, where, docs, priority);
 }
 
 bool RequestHandler::SetReplyDocs(jina::DataRequestProto* request, const DocList& docs,
@@ -435,7 +436,8 @@ RequestHandler::Result RequestHandler::Handle(jina::DataRequestProto* request,
       failed("invalid_argument");
       return result;
     }
-    outcome = PushBatched(bound, it->second, parameters, where, *docs, measured, *priority);
+    outcome = PushBatched(bound, batching->second, it->second, parameters, where, *docs, measured,
+                          *priority);
   } else {
     outcome = Invoke(route, *docs, parameters, measured, &abandoned);
   }

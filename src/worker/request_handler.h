@@ -115,9 +115,11 @@ class RequestHandler {
                                        const Parameters& parameters,
                                        WorkerMetrics::Endpoint* measured,
                                        const std::function<bool()>* abandoned);
-  // Through the batch queue of `endpoint` and `parameters`.
-  HandlerOutcome PushBatched(const std::string& endpoint, std::size_t route_index,
-                             const Parameters& parameters, const std::string& where, DocList& docs,
+  // Through the batch queue of `endpoint` and `parameters`, whose batching
+  // settings are `batching`.
+  HandlerOutcome PushBatched(const std::string& endpoint, const DynamicBatching& batching,
+                             std::size_t route_index, const Parameters& parameters,
+                             const std::string& where, DocList& docs,
                              WorkerMetrics::Endpoint* measured, int priority);
 
   std::string jtype_;

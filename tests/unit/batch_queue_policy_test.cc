@@ -33,7 +33,11 @@ struct Gate {
       return HandlerOutcome{};
     };
   }
-  void Open() { hold.unlock(); }
+  void Open() {
+    if (hold.owns_lock()) {
+      hold.unlock();
+    }
+  }
 };
 
 // Records which queue's handler ran, in order.
@@ -52,24 +56,50 @@ struct CallLog {
   }
 };
 
-TEST(BatchQueuePolicyTest, QueueTimeoutAnswersDeadlineExceededAndTheHandlerNeverRuns) {
-  BatchQueueSet set;
-  Gate gate;
-  CallLog log;
-  std::vector<std::thread> threads;
-  const DynamicBatching plain{.preferred_batch_size = 1, .timeout_ms = 0};
-  DocList first{Doc("first")};
-  threads.emplace_back([&] {
-    (void)set.Push(
-        "busy", plain, [&] { return gate.Blocked(); }, "'/busy'", first);
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the flusher is in it
+// A queue set whose flusher the test can hold in a gated call, with pushes
+// from threads of their own, always opened and joined at the end.
+class BatchQueuePolicyTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    gate_.Open();
+    testing::JoinWithin(threads_, std::chrono::seconds(30), "the pushes");
+  }
+
+  // Holds the flusher in a call until gate_.Open().
+  void OccupyFlusher() {
+    threads_.emplace_back([this] {
+      DocList first{Doc("first")};
+      (void)set_.Push(
+          "busy", kPlain, [this] { return gate_.Blocked(); }, "'/busy'", first);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the flusher is in it
+  }
+
+  // Pushes `docs` to queue `key` from a thread of its own; its handler
+  // records `key` in log_.
+  void PushInBackground(const std::string& key, const DynamicBatching& batching, DocList& docs,
+                        int priority = 0) {
+    threads_.emplace_back([this, key, batching, &docs, priority] {
+      (void)set_.Push(
+          key, batching, [this, key] { return log_.Recording(key); }, "'/e'", docs, priority);
+    });
+  }
+
+  static constexpr DynamicBatching kPlain{.preferred_batch_size = 1, .timeout_ms = 0};
+  BatchQueueSet set_;
+  Gate gate_;
+  CallLog log_;
+  std::vector<std::thread> threads_;
+};
+
+TEST_F(BatchQueuePolicyTest, QueueTimeoutAnswersDeadlineExceededAndTheHandlerNeverRuns) {
+  OccupyFlusher();
 
   const DynamicBatching timed{.preferred_batch_size = 1, .timeout_ms = 0, .queue_timeout_ms = 150};
   DocList late{Doc("late")};
   const auto start = std::chrono::steady_clock::now();
-  HandlerOutcome outcome = set.Push(
-      "timed", timed, [&] { return log.Recording("timed"); }, "'/timed'", late);
+  HandlerOutcome outcome = set_.Push(
+      "timed", timed, [&] { return log_.Recording("timed"); }, "'/timed'", late);
   const auto waited = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(outcome.status.code(), StatusCode::kDeadlineExceeded) << outcome.status;
   EXPECT_THAT(outcome.status.message(), HasSubstr("queue_timeout 150 ms"));
@@ -80,23 +110,22 @@ TEST(BatchQueuePolicyTest, QueueTimeoutAnswersDeadlineExceededAndTheHandlerNever
   ASSERT_EQ(late.size(), 1u);
   EXPECT_EQ(late[0].text(), "late");  // untouched
 
-  gate.Open();
-  testing::JoinWithin(threads, std::chrono::seconds(30), "the gated push");
+  gate_.Open();
+  testing::JoinWithin(threads_, std::chrono::seconds(30), "the gated push");
   // The withdrawn request left nothing behind: the next one is served alone.
   DocList next{Doc("next")};
-  HandlerOutcome served = set.Push(
-      "timed", timed, [&] { return log.Recording("timed"); }, "'/timed'", next);
+  HandlerOutcome served = set_.Push(
+      "timed", timed, [&] { return log_.Recording("timed"); }, "'/timed'", next);
   EXPECT_TRUE(served.status.ok()) << served.status;
   EXPECT_EQ(next[0].text(), "next!");
-  std::lock_guard lock(log.mutex);
-  EXPECT_THAT(log.calls, ElementsAre("timed"));
+  std::lock_guard lock(log_.mutex);
+  EXPECT_THAT(log_.calls, ElementsAre("timed"));
 }
 
-TEST(BatchQueuePolicyTest, ARequestWhoseCallStartedIsServedPastItsQueueTimeout) {
-  BatchQueueSet set;
+TEST_F(BatchQueuePolicyTest, ARequestWhoseCallStartedIsServedPastItsQueueTimeout) {
   const DynamicBatching timed{.preferred_batch_size = 1, .timeout_ms = 0, .queue_timeout_ms = 50};
   DocList docs{Doc("slow")};
-  HandlerOutcome outcome = set.Push(
+  HandlerOutcome outcome = set_.Push(
       "slow", timed,
       [] {
         return BatchInvoke([](DocList& batch) {
@@ -111,19 +140,8 @@ TEST(BatchQueuePolicyTest, ARequestWhoseCallStartedIsServedPastItsQueueTimeout) 
   EXPECT_EQ(docs[0].text(), "done");
 }
 
-TEST(BatchQueuePolicyTest, TheMoreUrgentLevelGoesFirstWithoutWaitingForCompany) {
-  BatchQueueSet set;
-  Gate gate;
-  CallLog log;
-  std::vector<std::thread> threads;
-  const DynamicBatching plain{.preferred_batch_size = 1, .timeout_ms = 0};
-  DocList first{Doc("first")};
-  threads.emplace_back([&] {
-    (void)set.Push(
-        "busy", plain, [&] { return gate.Blocked(); }, "'/busy'", first);
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-
+TEST_F(BatchQueuePolicyTest, TheMoreUrgentLevelGoesFirstWithoutWaitingForCompany) {
+  OccupyFlusher();
   // Level 2 is full and due; level 1 would wait a minute for company, but a
   // more urgent request never waits behind less urgent work.
   const DynamicBatching levels{.preferred_batch_size = 1,
@@ -132,10 +150,7 @@ TEST(BatchQueuePolicyTest, TheMoreUrgentLevelGoesFirstWithoutWaitingForCompany) 
                                .default_priority_level = 2};
   std::vector<DocList> low(3, DocList{Doc("low")});
   for (DocList& docs : low) {
-    threads.emplace_back([&] {
-      (void)set.Push(
-          "low", levels, [&] { return log.Recording("low"); }, "'/e'", docs, 2);
-    });
+    PushInBackground("low", levels, docs, 2);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const DynamicBatching waiting{.preferred_batch_size = 100,
@@ -145,52 +160,36 @@ TEST(BatchQueuePolicyTest, TheMoreUrgentLevelGoesFirstWithoutWaitingForCompany) 
   DocList urgent{Doc("urgent")};
   std::promise<HandlerOutcome> promise;
   std::future<HandlerOutcome> urgent_outcome = promise.get_future();
-  threads.emplace_back([&] {
-    promise.set_value(set.Push(
-        "high", waiting, [&] { return log.Recording("high"); }, "'/e'", urgent, 1));
+  threads_.emplace_back([&] {
+    promise.set_value(set_.Push(
+        "high", waiting, [&] { return log_.Recording("high"); }, "'/e'", urgent, 1));
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  gate.Open();
+  gate_.Open();
   const bool answered =
       urgent_outcome.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
-  testing::JoinWithin(threads, std::chrono::seconds(30), "the prioritised pushes");
+  testing::JoinWithin(threads_, std::chrono::seconds(30), "the prioritised pushes");
   ASSERT_TRUE(answered) << "the urgent request waited for its batch timeout";
   EXPECT_TRUE(urgent_outcome.get().status.ok());
   EXPECT_EQ(urgent[0].text(), "urgent!");
-  std::lock_guard lock(log.mutex);
+  std::lock_guard lock(log_.mutex);
   // The three low requests went after it, one call of preferred_batch_size
   // 1 each.
-  EXPECT_THAT(log.calls, ElementsAre("high", "low", "low", "low"));
+  EXPECT_THAT(log_.calls, ElementsAre("high", "low", "low", "low"));
 }
 
-TEST(BatchQueuePolicyTest, WithoutLevelsTheOldestDueQueueGoesFirst) {
-  BatchQueueSet set;
-  Gate gate;
-  CallLog log;
-  std::vector<std::thread> threads;
-  const DynamicBatching plain{.preferred_batch_size = 1, .timeout_ms = 0};
-  DocList first{Doc("first")};
-  threads.emplace_back([&] {
-    (void)set.Push(
-        "busy", plain, [&] { return gate.Blocked(); }, "'/busy'", first);
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+TEST_F(BatchQueuePolicyTest, WithoutLevelsTheOldestDueQueueGoesFirst) {
+  OccupyFlusher();
   DocList a{Doc("a")};
   DocList b{Doc("b")};
-  threads.emplace_back([&] {
-    (void)set.Push(
-        "a", plain, [&] { return log.Recording("a"); }, "'/e'", a);
-  });
+  PushInBackground("a", kPlain, a);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  threads.emplace_back([&] {
-    (void)set.Push(
-        "b", plain, [&] { return log.Recording("b"); }, "'/e'", b);
-  });
+  PushInBackground("b", kPlain, b);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  gate.Open();
-  testing::JoinWithin(threads, std::chrono::seconds(30), "the pushes");
-  std::lock_guard lock(log.mutex);
-  EXPECT_THAT(log.calls, ElementsAre("a", "b"));
+  gate_.Open();
+  testing::JoinWithin(threads_, std::chrono::seconds(30), "the pushes");
+  std::lock_guard lock(log_.mutex);
+  EXPECT_THAT(log_.calls, ElementsAre("a", "b"));
 }
 
 }  // namespace
