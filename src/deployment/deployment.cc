@@ -872,7 +872,7 @@ std::vector<ReplicaInfo> Deployment::replicas() const {
     ReplicaInfo info;
     info.name = replica.name;
     info.pid = replica.process ? replica.process->pid() : 0;
-    info.address = "127.0.0.1:" + std::to_string(replica.port);
+    info.address = AddressOf(replica);
     info.device = replica.device;
     if (i < states.size()) {
       info.requests = states[i].requests;

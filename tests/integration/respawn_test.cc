@@ -36,6 +36,65 @@ using testing::WaitUntil;
 // under TSan); the bound leaves room for a loaded CI machine.
 constexpr Ms kRespawnBound{10000};
 
+// `count` documents "doc 0", "doc 1", ...
+DocList NumberedDocs(int count) {
+  DocList docs;
+  for (int i = 0; i < count; ++i) {
+    docs.emplace_back("doc " + std::to_string(i));
+  }
+  return docs;
+}
+
+// Posts `docs` to ChaosExec's /work in the background, `request_size` per
+// request, each call sleeping `sleep_ms`.
+std::future<StatusOr<DocList>> PostInBackground(Deployment& dep, const DocList& docs,
+                                                int request_size, double sleep_ms) {
+  return std::async(std::launch::async, [&dep, &docs, request_size, sleep_ms] {
+    return dep.Post("/work", docs,
+                    {.request_size = request_size,
+                     .parameters = Parameters(Value::Dict{{"sleep_ms", Value(sleep_ms)}}),
+                     .prefetch = 8,
+                     .timeout = Ms(120000)});
+  });
+}
+
+// Waits up to `bound` for replica 0 to be a process other than `victim`
+// and in rotation; its pid, or 0.
+pid_t AwaitSuccessor(Deployment& dep, pid_t victim, Ms bound) {
+  pid_t successor = 0;
+  const bool replaced = WaitUntil(
+      [&] {
+        ReplicaInfo r = dep.replicas()[0];
+        successor = r.pid;
+        return r.pid != victim && r.available;
+      },
+      bound);
+  return replaced ? successor : 0;
+}
+
+// Every document of `sent` back exactly once, in order, done by ChaosExec;
+// counts in `by_successor` those the process `successor` served.
+::testing::AssertionResult EveryDocBackInOrder(const DocList& sent, const DocList& got,
+                                               pid_t successor, std::size_t& by_successor) {
+  if (got.size() != sent.size()) {
+    return ::testing::AssertionFailure() << got.size() << " documents back of " << sent.size();
+  }
+  std::set<std::string> ids;
+  by_successor = 0;
+  for (std::size_t i = 0; i < sent.size(); ++i) {
+    if (got[i].id() != sent[i].id() || got[i].text() != "done:doc " + std::to_string(i)) {
+      return ::testing::AssertionFailure() << "document " << i << " came back as id " << got[i].id()
+                                           << ", text '" << got[i].text() << "'";
+    }
+    ids.insert(std::string(got[i].id()));
+    by_successor += *got[i].tags().at("pid").AsInt() == successor ? 1 : 0;
+  }
+  if (ids.size() != sent.size()) {
+    return ::testing::AssertionFailure() << ids.size() << " distinct ids of " << sent.size();
+  }
+  return ::testing::AssertionSuccess();
+}
+
 TEST(RespawnTest, ReplicaKilledWhilePostingTenThousandDocsIsReplacedAndLosesNone) {
   testing::TempDir dir;
   std::string log = dir.File("calls.log");
@@ -48,33 +107,17 @@ TEST(RespawnTest, ReplicaKilledWhilePostingTenThousandDocsIsReplacedAndLosesNone
   const pid_t victim = dep.replicas()[0].pid;
 
   constexpr int kDocs = 10000;
-  DocList docs;
-  for (int i = 0; i < kDocs; ++i) {
-    docs.emplace_back("doc " + std::to_string(i));
-  }
+  const DocList docs = NumberedDocs(kDocs);
   // 500 requests of 20 documents, 10 ms each: a few seconds, so the new
   // replica joins while the stream is still going (and few enough calls to
   // leave a TSan build's neighbours some CPU).
-  std::future<StatusOr<DocList>> post = std::async(std::launch::async, [&] {
-    return dep.Post("/work", docs,
-                    {.request_size = 20,
-                     .parameters = Parameters(Value::Dict{{"sleep_ms", Value(10.0)}}),
-                     .prefetch = 8,
-                     .timeout = Ms(90000)});
-  });
+  std::future<StatusOr<DocList>> post = PostInBackground(dep, docs, 20, 10.0);
   ASSERT_TRUE(WaitUntil([&] { return CountLines(log) >= 25; }, Ms(20000)));
   const auto killed_at = SteadyClock::now();
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
 
-  pid_t successor = 0;
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        ReplicaInfo r = dep.replicas()[0];
-        successor = r.pid;
-        return r.pid != victim && r.available;
-      },
-      kRespawnBound))
-      << "no new replica serving within " << kRespawnBound.count() << " ms";
+  const pid_t successor = AwaitSuccessor(dep, victim, kRespawnBound);
+  ASSERT_NE(successor, 0) << "no new replica serving within " << kRespawnBound.count() << " ms";
   const Ms respawned_in = Since(killed_at);
   std::printf("[ measured ] killed replica replaced and back in rotation after %lld ms\n",
               static_cast<long long>(respawned_in.count()));
@@ -83,18 +126,8 @@ TEST(RespawnTest, ReplicaKilledWhilePostingTenThousandDocsIsReplacedAndLosesNone
 
   StatusOr<DocList> out = post.get();
   ASSERT_TRUE(out.ok()) << out.status();
-  ASSERT_EQ(out->size(), static_cast<std::size_t>(kDocs));
-  // Every document back exactly once, in order: ids compared.
-  std::set<std::string> ids;
   std::size_t by_successor = 0;
-  for (int i = 0; i < kDocs; ++i) {
-    const Doc& doc = (*out)[static_cast<std::size_t>(i)];
-    ASSERT_EQ(doc.id(), docs[static_cast<std::size_t>(i)].id()) << "at " << i;
-    EXPECT_EQ(doc.text(), "done:doc " + std::to_string(i));
-    ids.insert(doc.id());
-    by_successor += *doc.tags().at("pid").AsInt() == successor ? 1 : 0;
-  }
-  EXPECT_EQ(ids.size(), static_cast<std::size_t>(kDocs));
+  ASSERT_TRUE(EveryDocBackInOrder(docs, *out, successor, by_successor));
   std::printf(
       "[ measured ] %zu of %d documents served by the new replica (%zu calls logged "
       "when it joined)\n",
@@ -138,48 +171,24 @@ TEST(RespawnTest, HungReplicaUnderOneHundredThousandDocsIsKilledAndReplacedAndLo
   const pid_t victim = dep.replicas()[0].pid;
 
   constexpr int kDocs = 100000;
-  DocList docs;
-  for (int i = 0; i < kDocs; ++i) {
-    docs.emplace_back("doc " + std::to_string(i));
-  }
+  const DocList docs = NumberedDocs(kDocs);
   // 500 requests of 200 documents, 5 ms each.
-  std::future<StatusOr<DocList>> post = std::async(std::launch::async, [&] {
-    return dep.Post("/work", docs,
-                    {.request_size = 200,
-                     .parameters = Parameters(Value::Dict{{"sleep_ms", Value(5.0)}}),
-                     .prefetch = 8,
-                     .timeout = Ms(120000)});
-  });
+  std::future<StatusOr<DocList>> post = PostInBackground(dep, docs, 200, 5.0);
   ASSERT_TRUE(WaitUntil([&] { return CountLines(log) >= 30; }, Ms(30000)));
   const auto stopped_at = SteadyClock::now();
   ASSERT_EQ(::kill(victim, SIGSTOP), 0);
 
-  pid_t successor = 0;
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        ReplicaInfo r = dep.replicas()[0];
-        successor = r.pid;
-        return r.pid != victim && r.available;
-      },
-      kHungReplacedBound))
-      << "the stopped replica was not replaced within " << kHungReplacedBound.count() << " ms";
+  const pid_t successor = AwaitSuccessor(dep, victim, kHungReplacedBound);
+  ASSERT_NE(successor, 0) << "the stopped replica was not replaced within "
+                          << kHungReplacedBound.count() << " ms";
   const Ms replaced_in = Since(stopped_at);
   std::printf("[ measured ] stopped replica killed, replaced and back in rotation after %lld ms\n",
               static_cast<long long>(replaced_in.count()));
 
   StatusOr<DocList> out = post.get();
   ASSERT_TRUE(out.ok()) << out.status();
-  ASSERT_EQ(out->size(), static_cast<std::size_t>(kDocs));
-  std::set<std::string> ids;
   std::size_t by_successor = 0;
-  for (int i = 0; i < kDocs; ++i) {
-    const Doc& doc = (*out)[static_cast<std::size_t>(i)];
-    ASSERT_EQ(doc.id(), docs[static_cast<std::size_t>(i)].id()) << "at " << i;
-    ASSERT_EQ(doc.text(), "done:doc " + std::to_string(i));
-    ids.insert(doc.id());
-    by_successor += *doc.tags().at("pid").AsInt() == successor ? 1 : 0;
-  }
-  EXPECT_EQ(ids.size(), static_cast<std::size_t>(kDocs));
+  ASSERT_TRUE(EveryDocBackInOrder(docs, *out, successor, by_successor));
   std::printf("[ measured ] %zu of %d documents served by the new replica\n", by_successor, kDocs);
 
   ReplicaInfo replaced = dep.replicas()[0];
