@@ -95,6 +95,14 @@ struct DeploymentOptions {
   std::string worker_program{};
   // Workers' log level: "debug", "info", "warning", "error".
   std::string log_level = "info";
+  // Log lines of the workers (and of this process, when it has not set up
+  // logging itself): "text" (Jina-style lines) or "json" (one object per
+  // line with timestamp, level, role, replica and request id). Empty:
+  // $GANTRY_LOG_FORMAT, else "text".
+  std::string log_format{};
+  // One info line per request at the gateway: request id, endpoint, status,
+  // duration and size (docs/logging.md).
+  bool access_log = false;
   // HTTP/JSON gateway port next to the gRPC one: -1 for none, 0 for any free
   // port (Jina's multi-protocol gateway).
   int http_port = -1;

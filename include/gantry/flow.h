@@ -85,6 +85,8 @@ struct FlowOptions {
   std::chrono::milliseconds timeout_send{0};
   std::string api_key{};
   bool cors = false;
+  // One info line per request at the Flow's gateway (see DeploymentOptions).
+  bool access_log = false;
   // On Stop: how long requests in flight may take to finish (>= 0).
   std::chrono::milliseconds timeout_drain{10000};
   // Prometheus metrics (docs/metrics.md), as Jina's Flow-level

@@ -217,20 +217,33 @@ void ApiKeyFromEnvironment(std::string& api_key) {
   }
 }
 
-int RunDeployment(const std::string& uses, const ListenFlags& listen, const std::string& log_level,
+// --log-level and --log-format; empty: the YAML's, else the environment's.
+struct LogFlags {
+  std::string level;
+  std::string format;
+};
+
+int RunDeployment(const std::string& uses, const ListenFlags& listen, const LogFlags& log,
                   const GivenOptions& given) {
-  gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
+  gantry::internal::InitProcessLogger("gateway", log.level, log.format).IgnoreError();
   auto options = gantry::LoadDeploymentConfig(uses);
   if (!options.ok()) {
     return Fail(options.status());
+  }
+  if (log.format.empty() && !options->log_format.empty()) {
+    // The YAML's format for this process's lines too.
+    gantry::internal::InitProcessLogger("gateway", log.level, options->log_format).IgnoreError();
   }
   ApplyTableFlags(given, &OptionRow::deployment, *options);
   ApiKeyFromEnvironment(options->api_key);
   if (gantry::Status s = CheckHttpPortFile(listen, options->http_port); !s.ok()) {
     return Fail(s);
   }
-  if (!log_level.empty()) {
-    options->log_level = log_level;
+  if (!log.level.empty()) {
+    options->log_level = log.level;
+  }
+  if (!log.format.empty()) {
+    options->log_format = log.format;
   }
   gantry::Deployment deployment(std::move(options).value());
   if (deployment.ok() && deployment.monitoring_port() >= 0) {
@@ -241,9 +254,9 @@ int RunDeployment(const std::string& uses, const ListenFlags& listen, const std:
   return ServeUntilSignal(deployment, listen);
 }
 
-int RunFlow(const std::string& uses, const ListenFlags& listen, const std::string& log_level,
+int RunFlow(const std::string& uses, const ListenFlags& listen, const LogFlags& log,
             const GivenOptions& given) {
-  gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
+  gantry::internal::InitProcessLogger("gateway", log.level, log.format).IgnoreError();
   auto options = gantry::LoadFlowConfig(uses);
   if (!options.ok()) {
     return Fail(options.status());
@@ -253,9 +266,12 @@ int RunFlow(const std::string& uses, const ListenFlags& listen, const std::strin
   if (gantry::Status s = CheckHttpPortFile(listen, options->http_port); !s.ok()) {
     return Fail(s);
   }
-  if (!log_level.empty()) {
-    for (gantry::FlowStep& step : options->executors) {
-      step.deployment.log_level = log_level;
+  for (gantry::FlowStep& step : options->executors) {
+    if (!log.level.empty()) {
+      step.deployment.log_level = log.level;
+    }
+    if (!log.format.empty()) {
+      step.deployment.log_format = log.format;
     }
   }
   gantry::Flow flow(std::move(options).value());
@@ -265,7 +281,7 @@ int RunFlow(const std::string& uses, const ListenFlags& listen, const std::strin
 int RunExecutor(const std::string& uses, const std::string& host, int port,
                 const std::string& port_file, const std::string& device, const std::string& name,
                 const std::string& uses_with, const std::vector<std::string>& libs,
-                const std::string& log_level, std::int64_t max_message_bytes,
+                const LogFlags& log, std::int64_t max_message_bytes,
                 const MonitoringFlags& monitoring) {
   gantry::internal::WorkerSpec spec;
   if (gantry::internal::KindOfUses(uses) == gantry::internal::UsesKind::kExecutorFile) {
@@ -327,7 +343,8 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
   if (monitoring.enabled()) {
     spec.monitoring_port = std::max(0, monitoring.port_monitoring);
   }
-  spec.log_level = log_level;
+  spec.log_level = log.level;
+  spec.log_format = log.format;
   if (max_message_bytes > 0) {
     spec.max_message_bytes = max_message_bytes;
   }
@@ -338,8 +355,8 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
 }
 
 int RunGateway(const std::string& addresses, const std::string& host, const ListenFlags& listen,
-               const std::string& name, const std::string& log_level, const GivenOptions& given) {
-  gantry::internal::InitProcessLogger("gateway", log_level).IgnoreError();
+               const std::string& name, const LogFlags& log, const GivenOptions& given) {
+  gantry::internal::InitProcessLogger("gateway", log.level, log.format).IgnoreError();
   // The gateway's settings are a Deployment's, less its replicas.
   gantry::DeploymentOptions settings{.name = name, .host = host};
   ApplyTableFlags(given, &OptionRow::deployment, settings);
@@ -440,8 +457,15 @@ int main(int argc, char** argv) try {
 
   std::string uses;
   ListenFlags listen;
-  std::string log_level;
+  LogFlags log;
   constexpr const char* kLogLevelHelp = "debug, info, warning or error";
+  constexpr const char* kLogFormatHelp =
+      "text (default) or json: one JSON object per line ($GANTRY_LOG_FORMAT)";
+  const auto log_flags = [&](CLI::App* command) {
+    command->add_option("--log-level", log.level, kLogLevelHelp);
+    command->add_option("--log-format", log.format, kLogFormatHelp)
+        ->check(CLI::IsMember({"text", "json"}));
+  };
   constexpr const char* kHttpPortFileHelp =
       "write the HTTP port here when ready (before --port-file; for --http-port 0)";
   // The option table's flags (core/option_table.h); one command is parsed.
@@ -458,7 +482,7 @@ int main(int argc, char** argv) try {
   deployment->add_option("--port-file", listen.port_file,
                          "write the gateway's port here when ready");
   deployment->add_option("--http-port-file", listen.http_port_file, kHttpPortFileHelp);
-  deployment->add_option("--log-level", log_level, kLogLevelHelp);
+  log_flags(deployment);
 
   std::string device;
   std::string name;
@@ -479,7 +503,7 @@ int main(int argc, char** argv) try {
   executor->add_option("--lib", libs,
                        "executor plugin library to load before the type lookup (repeatable; "
                        "added to metas.libs)");
-  executor->add_option("--log-level", log_level, kLogLevelHelp);
+  log_flags(executor);
   executor->add_option("--max-message-bytes", max_message_bytes, HelpOf("max_message_bytes"))
       ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
   MonitoringFlags monitoring;
@@ -498,7 +522,7 @@ int main(int argc, char** argv) try {
   gateway->add_option("--name", gateway_name, "deployment name for messages");
   gateway->add_option("--port-file", listen.port_file, "write the port here when ready");
   gateway->add_option("--http-port-file", listen.http_port_file, kHttpPortFileHelp);
-  gateway->add_option("--log-level", log_level, kLogLevelHelp);
+  log_flags(gateway);
 
   std::string address;
   int timeout_ms = 3000;
@@ -522,7 +546,7 @@ int main(int argc, char** argv) try {
       &given);
   flow->add_option("--port-file", listen.port_file, "write the gateway's port here when ready");
   flow->add_option("--http-port-file", listen.http_port_file, kHttpPortFileHelp);
-  flow->add_option("--log-level", log_level, kLogLevelHelp);
+  log_flags(flow);
 
   auto* executors = app.add_subcommand("executors", "List the executor types gantry-worker serves");
 
@@ -557,18 +581,18 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
 
   if (deployment->parsed()) {
-    return RunDeployment(uses, listen, log_level, given);
+    return RunDeployment(uses, listen, log, given);
   }
   if (flow->parsed()) {
-    return RunFlow(uses, listen, log_level, given);
+    return RunFlow(uses, listen, log, given);
   }
   if (executor->parsed()) {
     return RunExecutor(uses, host, executor_port, listen.port_file, device, name, uses_with, libs,
-                       log_level, max_message_bytes, monitoring);
+                       log, max_message_bytes, monitoring);
   }
   if (gateway->parsed()) {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    return RunGateway(addresses, host, listen, gateway_name, log_level, given);
+    return RunGateway(addresses, host, listen, gateway_name, log, given);
   }
   if (ping->parsed()) {
     // A CA or client certificate only makes sense over TLS.

@@ -524,13 +524,19 @@ class Parser {
       }
       case OptionType::kName:
       case OptionType::kPath:
-      case OptionType::kLogLevel: {
+      case OptionType::kLogLevel:
+      case OptionType::kLogFormat: {
         GANTRY_ASSIGN_OR_RETURN(std::string text, row.type == OptionType::kName ? ReadName(e, path)
                                                   : row.type == OptionType::kPath
                                                       ? ReadPath(e, path)
                                                       : ReadText(e, path));
         if (row.type == OptionType::kLogLevel) {
           if (Status s = internal::CheckLogLevel(text); !s.ok()) {
+            return Error(e.mark, path, s.message());
+          }
+        }
+        if (row.type == OptionType::kLogFormat) {
+          if (Status s = internal::CheckLogFormat(text); !s.ok()) {
             return Error(e.mark, path, s.message());
           }
         }

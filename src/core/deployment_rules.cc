@@ -77,6 +77,13 @@ Status CheckLogLevel(std::string_view level) {
   return InvalidArgumentError("expected one of debug, info, warning, error; got " + Quote(level));
 }
 
+Status CheckLogFormat(std::string_view format) {
+  if (format == "text" || format == "json") {
+    return OkStatus();
+  }
+  return InvalidArgumentError("expected text or json; got " + Quote(format));
+}
+
 Status CheckEnvName(std::string_view name) {
   if (name.empty() || name.find('=') != std::string_view::npos ||
       name.find('\0') != std::string_view::npos) {
@@ -244,7 +251,13 @@ Status ValidateDeploymentOptions(const DeploymentOptions& options) {
   }
   // Any level the logger knows ("trace", "warn", "off" too), as options
   // built in C++ always could; files keep to CheckLogLevel's four.
-  return ValidateLogLevel(options.log_level);
+  GANTRY_RETURN_IF_ERROR(ValidateLogLevel(options.log_level));
+  if (!options.log_format.empty()) {
+    if (Status s = CheckLogFormat(options.log_format); !s.ok()) {
+      return InvalidArgumentError(prefix + "log_format: " + s.message());
+    }
+  }
+  return OkStatus();
 }
 
 Status CheckVolumeSpec(std::string_view volume) {

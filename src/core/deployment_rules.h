@@ -110,6 +110,9 @@ Status CheckDeviceValue(const Value& device);
 // core/logging.h ValidateLogLevel, as they always have.)
 Status CheckLogLevel(std::string_view level);
 
+// "text" or "json" (core/logging.h).
+Status CheckLogFormat(std::string_view format);
+
 // An environment variable name in `env:`: non-empty, no '=' and no NUL.
 Status CheckEnvName(std::string_view name);
 

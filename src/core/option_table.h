@@ -38,6 +38,7 @@ enum class OptionType {
   kName,          // a non-empty string
   kPath,          // a file path; in YAML, relative to the file's folder
   kLogLevel,      // debug, info, warning or error
+  kLogFormat,     // text or json
 };
 
 // One option's value, as read from YAML or from a flag: kInt and

@@ -278,7 +278,7 @@ Status Deployment::Impl::Start() {
   // A worker child whose main() skipped gantry::Init must not spawn (see
   // core/worker_mode.h): it reports to its parent and exits here.
   internal::ExitIfUninitialisedWorker();
-  internal::EnsureProcessLogger("gateway");
+  internal::EnsureProcessLogger("gateway", options_.log_format);
   GANTRY_RETURN_IF_ERROR(Validate());
   // Bad TLS files fail the start before any worker is spawned.
   if (options_.tls.enabled()) {
@@ -364,6 +364,9 @@ Status Deployment::Impl::SpawnReplicas() {
     replica.device = spec.device;
     replica.placement = placement.description;
     spec.log_level = options_.log_level;
+    // Unset: as this process logs, so one program's lines share a format.
+    spec.log_format =
+        options_.log_format.empty() ? internal::CurrentLogFormat() : options_.log_format;
     spec.max_message_bytes = options_.max_message_bytes;
     spec.monitoring_port = options_.monitoring ? 0 : -1;
     replica.env = options_.env;

@@ -130,6 +130,10 @@ Value::List ExecutorArgs(const Topology& t, const Step& step) {
     args.push_back(Text("--log-level"));
     args.push_back(Text(level));
   }
+  if (!step.deployment.log_format.empty()) {
+    args.push_back(Text("--log-format"));
+    args.push_back(Text(step.deployment.log_format));
+  }
   return args;
 }
 
@@ -146,6 +150,10 @@ Value::List GatewayArgs(const Topology& t, std::string_view replica_addresses) {
                       Text(std::to_string(t.gateway_port)),
                       Text("--name"),
                       Text(t.name)};
+  if (!t.gateway.log_format.empty()) {
+    args.push_back(Text("--log-format"));
+    args.push_back(Text(t.gateway.log_format));
+  }
   // The rest of `gantry gateway`'s flags, where they differ from the
   // defaults. The port is the exported one; TLS files are refused
   // (CheckExportable).

@@ -28,6 +28,7 @@
 #include "common/sanitizer_handoff.h"
 #include "common/tls.h"
 #include "core/limits.h"
+#include "core/logging.h"
 #include "gateway/api_key.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/http_gateway.h"
@@ -894,12 +895,32 @@ std::shared_ptr<ForwardHandle> Gateway::Impl::Refuse(const ForwardDone& done,
 std::shared_ptr<ForwardHandle> Gateway::Impl::Forward(const grpc::ByteBuffer& request,
                                                       Clock::time_point deadline,
                                                       ForwardDone done) {
-  if (metrics_) {
-    GatewayMetrics::Request measured = metrics_->Begin(ExecEndpointOf(request));
-    done = [metrics = metrics_, measured, done = std::move(done)](ForwardResult result) {
-      metrics->End(measured, static_cast<int>(result.status.error_code()), result.is_error);
-      done(std::move(result));
-    };
+  if (metrics_ || options_.access_log) {
+    RequestHeaderFields header = HeaderFieldsOf(request);
+    if (metrics_) {
+      GatewayMetrics::Request measured = metrics_->Begin(header.exec_endpoint);
+      done = [metrics = metrics_, measured, done = std::move(done)](ForwardResult result) {
+        metrics->End(measured, static_cast<int>(result.status.error_code()), result.is_error);
+        done(std::move(result));
+      };
+    }
+    if (options_.access_log) {
+      done = [header = std::move(header), bytes = static_cast<std::int64_t>(request.Length()),
+              start = std::chrono::steady_clock::now(),
+              done = std::move(done)](ForwardResult result) {
+        const int code = static_cast<int>(result.status.error_code());
+        LogAccess(
+            {.request_id = header.request_id,
+             .endpoint = header.exec_endpoint,
+             .status = code == 0 && result.is_error ? std::string_view("EXECUTOR_ERROR")
+                                                    : StatusCodeName(static_cast<StatusCode>(code)),
+             .duration_ms =
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count(),
+             .request_bytes = bytes});
+        done(std::move(result));
+      };
+    }
   }
   // Counted by the metrics above when refused here.
   if (const int limit = options_.max_concurrent_requests; limit > 0) {
@@ -962,6 +983,7 @@ GatewayOptions GatewayOptionsOf(const DeploymentOptions& options) {
   gateway.api_key = options.api_key;
   gateway.timeout_send = options.timeout_send;
   gateway.cors = options.cors;
+  gateway.access_log = options.access_log;
   gateway.monitoring_port = options.monitoring ? options.port_monitoring : -1;
   gateway.liveness_period = options.liveness_period;
   gateway.liveness_timeout = options.liveness_timeout;

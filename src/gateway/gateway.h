@@ -93,6 +93,8 @@ struct GatewayOptions {
   std::string api_key;
   // CORS on the HTTP port (Jina's `cors`).
   bool cors = false;
+  // One info line per forwarded request (core/logging.h LogAccess).
+  bool access_log = false;
   // Liveness checks of the replicas (gateway/replica_pool.h); a threshold of
   // 0 turns them off.
   std::chrono::milliseconds liveness_period{1000};

@@ -34,7 +34,7 @@ bool IsLabelSafe(std::string_view endpoint) {
 
 }  // namespace
 
-std::string ExecEndpointOf(const grpc::ByteBuffer& request) {
+RequestHeaderFields HeaderFieldsOf(const grpc::ByteBuffer& request) {
   grpc::ByteBuffer copy = request;  // shares the slices
   grpc::ProtoBufferReader reader(&copy);
   google::protobuf::io::CodedInputStream input(&reader);
@@ -54,13 +54,17 @@ std::string ExecEndpointOf(const grpc::ByteBuffer& request) {
       if (!header.ParseFromString(bytes)) {
         return {};
       }
-      return header.exec_endpoint();
+      return {.exec_endpoint = header.exec_endpoint(), .request_id = header.request_id()};
     }
     if (!WireFormat::SkipField(&input, tag)) {
       return {};
     }
   }
   return {};
+}
+
+std::string ExecEndpointOf(const grpc::ByteBuffer& request) {
+  return HeaderFieldsOf(request).exec_endpoint;
 }
 
 struct GatewayMetrics::Endpoint {

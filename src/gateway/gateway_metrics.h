@@ -39,8 +39,15 @@ namespace gantry::internal {
 inline constexpr std::size_t kMaxEndpointLabels = 64;
 inline constexpr std::size_t kMaxEndpointLabelBytes = 128;
 
-// The exec_endpoint of a serialised jina.DataRequestProto, read without
+// Header fields of a serialised jina.DataRequestProto, read without
 // parsing its documents; empty when it has none or does not parse.
+struct RequestHeaderFields {
+  std::string exec_endpoint;
+  std::string request_id;
+};
+RequestHeaderFields HeaderFieldsOf(const grpc::ByteBuffer& request);
+
+// HeaderFieldsOf(request).exec_endpoint.
 std::string ExecEndpointOf(const grpc::ByteBuffer& request);
 
 class GatewayMetrics {

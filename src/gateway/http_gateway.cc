@@ -47,6 +47,18 @@ std::string RandomRequestId() {
   return id;
 }
 
+// A request's id: the client's X-Request-Id when it is 1 to 128 printable
+// ASCII characters (what proxies and tracing middleware send), else a new
+// one; it reaches the replicas and the logs (core/logging.h).
+std::string RequestIdOf(const HttpRequest& request) {
+  constexpr std::size_t kMaxRequestIdBytes = 128;
+  const std::string_view given = request.Header("X-Request-Id");
+  const bool usable =
+      !given.empty() && given.size() <= kMaxRequestIdBytes &&
+      std::all_of(given.begin(), given.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+  return usable ? std::string(given) : RandomRequestId();
+}
+
 json MessageToJson(const google::protobuf::Message& message) {
   std::string text;
   google::protobuf::util::JsonPrintOptions options;
@@ -217,9 +229,17 @@ class HttpGateway::Impl {
   using Send = std::function<void(HttpResponse)>;
 
   void Route(const HttpRequest& request, const HttpRespond& respond) {
-    Send send = [respond, cors = options_.cors](HttpResponse response) {
+    const std::string request_id = RequestIdOf(request);
+    // The client's X-Request-Id goes back as it came (a proxy's own
+    // matching); one the gateway made up stays in the logs and the reply body.
+    const bool echo_request_id = request_id == request.Header("X-Request-Id");
+    Send send = [respond, cors = options_.cors, echo_request_id,
+                 request_id](HttpResponse response) {
       if (cors) {
         response.headers.emplace_back("Access-Control-Allow-Origin", "*");
+      }
+      if (echo_request_id) {
+        response.headers.emplace_back("X-Request-Id", request_id);
       }
       respond(std::move(response));
     };
@@ -268,7 +288,7 @@ class HttpGateway::Impl {
       // Triton's rule: any Content-Type (tritonclient sends none).
       const auto deadline = Deadline(request, send);
       if (deadline) {
-        KServeInfer(request, model->name, model->version, *deadline, send);
+        KServeInfer(request, model->name, model->version, request_id, *deadline, send);
       }
       return;
     }
@@ -302,7 +322,7 @@ class HttpGateway::Impl {
     const bool jina_body = tei_body.ok() && tei_body->is_object() &&
                            (tei_body->contains("data") || tei_body->contains("parameters"));
     if (openai) {
-      HandleOpenAiEmbeddings(request.body, *deadline, send);
+      HandleOpenAiEmbeddings(request.body, request_id, *deadline, send);
     } else if ((tei_embed || tei_rerank || tei_tokenize) && !tei_body.ok()) {
       // As TEI (axum): a body that is not JSON is 400, one of the wrong
       // shape 422.
@@ -314,15 +334,17 @@ class HttpGateway::Impl {
     } else if ((tei_embed || tei_rerank || tei_tokenize) && !jina_body) {
       const json& body = *tei_body;
       if (tei_embed) {
-        HandleTei(ParseTeiEmbedRequest(body, options_.models, kMaxOpenAiInputs), *deadline, send);
+        HandleTei(ParseTeiEmbedRequest(body, options_.models, kMaxOpenAiInputs), request_id,
+                  *deadline, send);
       } else if (tei_tokenize) {
-        HandleTei(ParseTeiTokenizeRequest(body, options_.models, kMaxOpenAiInputs), *deadline,
-                  send);
+        HandleTei(ParseTeiTokenizeRequest(body, options_.models, kMaxOpenAiInputs), request_id,
+                  *deadline, send);
       } else {
-        HandleTei(ParseTeiRerankRequest(body, options_.models, kMaxOpenAiInputs), *deadline, send);
+        HandleTei(ParseTeiRerankRequest(body, options_.models, kMaxOpenAiInputs), request_id,
+                  *deadline, send);
       }
     } else {
-      HandleData(request.body, path == "/post" ? "" : path, *deadline, send);
+      HandleData(request.body, path == "/post" ? "" : path, request_id, *deadline, send);
     }
   }
 
@@ -381,7 +403,8 @@ class HttpGateway::Impl {
   }
 
   // `endpoint` empty: POST /post, whose body names it as execEndpoint.
-  void HandleData(const std::string& text, std::string endpoint,
+  // A body's own header.requestId (Jina's) wins over `request_id`.
+  void HandleData(const std::string& text, std::string endpoint, const std::string& request_id,
                   std::chrono::system_clock::time_point deadline, const Send& send) {
     // Client input: 400 with a message for anything malformed, never 500.
     jina::DataRequestProto request;
@@ -393,7 +416,7 @@ class HttpGateway::Impl {
       return;
     }
     if (request.header().request_id().empty()) {
-      request.mutable_header()->set_request_id(RandomRequestId());
+      request.mutable_header()->set_request_id(request_id);
     }
     endpoint = request.header().exec_endpoint();
     forward_(request.SerializeAsString(), deadline,
@@ -431,7 +454,7 @@ class HttpGateway::Impl {
     return JsonResponse(200, out);
   }
 
-  void HandleOpenAiEmbeddings(const std::string& text,
+  void HandleOpenAiEmbeddings(const std::string& text, const std::string& request_id,
                               std::chrono::system_clock::time_point deadline, const Send& send) {
     auto reply_error = [&send](const OpenAiError& error) {
       send(JsonResponse(error.http_status, error.ToJson()));
@@ -451,7 +474,7 @@ class HttpGateway::Impl {
     auto embeddings_request =
         std::make_shared<OpenAiEmbeddingsRequest>(std::get<OpenAiEmbeddingsRequest>(request));
     jina::DataRequestProto data_request = MakeOpenAiDataRequest(
-        *embeddings_request, options_.models.at(embeddings_request->model), RandomRequestId());
+        *embeddings_request, options_.models.at(embeddings_request->model), request_id);
     if (std::size_t size = data_request.ByteSizeLong(); size > max_message_bytes_) {
       reply_error(OpenAiError::WithStatus(
           413, "request of " + std::to_string(size) + " bytes (as protobuf) exceeds the " +
@@ -468,7 +491,7 @@ class HttpGateway::Impl {
   // Jina client would send to the model's endpoint; the reply comes back in
   // TEI's shape.
   template <typename Request>
-  void HandleTei(std::variant<Request, TeiError> parsed,
+  void HandleTei(std::variant<Request, TeiError> parsed, const std::string& request_id,
                  std::chrono::system_clock::time_point deadline, const Send& send) {
     auto reply_error = [&send](const TeiError& error) {
       send(JsonResponse(error.http_status, error.ToJson()));
@@ -479,7 +502,7 @@ class HttpGateway::Impl {
     }
     auto request = std::make_shared<Request>(std::move(std::get<Request>(parsed)));
     jina::DataRequestProto data_request =
-        MakeTeiRequest(*request, options_.models.at(request->model), RandomRequestId());
+        MakeTeiRequest(*request, options_.models.at(request->model), request_id);
     if (std::size_t size = data_request.ByteSizeLong(); size > max_message_bytes_) {
       reply_error(TeiError{.http_status = 413,
                            .message = "request of " + std::to_string(size) +
@@ -654,8 +677,8 @@ class HttpGateway::Impl {
   // request's mistakes, 404 for a model not served, 5xx as the Jina routes
   // map them.
   void KServeInfer(const HttpRequest& http_request, const std::string& name,
-                   const std::string& version, std::chrono::system_clock::time_point deadline,
-                   const Send& send) {
+                   const std::string& version, const std::string& request_id,
+                   std::chrono::system_clock::time_point deadline, const Send& send) {
     const std::optional<std::string> endpoint = ModelEndpoint(name, version, send);
     if (!endpoint) {
       return;
@@ -675,9 +698,9 @@ class HttpGateway::Impl {
     StatusOr<inference::ModelInferRequest> request =
         ParseKServeHttpInfer(http_request.body, json_length, name, version, max_message_bytes_);
     StatusOr<jina::DataRequestProto> data_request =
-        request.ok() ? KServeToDataRequest(*request, *endpoint, RandomRequestId(),
-                                           max_message_bytes_, signature)
-                     : StatusOr<jina::DataRequestProto>(request.status());
+        request.ok()
+            ? KServeToDataRequest(*request, *endpoint, request_id, max_message_bytes_, signature)
+            : StatusOr<jina::DataRequestProto>(request.status());
     if (!data_request.ok()) {
       send(KServeError(400, std::string(data_request.status().message())));
       return;

@@ -12,6 +12,7 @@
 
 #include "core/doc_proto.h"
 #include "core/gpu_inventory.h"
+#include "core/logging.h"
 #include "core/registry.h"
 #include "core/value_json.h"
 #include "google/protobuf/util/json_util.h"
@@ -199,8 +200,12 @@ HandlerOutcome RequestHandler::Invoke(const Route& route, DocList& docs,
                                       WorkerMetrics::Endpoint* measured,
                                       const std::function<bool()>* abandoned) {
   HandlerOutcome outcome;
-  handler_thread_.Run(
-      [&] { outcome = InvokeOnHandlerThread(route, docs, parameters, measured, abandoned); });
+  // The handler's own log lines carry the request's id.
+  const std::string request_id = CurrentRequestId();
+  handler_thread_.Run([&] {
+    const RequestLogScope scope(request_id);
+    outcome = InvokeOnHandlerThread(route, docs, parameters, measured, abandoned);
+  });
   return outcome;
 }
 
@@ -313,6 +318,7 @@ RequestHandler::Result RequestHandler::Handle(jina::DataRequestProto* request,
                                               std::int64_t max_message_bytes,
                                               const std::function<bool()>& abandoned) {
   const auto arrived = std::chrono::steady_clock::now();
+  const RequestLogScope log_scope(request->header().request_id());
   Result result;
   auto* route_proto = request->add_routes();
   route_proto->set_executor(executor_name_);

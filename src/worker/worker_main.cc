@@ -55,6 +55,7 @@ std::string WorkerSpecToJson(const WorkerSpec& spec) {
   j["host"] = spec.host;
   j["port"] = spec.port;
   j["log_level"] = spec.log_level;
+  j["log_format"] = spec.log_format;
   j["port_file"] = spec.port_file;
   nlohmann::json batching = nlohmann::json::object();
   for (const auto& [key, b] : spec.dynamic_batching) {
@@ -97,6 +98,7 @@ StatusOr<WorkerSpec> WorkerSpecFromJson(std::string_view json) {
     spec.host = j.value("host", spec.host);
     spec.port = j.value("port", 0);
     spec.log_level = j.value("log_level", "");
+    spec.log_format = j.value("log_format", "");
     spec.port_file = j.value("port_file", "");
     spec.config_dir = j.value("config_dir", "");
     spec.max_message_bytes = j.value("max_message_bytes", kDefaultMaxMessageBytes);
@@ -269,8 +271,9 @@ int RunWorker(const WorkerFlags& flags) {
     InitProcessLogger("worker").IgnoreError();
     return report_error(spec.status());
   }
-  if (Status s = InitProcessLogger(spec->runtime_name, spec->log_level); !s.ok()) {
-    InitProcessLogger(spec->runtime_name, "info").IgnoreError();
+  if (Status s = InitProcessLogger(spec->runtime_name, spec->log_level, spec->log_format);
+      !s.ok()) {
+    InitProcessLogger(spec->runtime_name, "info", "text").IgnoreError();
     return report_error(s);
   }
 

@@ -33,6 +33,8 @@ struct WorkerSpec {
   std::string host = "127.0.0.1";
   int port = 0;
   std::string log_level;
+  // "text" or "json" (core/logging.h); empty: $GANTRY_LOG_FORMAT, else text.
+  std::string log_format;
   // Written with the bound port once ready (for `gantry executor`).
   std::string port_file;
   // uses_dynamic_batching / YAML dynamic_batching, by endpoint or handler.

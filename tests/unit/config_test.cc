@@ -318,6 +318,8 @@ with:
   env: {A: x, B: 1, C: true, D: 1.50}
   timeout_ready: 5000
   log_level: debug
+  log_format: json
+  access_log: true
 )",
                                                               "dep.yml");
   ASSERT_TRUE(options.ok()) << options.status();
@@ -333,6 +335,8 @@ with:
   EXPECT_EQ(options->env, want_env);
   EXPECT_EQ(options->timeout_ready, std::chrono::milliseconds(5000));
   EXPECT_EQ(options->log_level, "debug");
+  EXPECT_EQ(options->log_format, "json");
+  EXPECT_TRUE(options->access_log);
 }
 
 TEST(DeploymentConfigTest, ParsesGpusInEveryForm) {
@@ -402,6 +406,8 @@ TEST(DeploymentConfigTest, KeepsDefaults) {
   EXPECT_EQ(options->host, defaults.host);
   EXPECT_EQ(options->timeout_ready, defaults.timeout_ready);
   EXPECT_EQ(options->log_level, defaults.log_level);
+  EXPECT_EQ(options->log_format, "");
+  EXPECT_FALSE(options->access_log);
 }
 
 TEST(DeploymentConfigTest, TimeoutReadyMinusOneWaitsForever) {
@@ -677,7 +683,8 @@ TEST(DeploymentConfigTest, RejectsUnknownKeys) {
   EXPECT_EQ(
       DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  replica: 2\n"),
       "dep.yml:4:3: with.replica: unknown key; allowed keys: uses, uses_with, uses_metas, "
-      "name, replicas, port, host, env, timeout_ready, log_level, gpus, uses_dynamic_batching, "
+      "name, replicas, port, host, env, timeout_ready, log_level, log_format, access_log, gpus, "
+      "uses_dynamic_batching, "
       "http_port, max_message_bytes, max_concurrent_requests, models, api_key, cors, "
       "ssl_certfile, ssl_keyfile, ssl_client_cafile, "
       "restart_backoff_initial, restart_backoff_max, max_init_failures, min_ready, "
@@ -746,6 +753,10 @@ TEST(DeploymentConfigTest, RejectsWrongTypes) {
   EXPECT_EQ(DeploymentError(head + "  log_level: verbose\n"),
             "dep.yml:4:14: with.log_level: expected one of debug, info, warning, error; got "
             "\"verbose\"");
+  EXPECT_EQ(DeploymentError(head + "  log_format: xml\n"),
+            "dep.yml:4:15: with.log_format: expected text or json; got \"xml\"");
+  EXPECT_EQ(DeploymentError(head + "  access_log: sometimes\n"),
+            "dep.yml:4:15: with.access_log: expected true or false, got \"sometimes\"");
   EXPECT_EQ(DeploymentError(head + "  timeout_ready: soon\n"),
             "dep.yml:4:18: with.timeout_ready: expected milliseconds >= 0, or -1 to wait "
             "forever, got \"soon\"");

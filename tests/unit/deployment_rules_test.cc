@@ -281,6 +281,12 @@ TEST(DeploymentRulesTest, ValidateDeploymentOptionsNamesTheDeployment) {
   // The C++ API takes any level the logger knows, wider than a file's.
   o.log_level = "trace";
   EXPECT_TRUE(ValidateDeploymentOptions(o).ok());
+  o = Valid();
+  o.log_format = "yaml";
+  EXPECT_EQ(ValidateDeploymentOptions(o).message(),
+            "deployment 'dep': log_format: expected text or json; got \"yaml\"");
+  o.log_format = "json";
+  EXPECT_TRUE(ValidateDeploymentOptions(o).ok());
 
   // First rule broken, first reported: replicas before port.
   o = Valid();

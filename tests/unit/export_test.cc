@@ -268,6 +268,27 @@ TEST(ExportTest, MaxConcurrentRequestsGoesToTheGatewayOrIsRefusedForAStep) {
                         "exported (set it in the Flow's `with:`)"));
 }
 
+TEST(ExportTest, LogFormatAndAccessLogReachEveryProcess) {
+  TempDir dir;
+  WriteFile(dir.File("dep.yml"),
+            "jtype: Deployment\nwith: {name: encoder, uses: NoOpExec, log_format: json, "
+            "access_log: true}\n");
+  auto written = ExportDockerCompose(dir.File("dep.yml"), dir.File("c.yml"));
+  ASSERT_TRUE(written.ok()) << written.status();
+  const YAML::Node services = YAML::LoadFile(dir.File("c.yml"))["services"];
+  const std::vector<std::string> gateway = Strings(services["gateway"]["command"]);
+  EXPECT_NE(std::find(gateway.begin(), gateway.end(), "--access-log"), gateway.end());
+  auto format = std::find(gateway.begin(), gateway.end(), "--log-format");
+  ASSERT_NE(format, gateway.end());
+  ASSERT_NE(format + 1, gateway.end());
+  EXPECT_EQ(*(format + 1), "json");
+  const std::vector<std::string> executor = Strings(services["encoder"]["command"]);
+  format = std::find(executor.begin(), executor.end(), "--log-format");
+  ASSERT_NE(format, executor.end());
+  ASSERT_NE(format + 1, executor.end());
+  EXPECT_EQ(*(format + 1), "json");
+}
+
 TEST(ExportTest, GatewaySettingsGoToTheGatewayButAnApiKeyIsRefused) {
   TempDir dir;
   WriteFile(dir.File("dep.yml"),

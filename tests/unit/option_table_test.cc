@@ -90,7 +90,7 @@ TEST(OptionTableTest, TimeoutReadyMinusOneWaitsForever) {
 TEST(OptionTableTest, KeyListsFollowTheTable) {
   EXPECT_THAT(
       FlowWithKeys(),
-      ::testing::ElementsAre("name", "port", "protocol", "host", "env", "http_port",
+      ::testing::ElementsAre("name", "port", "protocol", "host", "env", "access_log", "http_port",
                              "max_message_bytes", "max_concurrent_requests", "api_key", "cors",
                              "timeout_drain", "timeout_send", "monitoring", "port_monitoring"));
   EXPECT_EQ(DeploymentWithKeys().front(), "uses");
