@@ -138,6 +138,10 @@ struct DeploymentOptions {
   // RESOURCE_EXHAUSTED (HTTP 429) rather than left to wait. 0: no bound of
   // its own (its byte budget and each replica's 1,024 calls still hold).
   int max_concurrent_requests = 0;
+  // Inputs one OpenAI /v1/embeddings or TEI /embed, /tokenize or /rerank
+  // request may carry (TEI's --max-client-batch-size), 1 to 2048; more are
+  // refused (HTTP 413 for TEI, 400 for OpenAI) naming both numbers.
+  int max_client_batch_size = 2048;
   // Non-empty: the gateway's data routes want this key, as gRPC metadata
   // `authorization: Bearer <key>` (else UNAUTHENTICATED) and as the HTTP
   // header `Authorization: Bearer <key>` (else 401). Health, readiness,

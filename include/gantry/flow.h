@@ -80,6 +80,8 @@ struct FlowOptions {
   // Requests the Flow's gateway forwards at once (see DeploymentOptions);
   // 0: no bound of its own.
   int max_concurrent_requests = 0;
+  // Inputs one OpenAI or TEI request may carry (see DeploymentOptions).
+  int max_client_batch_size = 2048;
   // The gateway's API key and CORS, as DeploymentOptions has them.
   // A request's whole time at the gateway, as DeploymentOptions has it.
   std::chrono::milliseconds timeout_send{0};

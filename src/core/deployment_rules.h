@@ -55,6 +55,9 @@ inline constexpr IntRule kMaxMessageBytesRule{1, std::numeric_limits<std::int32_
 // bound of its own; the byte budget and each replica's 1,024 calls remain).
 inline constexpr IntRule kMaxConcurrentRequestsRule{0, kIntMax, "an integer >= 0 (0: no limit)",
                                                     false};
+// Inputs in one OpenAI or TEI request; 2048 is also the gateway's own
+// bound on a client's list (OpenAI's limit).
+inline constexpr IntRule kMaxClientBatchSizeRule{1, 2048, "an integer from 1 to 2048", true};
 // `timeout_ready` in YAML, in milliseconds.
 inline constexpr IntRule kTimeoutReadyRule{-1, std::numeric_limits<std::int64_t>::max(),
                                            "milliseconds >= 0, or -1 to wait forever", false};

@@ -119,6 +119,14 @@ const OptionRow kRows[] = {
      .deployment = Field<&D::max_concurrent_requests>(),
      .flow = Field<&F::max_concurrent_requests>(),
      .gateway_flag = true},
+    {.key = "max_client_batch_size",
+     .type = OptionType::kInt,
+     .rule = &kMaxClientBatchSizeRule,
+     .flag = "--max-client-batch-size",
+     .help = "inputs one OpenAI or TEI request may carry, 1 to 2048 (default 2048)",
+     .deployment = Field<&D::max_client_batch_size>(),
+     .flow = Field<&F::max_client_batch_size>(),
+     .gateway_flag = true},
     {.key = "models"},
     // Not a gateway_flag: `gantry export` would write the key into
     // manifests; an exported gateway reads $GANTRY_API_KEY instead.

@@ -702,6 +702,7 @@ Status Gateway::Impl::Init() {
     http_options.api_key = options_.api_key;
     http_options.max_concurrent_requests = options_.max_concurrent_requests;
     http_options.cors = options_.cors;
+    http_options.max_client_batch_size = options_.max_client_batch_size;
     auto http = HttpGateway::Start(
         std::move(http_options),
         [this](const std::string& request, Clock::time_point deadline, HttpForwardDone done) {
@@ -979,6 +980,7 @@ GatewayOptions GatewayOptionsOf(const DeploymentOptions& options) {
   gateway.http_port = options.http_port;
   gateway.max_message_bytes = options.max_message_bytes;
   gateway.max_concurrent_requests = options.max_concurrent_requests;
+  gateway.max_client_batch_size = options.max_client_batch_size;
   gateway.tls = options.tls;
   gateway.api_key = options.api_key;
   gateway.timeout_send = options.timeout_send;

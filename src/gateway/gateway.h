@@ -78,6 +78,8 @@ struct GatewayOptions {
   // each is answered; the next is refused with RESOURCE_EXHAUSTED. 0: no
   // bound of its own.
   int max_concurrent_requests = 0;
+  // Inputs one OpenAI or TEI request may carry.
+  int max_client_batch_size = 2048;
   // HTTP/JSON port next to the gRPC one: -1 for none, 0 for any free port.
   int http_port = -1;
   // Model names -> executor endpoints, for the OpenAI API (HTTP port) and

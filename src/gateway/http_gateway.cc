@@ -228,6 +228,12 @@ class HttpGateway::Impl {
   // Every answer goes out through here, so CORS headers are never missed.
   using Send = std::function<void(HttpResponse)>;
 
+  // Within the gateway's own bound whatever the options say.
+  std::size_t MaxClientBatchSize() const {
+    return std::clamp<std::size_t>(
+        static_cast<std::size_t>(std::max(options_.max_client_batch_size, 1)), 1, kMaxOpenAiInputs);
+  }
+
   void Route(const HttpRequest& request, const HttpRespond& respond) {
     const std::string request_id = RequestIdOf(request);
     // The client's X-Request-Id goes back as it came (a proxy's own
@@ -334,13 +340,13 @@ class HttpGateway::Impl {
     } else if ((tei_embed || tei_rerank || tei_tokenize) && !jina_body) {
       const json& body = *tei_body;
       if (tei_embed) {
-        HandleTei(ParseTeiEmbedRequest(body, options_.models, kMaxOpenAiInputs), request_id,
+        HandleTei(ParseTeiEmbedRequest(body, options_.models, MaxClientBatchSize()), request_id,
                   *deadline, send);
       } else if (tei_tokenize) {
-        HandleTei(ParseTeiTokenizeRequest(body, options_.models, kMaxOpenAiInputs), request_id,
+        HandleTei(ParseTeiTokenizeRequest(body, options_.models, MaxClientBatchSize()), request_id,
                   *deadline, send);
       } else {
-        HandleTei(ParseTeiRerankRequest(body, options_.models, kMaxOpenAiInputs), request_id,
+        HandleTei(ParseTeiRerankRequest(body, options_.models, MaxClientBatchSize()), request_id,
                   *deadline, send);
       }
     } else {
@@ -466,7 +472,7 @@ class HttpGateway::Impl {
           "request body must be a JSON object: " + std::string(parsed.status().message()), ""));
       return;
     }
-    auto request = ParseOpenAiEmbeddingsRequest(*parsed, options_.models);
+    auto request = ParseOpenAiEmbeddingsRequest(*parsed, options_.models, MaxClientBatchSize());
     if (const auto* error = std::get_if<OpenAiError>(&request)) {
       reply_error(*error);
       return;
@@ -765,7 +771,7 @@ class HttpGateway::Impl {
                          .max_concurrent_requests = options_.max_concurrent_requests > 0
                                                         ? options_.max_concurrent_requests
                                                         : kMaxWorkerCallsInFlight,
-                         .max_client_batch_size = static_cast<std::int64_t>(kMaxOpenAiInputs),
+                         .max_client_batch_size = static_cast<std::int64_t>(MaxClientBatchSize()),
                          .version = GANTRY_VERSION};
     forward_(MakeTeiInfoDataRequest(RandomRequestId()).SerializeAsString(), *deadline,
              [send, router = std::move(router), cap = max_message_bytes_](

@@ -85,6 +85,8 @@ struct HttpGatewayOptions {
   // Model names -> the executor endpoints that serve them (none: no /v1
   // routes).
   std::map<std::string, std::string> models;
+  // Inputs one OpenAI or TEI request may carry (1 to kMaxOpenAiInputs).
+  int max_client_batch_size = 2048;
   // Answers /v2/health/ready (null: always ready).
   std::function<bool()> ready;
   // The models' KServe v2 signature (gateway/kserve.h), when set.

@@ -2,6 +2,7 @@
 
 #include <absl/strings/escaping.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -109,7 +110,7 @@ std::optional<TextInputsProblem> ReadTextInputs(const json& value, std::string_v
 }
 
 std::variant<OpenAiEmbeddingsRequest, OpenAiError> ParseOpenAiEmbeddingsRequest(
-    const json& body, const std::map<std::string, std::string>& served) {
+    const json& body, const std::map<std::string, std::string>& served, std::size_t max_inputs) {
   if (!body.is_object()) {
     return Invalid("request body must be a JSON object", "");
   }
@@ -134,7 +135,8 @@ std::variant<OpenAiEmbeddingsRequest, OpenAiError> ParseOpenAiEmbeddingsRequest(
   if (input == body.end() || input->is_null()) {
     return Invalid("'input' is required: a string or a list of strings", "input");
   }
-  if (auto problem = ReadTextInputs(*input, "input", kMaxOpenAiInputs, request.inputs)) {
+  if (auto problem =
+          ReadTextInputs(*input, "input", std::min(max_inputs, kMaxOpenAiInputs), request.inputs)) {
     return Invalid(problem->message, "input");
   }
 

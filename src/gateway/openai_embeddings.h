@@ -73,12 +73,13 @@ struct OpenAiEmbeddingsRequest {
 };
 
 // Validates a request body: `model` (a served name), `input` (a non-empty
-// string, or 1 to kMaxOpenAiInputs of them; token arrays are refused),
+// string, or 1 to `max_inputs` of them; token arrays are refused),
 // `encoding_format` (float or base64), `dimensions` (a positive integer),
 // `user` (ignored). `served` maps model names to executor endpoints; an
 // unknown model is 404 model_not_found listing them.
 std::variant<OpenAiEmbeddingsRequest, OpenAiError> ParseOpenAiEmbeddingsRequest(
-    const nlohmann::json& body, const std::map<std::string, std::string>& served);
+    const nlohmann::json& body, const std::map<std::string, std::string>& served,
+    std::size_t max_inputs = kMaxOpenAiInputs);
 
 // The request the executor endpoint `endpoint` gets: one text document per
 // input, in order, and `return_token_counts: true`.

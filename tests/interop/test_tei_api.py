@@ -254,5 +254,49 @@ class TeiRoutesInFrontOfSentenceEncoder(unittest.TestCase):
         self.assertEqual(len(reply["data"][0]["embedding"]), 384)
 
 
+class MaxClientBatchSize(unittest.TestCase):
+    """`max_client_batch_size` bounds the inputs of one TEI or OpenAI request
+    (InteropExec behind it: no model needed, so this runs in every build)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        path = os.path.join(cls.tmp.name, "small.yml")
+        with open(path, "w") as f:
+            f.write("jtype: Deployment\nwith:\n  name: small\n  max_client_batch_size: 3\n"
+                    "  models: {tiny: /encode}\n  uses:\n    jtype: InteropExec\n"
+                    f"    metas:\n      libs: [{os.environ['GANTRY_INTEROP_PLUGIN']}]\n")
+        cls.gantry = GantryProcess(["deployment", "--uses", path, "--port", "0"], cls.tmp.name,
+                                   "small", http=True)
+        cls.port = cls.gantry.http_port
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gantry.stop()
+        cls.tmp.cleanup()
+
+    def test_more_inputs_than_the_bound_are_refused_with_both_numbers(self):
+        status, reply = post(self.port, "/embed",
+                             {"inputs": ["a", "bb", "ccc"], "normalize": False})
+        self.assertEqual(status, 200, reply)
+        self.assertEqual([row[0] for row in reply], [1.0, 2.0, 3.0])
+        for path, body, want_status, want in [
+                ("/embed", {"inputs": ["x"] * 4}, 413,
+                 "batch size 4 > maximum allowed batch size 3"),
+                ("/tokenize", {"inputs": ["x"] * 5}, 413,
+                 "batch size 5 > maximum allowed batch size 3"),
+                ("/rerank", {"query": "q", "texts": ["x"] * 4}, 413,
+                 "batch size 4 > maximum allowed batch size 3"),
+                ("/v1/embeddings", {"model": "tiny", "input": ["x"] * 4}, 400,
+                 "'input' has 4 items; at most 3 per request")]:
+            status, reply = post(self.port, path, body)
+            self.assertEqual(status, want_status, (path, reply))
+            message = reply["error"] if path != "/v1/embeddings" else reply["error"]["message"]
+            self.assertIn(want, message, (path, reply))
+        status, reply = post(self.port, "/v1/embeddings", {"model": "tiny", "input": ["a"] * 3})
+        self.assertEqual(status, 200, reply)
+        self.assertEqual(len(reply["data"]), 3)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -320,6 +320,7 @@ with:
   log_level: debug
   log_format: json
   access_log: true
+  max_client_batch_size: 32
 )",
                                                               "dep.yml");
   ASSERT_TRUE(options.ok()) << options.status();
@@ -337,6 +338,7 @@ with:
   EXPECT_EQ(options->log_level, "debug");
   EXPECT_EQ(options->log_format, "json");
   EXPECT_TRUE(options->access_log);
+  EXPECT_EQ(options->max_client_batch_size, 32);
 }
 
 TEST(DeploymentConfigTest, ParsesGpusInEveryForm) {
@@ -685,7 +687,8 @@ TEST(DeploymentConfigTest, RejectsUnknownKeys) {
       "dep.yml:4:3: with.replica: unknown key; allowed keys: uses, uses_with, uses_metas, "
       "name, replicas, port, host, env, timeout_ready, log_level, log_format, access_log, gpus, "
       "uses_dynamic_batching, "
-      "http_port, max_message_bytes, max_concurrent_requests, models, api_key, cors, "
+      "http_port, max_message_bytes, max_concurrent_requests, max_client_batch_size, models, "
+      "api_key, cors, "
       "ssl_certfile, ssl_keyfile, ssl_client_cafile, "
       "restart_backoff_initial, restart_backoff_max, max_init_failures, min_ready, "
       "liveness_period, "
@@ -755,6 +758,9 @@ TEST(DeploymentConfigTest, RejectsWrongTypes) {
             "\"verbose\"");
   EXPECT_EQ(DeploymentError(head + "  log_format: xml\n"),
             "dep.yml:4:15: with.log_format: expected text or json; got \"xml\"");
+  EXPECT_EQ(DeploymentError(head + "  max_client_batch_size: 4096\n"),
+            "dep.yml:4:26: with.max_client_batch_size: expected an integer from 1 to 2048, got "
+            "4096");
   EXPECT_EQ(DeploymentError(head + "  access_log: sometimes\n"),
             "dep.yml:4:15: with.access_log: expected true or false, got \"sometimes\"");
   EXPECT_EQ(DeploymentError(head + "  timeout_ready: soon\n"),
