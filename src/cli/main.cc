@@ -355,11 +355,26 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
 }
 
 int RunGateway(const std::string& addresses, const std::string& host, const ListenFlags& listen,
-               const std::string& name, const LogFlags& log, const GivenOptions& given) {
+               const std::string& name, const LogFlags& log, const GivenOptions& given,
+               const std::vector<std::string>& models) {
   gantry::internal::InitProcessLogger("gateway", log.level, log.format).IgnoreError();
   // The gateway's settings are a Deployment's, less its replicas.
   gantry::DeploymentOptions settings{.name = name, .host = host};
   ApplyTableFlags(given, &OptionRow::deployment, settings);
+  // --model NAME=ENDPOINT, as a YAML's `models:` map says it.
+  for (const std::string& model : models) {
+    const std::size_t equals = model.find('=');
+    if (equals == std::string::npos) {
+      return Fail(gantry::InvalidArgumentError("--model '" + model +
+                                               "': expected NAME=ENDPOINT (my-model=/encode)"));
+    }
+    const std::string model_name = model.substr(0, equals);
+    const std::string endpoint = model.substr(equals + 1);
+    if (gantry::Status s = gantry::internal::CheckServedModel(model_name, endpoint); !s.ok()) {
+      return Fail(s.WithPrefix("--model '" + model + "'"));
+    }
+    settings.models.insert_or_assign(model_name, endpoint);
+  }
   ApiKeyFromEnvironment(settings.api_key);
   if (gantry::Status s = CheckHttpPortFile(listen, settings.http_port); !s.ok()) {
     return Fail(s);
@@ -520,6 +535,11 @@ int main(int argc, char** argv) try {
       gateway, [](const OptionRow& row) { return row.gateway_flag; }, "", &given);
   std::string gateway_name = "executor";
   gateway->add_option("--name", gateway_name, "deployment name for messages");
+  std::vector<std::string> gateway_models;
+  gateway->add_option("--model", gateway_models,
+                      "NAME=ENDPOINT: a model name for the OpenAI, TEI and KServe v2 APIs and "
+                      "the executor endpoint that serves it (repeatable; default: --name serves "
+                      "/encode)");
   gateway->add_option("--port-file", listen.port_file, "write the port here when ready");
   gateway->add_option("--http-port-file", listen.http_port_file, kHttpPortFileHelp);
   log_flags(gateway);
@@ -592,7 +612,7 @@ int main(int argc, char** argv) try {
   }
   if (gateway->parsed()) {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    return RunGateway(addresses, host, listen, gateway_name, log, given);
+    return RunGateway(addresses, host, listen, gateway_name, log, given, gateway_models);
   }
   if (ping->parsed()) {
     // A CA or client certificate only makes sense over TLS.

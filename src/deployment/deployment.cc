@@ -292,7 +292,6 @@ Status Deployment::Impl::Start() {
   GANTRY_RETURN_IF_ERROR(AwaitReplicas());
 
   internal::GatewayOptions gateway_options = internal::GatewayOptionsOf(options_);
-  gateway_options.models = options_.models;
   gateway_options.signature = KServeSignatureOf(options_.uses_with);
   for (const Replica& replica : replicas_) {
     // Empty: still starting (min_ready); the pool keeps it out of rotation

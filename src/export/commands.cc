@@ -154,6 +154,10 @@ Value::List GatewayArgs(const Topology& t, std::string_view replica_addresses) {
     args.push_back(Text("--log-format"));
     args.push_back(Text(t.gateway.log_format));
   }
+  for (const auto& [model, endpoint] : t.gateway.models) {
+    args.push_back(Text("--model"));
+    args.push_back(Text(model + "=" + endpoint));
+  }
   // The rest of `gantry gateway`'s flags, where they differ from the
   // defaults. The port is the exported one; TLS files are refused
   // (CheckExportable).

@@ -142,8 +142,11 @@ Status CheckExportable(const Topology& t, const Step& step) {
   if (!d.api_key.empty()) {
     return Refuse(t, step.key_path + ".api_key", kApiKeyNotExported);
   }
-  if (!d.models.empty()) {
-    return Refuse(t, step.key_path + ".models", "served model names are not exported yet");
+  // A Deployment's go to its exported gateway (--model); a Flow step has
+  // no gateway of its own there.
+  if (t.is_flow && !d.models.empty()) {
+    return Refuse(t, step.key_path + ".models",
+                  "a Flow step's served model names are not exported (only a Deployment's are)");
   }
   // A Deployment's bound goes to the exported gateway; a Flow step has no
   // gateway of its own there, so its bound would be lost.

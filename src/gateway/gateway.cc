@@ -981,6 +981,7 @@ GatewayOptions GatewayOptionsOf(const DeploymentOptions& options) {
   gateway.max_message_bytes = options.max_message_bytes;
   gateway.max_concurrent_requests = options.max_concurrent_requests;
   gateway.max_client_batch_size = options.max_client_batch_size;
+  gateway.models = options.models;
   gateway.tls = options.tls;
   gateway.api_key = options.api_key;
   gateway.timeout_send = options.timeout_send;

@@ -9,6 +9,7 @@
 #include <gantry/export.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -194,6 +195,8 @@ with:
   uses: TagExec
   uses_with: {tag: t, value: "x"}
   replicas: 2
+  http_port: 8000
+  models: {tag-model: /tag, other-model: /other}
 )");
   const std::string k8s = dir.File("k8s");
   auto written = ExportKubernetes(dir.File("dep.yml"), k8s, {.k8s_namespace = "ns"});
@@ -235,12 +238,25 @@ with:
               ",dns:///127.0.0.1:" + std::to_string(second.port));
   SetFlag(args, "--host", "127.0.0.1");
   SetFlag(args, "--port", "0");
+  SetFlag(args, "--http-port", "0");
   const std::string port_file = dir.File("gateway.port");
-  args.insert(args.end(), {"--port-file", port_file});
+  const std::string http_port_file = dir.File("gateway.http-port");
+  args.insert(args.end(), {"--port-file", port_file, "--http-port-file", http_port_file});
   ChildProcessPtr cli = StartCli(args, dir.File("gateway.log"));
   ASSERT_NE(cli, nullptr);
   auto port = testing::WaitForFile(port_file, kReadyTimeout);
   ASSERT_TRUE(port.has_value()) << testing::ReadFile(dir.File("gateway.log"));
+
+  // The YAML's served model names reach the exported gateway.
+  auto http_port = testing::WaitForFile(http_port_file, kReadyTimeout);
+  ASSERT_TRUE(http_port.has_value());
+  httplib::Client http("127.0.0.1", std::stoi(*http_port));
+  http.set_read_timeout(30, 0);
+  auto models = http.Get("/v1/models");
+  ASSERT_TRUE(models) << httplib::to_string(models.error());
+  EXPECT_EQ(models->status, 200) << models->body;
+  EXPECT_THAT(models->body, ::testing::HasSubstr("\"tag-model\""));
+  EXPECT_THAT(models->body, ::testing::HasSubstr("\"other-model\""));
 
   Client client("127.0.0.1:" + *port);
   std::set<std::int64_t> pids;

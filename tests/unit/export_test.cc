@@ -289,6 +289,31 @@ TEST(ExportTest, LogFormatAndAccessLogReachEveryProcess) {
   EXPECT_EQ(*(format + 1), "json");
 }
 
+TEST(ExportTest, ServedModelNamesGoToTheGatewayButAFlowStepsAreRefused) {
+  TempDir dir;
+  WriteFile(dir.File("dep.yml"),
+            "jtype: Deployment\nwith: {name: encoder, uses: NoOpExec, models: {a: /encode, b: "
+            "/rerank}}\n");
+  auto written = ExportDockerCompose(dir.File("dep.yml"), dir.File("c.yml"));
+  ASSERT_TRUE(written.ok()) << written.status();
+  const std::vector<std::string> command =
+      Strings(YAML::LoadFile(dir.File("c.yml"))["services"]["gateway"]["command"]);
+  std::vector<std::string> models;
+  for (auto it = command.begin(); it != command.end(); ++it) {
+    if (*it == "--model" && it + 1 != command.end()) {
+      models.push_back(*(it + 1));
+    }
+  }
+  EXPECT_THAT(models, ::testing::ElementsAre("a=/encode", "b=/rerank"));
+
+  WriteFile(dir.File("flow.yml"),
+            "jtype: Flow\nexecutors:\n  - {name: s, uses: NoOpExec, models: {a: /encode}}\n");
+  auto flow = ExportKubernetes(dir.File("flow.yml"), dir.File("out"));
+  ASSERT_FALSE(flow.ok());
+  EXPECT_THAT(flow.status().message(),
+              HasSubstr("executors[0].models: a Flow step's served model names are not exported"));
+}
+
 TEST(ExportTest, GatewaySettingsGoToTheGatewayButAnApiKeyIsRefused) {
   TempDir dir;
   WriteFile(dir.File("dep.yml"),
