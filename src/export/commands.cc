@@ -134,6 +134,10 @@ Value::List ExecutorArgs(const Topology& t, const Step& step) {
     args.push_back(Text("--log-format"));
     args.push_back(Text(step.deployment.log_format));
   }
+  if (step.deployment.monitoring) {
+    args.push_back(Text("--port-monitoring"));
+    args.push_back(Text(std::to_string(step.deployment.port_monitoring)));
+  }
   return args;
 }
 

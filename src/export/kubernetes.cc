@@ -101,6 +101,14 @@ Value TcpProbe(int port, int period, int failures) {
   return Probe("tcpSocket", port, period, failures);
 }
 
+std::vector<std::pair<std::string, int>> ExecutorPorts(const Step& step) {
+  std::vector<std::pair<std::string, int>> ports = {{"grpc", step.port}};
+  if (step.deployment.monitoring) {
+    ports.emplace_back("metrics", step.deployment.port_monitoring);
+  }
+  return ports;
+}
+
 Value ContainerPort(std::string name, int port) {
   Value::Dict p;
   p.emplace("name", Text(std::move(name)));
@@ -218,6 +226,17 @@ Value DeploymentDoc(const Topology& t, const ExportOptions& options, const PodSh
   selector.emplace("matchLabels", Value(std::move(match)));
   Value::Dict template_metadata;
   template_metadata.emplace("labels", Value(Labels(t, pod.name, pod.component)));
+  // The annotations Prometheus's usual Kubernetes scrape configuration
+  // (and most operators' defaults) look for.
+  for (const auto& [port_name, port] : pod.ports) {
+    if (port_name == "metrics") {
+      Value::Dict annotations;
+      annotations.emplace("prometheus.io/scrape", Text("true"));
+      annotations.emplace("prometheus.io/port", Text(std::to_string(port)));
+      annotations.emplace("prometheus.io/path", Text("/metrics"));
+      template_metadata.emplace("annotations", Value(std::move(annotations)));
+    }
+  }
   Value::Dict pod_template;
   pod_template.emplace("metadata", Value(std::move(template_metadata)));
   pod_template.emplace("spec", Value(std::move(pod_spec)));
@@ -286,7 +305,7 @@ StatusOr<std::vector<OutFile>> RenderKubernetes(const Topology& t, const ExportO
                  .replicas = step.deployment.replicas,
                  .args = ExecutorArgs(t, step),
                  .env = ContainerEnv(step),
-                 .ports = {{"grpc", step.port}},
+                 .ports = ExecutorPorts(step),
                  .gpus = step.gpus,
                  .has_config = true,
                  .volumes = step.deployment.volumes,

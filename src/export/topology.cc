@@ -135,8 +135,10 @@ Status CheckExportable(const Topology& t, const Step& step) {
     return Refuse(t, step.key_path + ".ssl_certfile",
                   "TLS files are not exported (terminate TLS at an Ingress or load balancer)");
   }
-  if (d.monitoring || !d.monitoring_targets_file.empty()) {
-    return Refuse(t, step.key_path + ".monitoring", "metrics are not exported yet");
+  if (!d.monitoring_targets_file.empty()) {
+    return Refuse(t, step.key_path + ".monitoring_targets_file",
+                  "a scrape-target file is not exported: Prometheus finds the exported pods by "
+                  "their prometheus.io annotations (Kubernetes) or by service name (compose)");
   }
   // A key written into manifests would sit in plain text in a repository.
   if (!d.api_key.empty()) {
@@ -215,9 +217,6 @@ StatusOr<Topology> LoadTopology(const std::string& path) {
     t.name = flow.name;
     t.gateway_port = flow.port != 0 ? flow.port : kDefaultGatewayPort;
     t.gateway = internal::DeploymentOptionsOfFlow(flow);
-    if (flow.monitoring) {
-      return Refuse(t, "with.monitoring", "metrics are not exported yet");
-    }
     if (!flow.api_key.empty()) {
       return Refuse(t, "with.api_key", kApiKeyNotExported);
     }
@@ -261,6 +260,29 @@ StatusOr<Topology> LoadTopology(const std::string& path) {
     step.port = next_port++;
     ports.insert(step.port);
   }
+  // Metrics on fixed ports: the gateway's `port_monitoring` (else 9090 or
+  // the next port its container leaves free), each executor's 9090 (its
+  // own container; a Flow's `monitoring` turns it on for every step).
+  if (t.gateway.monitoring) {
+    const std::set<int> gateway_ports = {t.gateway_port, t.gateway.http_port};
+    if (t.gateway.port_monitoring == 0) {
+      t.gateway.port_monitoring = kMetricsPort;
+      while (gateway_ports.contains(t.gateway.port_monitoring)) {
+        ++t.gateway.port_monitoring;
+      }
+    } else if (gateway_ports.contains(t.gateway.port_monitoring)) {
+      return Refuse(t, "with.port_monitoring",
+                    "port " + std::to_string(t.gateway.port_monitoring) +
+                        " is also the gateway's gRPC or HTTP port");
+    }
+  }
+  for (Step& step : t.steps) {
+    if (step.external || !(step.deployment.monitoring || (t.is_flow && t.gateway.monitoring))) {
+      continue;
+    }
+    step.deployment.monitoring = true;
+    step.deployment.port_monitoring = step.port == kMetricsPort ? kMetricsPort + 1 : kMetricsPort;
+  }
   return t;
 }
 
@@ -272,6 +294,9 @@ std::vector<std::pair<std::string, int>> GatewayPorts(const Topology& t) {
   std::vector<std::pair<std::string, int>> ports = {{"grpc", t.gateway_port}};
   if (t.gateway.http_port >= 0) {
     ports.emplace_back("http", t.gateway.http_port);
+  }
+  if (t.gateway.monitoring) {
+    ports.emplace_back("metrics", t.gateway.port_monitoring);
   }
   return ports;
 }

@@ -21,6 +21,9 @@ namespace gantry::exporting {
 
 inline constexpr int kDefaultGatewayPort = 8080;
 inline constexpr int kFirstExecutorPort = 8081;
+// Where a container serves /metrics when `monitoring` is on and the YAML
+// names no port: Prometheus needs a fixed one to scrape.
+inline constexpr int kMetricsPort = 9090;
 inline constexpr std::string_view kConfigDir = "/etc/gantry";
 inline constexpr std::string_view kGatewayName = "gateway";
 // A startup probe may not wait forever; `timeout_ready: -1` gets a day.

@@ -28,11 +28,15 @@ with:
   replicas: 3
   http_port: 8090
   env: {GREETING: hello}
+  monitoring: true
+  models: {my-encoder: /encode}
+  log_format: json
+  access_log: true
 """
 
 FLOW = """\
 jtype: Flow
-with: {name: search, port: 9000}
+with: {name: search, port: 9000, monitoring: true}
 executors:
   - {name: tokenizer, uses: NoOpExec, replicas: 2}
   - name: text_encoder

@@ -289,6 +289,54 @@ TEST(ExportTest, LogFormatAndAccessLogReachEveryProcess) {
   EXPECT_EQ(*(format + 1), "json");
 }
 
+TEST(ExportKubernetesTest, MonitoringGetsFixedPortsAndScrapeAnnotations) {
+  TempDir dir;
+  WriteFile(dir.File("dep.yml"),
+            "jtype: Deployment\nwith: {name: encoder, uses: NoOpExec, monitoring: true, "
+            "http_port: 9090}\n");
+  auto written = ExportKubernetes(dir.File("dep.yml"), dir.File("k8s"));
+  ASSERT_TRUE(written.ok()) << written.status();
+  const auto check_pod = [](const YAML::Node& deployment, int metrics_port) {
+    const YAML::Node annotations = deployment["spec"]["template"]["metadata"]["annotations"];
+    ASSERT_TRUE(annotations) << "no annotations";
+    EXPECT_EQ(annotations["prometheus.io/scrape"].as<std::string>(), "true");
+    EXPECT_EQ(annotations["prometheus.io/port"].as<std::string>(), std::to_string(metrics_port));
+    EXPECT_EQ(annotations["prometheus.io/path"].as<std::string>(), "/metrics");
+    const YAML::Node c = Container(deployment);
+    bool found = false;
+    for (const YAML::Node& port : c["ports"]) {
+      if (port["name"].as<std::string>() == "metrics") {
+        found = true;
+        EXPECT_EQ(port["containerPort"].as<int>(), metrics_port);
+      }
+    }
+    EXPECT_TRUE(found) << "no metrics container port";
+    const std::vector<std::string> args = Strings(c["args"]);
+    auto flag = std::find(args.begin(), args.end(), "--port-monitoring");
+    ASSERT_NE(flag, args.end());
+    ASSERT_NE(flag + 1, args.end());
+    EXPECT_EQ(*(flag + 1), std::to_string(metrics_port));
+  };
+  check_pod(Objects(dir.File("k8s/encoder.yml")).at("Deployment/encoder"), 9090);
+  // 9090 is the gateway's HTTP port here: its metrics take the next one.
+  check_pod(Objects(dir.File("k8s/gateway.yml")).at("Deployment/gateway"), 9091);
+
+  WriteFile(dir.File("clash.yml"),
+            "jtype: Deployment\nwith: {name: encoder, uses: NoOpExec, monitoring: true, "
+            "port_monitoring: 8080}\n");
+  auto clash = ExportKubernetes(dir.File("clash.yml"), dir.File("k8s2"));
+  ASSERT_FALSE(clash.ok());
+  EXPECT_THAT(clash.status().message(),
+              HasSubstr("with.port_monitoring: port 8080 is also the gateway's gRPC or HTTP port"));
+  WriteFile(dir.File("targets.yml"),
+            "jtype: Deployment\nwith: {name: encoder, uses: NoOpExec, monitoring_targets_file: "
+            "t.json}\n");
+  auto targets = ExportKubernetes(dir.File("targets.yml"), dir.File("k8s3"));
+  ASSERT_FALSE(targets.ok());
+  EXPECT_THAT(targets.status().message(),
+              HasSubstr("with.monitoring_targets_file: a scrape-target file is not exported"));
+}
+
 TEST(ExportTest, ServedModelNamesGoToTheGatewayButAFlowStepsAreRefused) {
   TempDir dir;
   WriteFile(dir.File("dep.yml"),
