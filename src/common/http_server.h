@@ -1,5 +1,6 @@
 // An event-driven HTTP/1.1 server for the gateway's HTTP port and the
-// metrics ports, on Boost.Beast over Boost.Asio (docs/http.md says why).
+// metrics ports, on Boost.Beast over Boost.Asio (docs/benchmarks.md, "The
+// HTTP front end", says why).
 // A connection costs a socket and a few kilobytes, never a thread: a few
 // I/O threads read requests, and a handler answers each one whenever it
 // likes, from any thread, so a request waiting on a replica holds nothing

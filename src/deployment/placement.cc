@@ -298,7 +298,7 @@ class Planner {
     return slots;
   }
 
-  // Jina's CUDA_VISIBLE_DEVICES=RR<suffix> (protocol.md 3.5): empty for all
+  // Jina's CUDA_VISIBLE_DEVICES=RR<suffix>, read as Jina reads it: empty for all
   // GPUs, a slice m:n[:s] (optionally in brackets), a list a,b,c, one index
   // k (the slice k:k+1), or UUIDs, passed on as they are.
   StatusOr<std::vector<Slot>> RoundRobin(std::string suffix) {

@@ -19,7 +19,7 @@ namespace {
 
 using WireFormat = google::protobuf::internal::WireFormatLite;
 
-// DataRequestProto.header and HeaderProto.exec_endpoint (protocol.md).
+// DataRequestProto.header and HeaderProto.exec_endpoint (proto/jina/jina.proto).
 constexpr int kHeaderField = 1;
 // A header is a few short strings; one larger than this is not read.
 constexpr std::uint32_t kMaxHeaderBytes = 64 * 1024;

@@ -1,4 +1,4 @@
-// Dynamic batching inside a worker (protocol.md 3.2): one queue per endpoint
+// Dynamic batching inside a worker (Jina's dynamic_batching): one queue per endpoint
 // and parameter set. Callers (one gRPC thread per request) Push their
 // documents and block; a flusher thread merges what is queued into handler
 // calls of at most preferred_batch_size documents (or everything, with

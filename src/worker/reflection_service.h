@@ -3,7 +3,7 @@
 //
 // Why not grpc++'s reflection plugin: it lists every registered service, and
 // Jina's gateway raises KeyError on any name outside its stub mapping (health
-// included; protocol.md §2.4), while the gateway's data path is a generic
+// included; docs/interop.md), while the gateway's data path is a generic
 // service that the plugin would not list at all. Descriptors come from the
 // generated descriptor pool, so every linked .proto can be described.
 //

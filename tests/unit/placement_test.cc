@@ -179,7 +179,8 @@ PlacementRequest RoundRobin(int replicas, std::string value, bool from_env = tru
 }
 
 TEST(PlacementTest, JinaRoundRobinForms) {
-  // protocol.md 3.5's examples: 3 GPUs and 5 replicas.
+  // The forms of Jina's CUDA_VISIBLE_DEVICES=RR<suffix>: all GPUs, a slice, a list,
+  // one index, a negative slice, UUIDs.
   EXPECT_EQ(Visible(PlanPlacement(RoundRobin(5, "RR"), Gpus(3))), (V{"0", "1", "2", "0", "1"}));
   EXPECT_EQ(Visible(PlanPlacement(RoundRobin(5, "RR0:2"), Gpus(3))), (V{"0", "1", "0", "1", "0"}));
   EXPECT_EQ(Visible(PlanPlacement(RoundRobin(5, "RR1,3"), Gpus(4))), (V{"1", "3", "1", "3", "1"}));
