@@ -230,8 +230,8 @@ class HttpGateway::Impl {
 
   // Within the gateway's own bound whatever the options say.
   std::size_t MaxClientBatchSize() const {
-    return std::clamp<std::size_t>(
-        static_cast<std::size_t>(std::max(options_.max_client_batch_size, 1)), 1, kMaxOpenAiInputs);
+    return static_cast<std::size_t>(
+        std::clamp(options_.max_client_batch_size, 1, static_cast<int>(kMaxOpenAiInputs)));
   }
 
   void Route(const HttpRequest& request, const HttpRespond& respond) {

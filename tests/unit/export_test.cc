@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,16 @@ std::vector<std::string> Strings(const YAML::Node& seq) {
     out.push_back(item.as<std::string>());
   }
   return out;
+}
+
+// The argument after the first `flag` in `args`; nullopt when there is none.
+std::optional<std::string> ValueAfter(const std::vector<std::string>& args,
+                                      const std::string& flag) {
+  auto it = std::find(args.begin(), args.end(), flag);
+  if (it == args.end() || it + 1 == args.end()) {
+    return std::nullopt;
+  }
+  return *(it + 1);
 }
 
 YAML::Node Container(const YAML::Node& deployment) {
@@ -278,15 +289,9 @@ TEST(ExportTest, LogFormatAndAccessLogReachEveryProcess) {
   const YAML::Node services = YAML::LoadFile(dir.File("c.yml"))["services"];
   const std::vector<std::string> gateway = Strings(services["gateway"]["command"]);
   EXPECT_NE(std::find(gateway.begin(), gateway.end(), "--access-log"), gateway.end());
-  auto format = std::find(gateway.begin(), gateway.end(), "--log-format");
-  ASSERT_NE(format, gateway.end());
-  ASSERT_NE(format + 1, gateway.end());
-  EXPECT_EQ(*(format + 1), "json");
+  EXPECT_EQ(ValueAfter(gateway, "--log-format"), "json");
   const std::vector<std::string> executor = Strings(services["encoder"]["command"]);
-  format = std::find(executor.begin(), executor.end(), "--log-format");
-  ASSERT_NE(format, executor.end());
-  ASSERT_NE(format + 1, executor.end());
-  EXPECT_EQ(*(format + 1), "json");
+  EXPECT_EQ(ValueAfter(executor, "--log-format"), "json");
 }
 
 TEST(ExportKubernetesTest, MonitoringGetsFixedPortsAndScrapeAnnotations) {
@@ -311,11 +316,7 @@ TEST(ExportKubernetesTest, MonitoringGetsFixedPortsAndScrapeAnnotations) {
       }
     }
     EXPECT_TRUE(found) << "no metrics container port";
-    const std::vector<std::string> args = Strings(c["args"]);
-    auto flag = std::find(args.begin(), args.end(), "--port-monitoring");
-    ASSERT_NE(flag, args.end());
-    ASSERT_NE(flag + 1, args.end());
-    EXPECT_EQ(*(flag + 1), std::to_string(metrics_port));
+    EXPECT_EQ(ValueAfter(Strings(c["args"]), "--port-monitoring"), std::to_string(metrics_port));
   };
   check_pod(Objects(dir.File("k8s/encoder.yml")).at("Deployment/encoder"), 9090);
   // 9090 is the gateway's HTTP port here: its metrics take the next one.
