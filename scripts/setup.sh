@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Gantry needs on a fresh Debian 12 machine: the Debian build
-# dependencies with apt, and libtorch 2.x (the PyPI `torch` wheel) into the
+# dependencies with apt, and libtorch 2.x (the PyPI `torch` wheel) and the
+# Swagger UI assets (PyPI `swagger-ui-py`) into the
 # project's own virtual environment <repo>/.venv (git-ignored), because
 # Debian's python3 has no pip and refuses system-wide installs (PEP 668).
 # CMake finds libtorch in that venv (cmake/GantryTorch.cmake). Idempotent:
@@ -26,6 +27,9 @@ packages=(
   clang libclang-rt-dev libssl-dev openssl
   # The round trip of `gantry export docker-compose` (ctest label docker)
   docker-compose
+  # Headless browser and its WebDriver: interop.openapi drives the gateway's
+  # Swagger UI page (/docs) through selenium
+  chromium chromium-driver
 )
 sudo=""
 if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
@@ -49,9 +53,13 @@ if [[ ! -x "${venv}/bin/python" ]]; then
   echo "setup: creating the project venv ${venv}"
   "${base_python}" -m venv "${venv}"
 fi
-if ! "${venv}/bin/python" -c 'import torch, sys; sys.exit(0 if int(torch.__version__.split(".")[0]) >= 2 else 1)' 2>/dev/null; then
-  echo "setup: installing libtorch 2.x (the PyPI torch wheel) into ${venv}"
+# swagger-ui-py: the Swagger UI 5 assets (its swagger_ui/static folder) that
+# CMake copies for the HTTP gateway's /docs page. Not swagger-ui-bundle: that
+# PyPI package ships Swagger UI 4.15, which cannot render the OpenAPI 3.1
+# document of /openapi.json; swagger-ui-py ships 5.x.
+if ! "${venv}/bin/python" -c 'import torch, swagger_ui, sys; sys.exit(0 if int(torch.__version__.split(".")[0]) >= 2 else 1)' 2>/dev/null; then
+  echo "setup: installing libtorch 2.x (the PyPI torch wheel) and swagger-ui-py into ${venv}"
   "${venv}/bin/python" -m pip install --quiet --upgrade pip
-  "${venv}/bin/python" -m pip install --quiet 'torch>=2.4' numpy
+  "${venv}/bin/python" -m pip install --quiet 'torch>=2.4' numpy 'swagger-ui-py==25.7.1'
 fi
 echo "setup: ok (torch $("${venv}/bin/python" -c 'import torch; print(torch.__version__)') in ${venv})"
