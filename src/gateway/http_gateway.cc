@@ -8,20 +8,25 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <variant>
+#include <vector>
 
 #include "common/http_server.h"
 #include "core/limits.h"
 #include "core/value_json.h"
 #include "gateway/api_key.h"
+#include "gateway/http_route.h"
 #include "gateway/json_docs.h"
 #include "gateway/kserve.h"
 #include "gateway/kserve_http.h"
 #include "gateway/openai_embeddings.h"
+#include "gateway/openapi.h"
 #include "gateway/reply_docs.h"
+#include "gateway/swagger_ui.h"
 #include "gateway/tei_embeddings.h"
 #include "jina/jina.pb.h"
 
@@ -185,6 +190,18 @@ class HttpGateway::Impl {
     if (options_.signature) {
       signature_ = std::make_shared<const TensorSignature>(*options_.signature);
     }
+    routes_ = MakeRoutes();
+    std::vector<HttpRoute> described;
+    described.reserve(routes_.size());
+    for (const RegisteredRoute& registered : routes_) {
+      described.push_back(registered.route);
+    }
+    openapi_json_ = OpenApiDocument(described, {.version = GANTRY_VERSION,
+                                                .api_key = !options_.api_key.empty()})
+                        .dump();
+    if (!swagger_ui_.ok()) {
+      spdlog::debug("{}: GET /docs is off: {}", "HTTP gateway", swagger_ui_.status().message());
+    }
   }
 
   Status Start() {
@@ -234,6 +251,15 @@ class HttpGateway::Impl {
         std::clamp(options_.max_client_batch_size, 1, static_cast<int>(kMaxOpenAiInputs)));
   }
 
+  // A registered route and what answers it; `route` is also what
+  // /openapi.json says of it.
+  using RouteHandler = std::function<void(const HttpRequest& request, const std::string& request_id,
+                                          const Send& send)>;
+  struct RegisteredRoute {
+    HttpRoute route;
+    RouteHandler handle;
+  };
+
   void Route(const HttpRequest& request, const HttpRespond& respond) {
     const std::string request_id = RequestIdOf(request);
     // The client's X-Request-Id goes back as it came (a proxy's own
@@ -254,104 +280,393 @@ class HttpGateway::Impl {
       Preflight(request, send);
       return;
     }
-    if (request.method == "GET") {
-      if (path == "/") {
-        send(JsonResponse(200, json::object()));
-      } else if (path == "/status") {
-        send(JsonResponse(200, json{{"jina", options_.info}, {"envs", json::object()}}));
-      } else if (path == "/dry_run") {
-        if (Authorized(request, send)) {
-          DryRun(Deadline(request, send), send);
-        }
-      } else if (path == "/v1/models" && !options_.models.empty()) {
-        send(JsonResponse(200, OpenAiModelList(options_.models, started_at_)));
-      } else if (path == "/info" && !options_.models.empty()) {
-        if (Authorized(request, send)) {
-          TeiInfo(request.query, Deadline(request, send), send);
-        }
-      } else if (path == "/health" && !options_.models.empty()) {
-        // TEI's: 200 when a replica can answer, else 503 in its error shape.
-        send(options_.ready() ? EmptyResponse(200)
-                              : JsonResponse(503, TeiError{.http_status = 503,
-                                                           .message = "no replica is ready",
-                                                           .type = "Unhealthy"}
-                                                      .ToJson()));
-      } else if (path.rfind("/v2", 0) != 0 || !KServeGet(path, send)) {
-        send(DetailResponse(404, "HTTP 404 for GET " + path));
-      }
-      return;
-    }
-    if (request.method != "POST") {
+    const bool post = request.method == "POST";
+    if (!post && request.method != "GET") {
       send(DetailResponse(
           405, "HTTP 405: " + request.method + " " + path + " (the gateway answers GET and POST)"));
       return;
     }
-    if (!Authorized(request, send)) {
+    // Every POST wants the key, even one to a path that is not served.
+    if (post && !Authorized(request, send)) {
       return;
     }
-    if (const std::optional<ModelPath> model = ParseModelPath(path);
-        model && model->suffix == "/infer") {
-      // Triton's rule: any Content-Type (tritonclient sends none).
-      const auto deadline = Deadline(request, send);
-      if (deadline) {
-        KServeInfer(request, model->name, model->version, request_id, *deadline, send);
+    for (const RegisteredRoute& registered : routes_) {
+      const HttpRoute& route = registered.route;
+      if (route.method == request.method && HttpRouteMatches(route, path)) {
+        if (!post && route.needs_api_key && !Authorized(request, send)) {
+          return;
+        }
+        registered.handle(request, request_id, send);
+        return;
       }
+    }
+    // Any other /v2 GET gets KServe's own answer when it has one.
+    if (post || path.rfind("/v2", 0) != 0 || !KServeGet(path, send)) {
+      send(DetailResponse(404, "HTTP 404 for " + request.method + " " + path));
+    }
+  }
+
+  // Every route the gateway serves with these options, in the order they
+  // are tried: exact paths and templates first, Jina's POST /<endpoint>
+  // last. Routes of the OpenAI and TEI APIs exist only with `models:`.
+  std::vector<RegisteredRoute> MakeRoutes() {
+    std::vector<RegisteredRoute> routes;
+    const bool models = !options_.models.empty();
+    const auto add = [&routes](HttpRoute route, RouteHandler handle) {
+      routes.push_back({std::move(route), std::move(handle)});
+    };
+    const std::vector<int> jina_errors = {400, 413, 415, 500, 503, 504};
+    const std::vector<int> tei_errors = {400, 413, 415, 422, 424, 429, 503, 504};
+    const std::vector<int> kserve_errors = {400, 404, 500, 503, 504};
+
+    // Jina's routes (docarray-v2's FastAPI app).
+    add({.method = "GET",
+         .path = "/",
+         .operation_id = "health",
+         .tag = "Jina",
+         .summary = "Health: 200 once the gateway serves",
+         .reply_schema = "Empty"},
+        [](const HttpRequest&, const std::string&, const Send& send) {
+          send(JsonResponse(200, json::object()));
+        });
+    add({.method = "GET",
+         .path = "/status",
+         .operation_id = "status",
+         .tag = "Jina",
+         .summary = "The gateway's version and protocol",
+         .reply_schema = "JinaStatus"},
+        [this](const HttpRequest&, const std::string&, const Send& send) {
+          send(JsonResponse(200, json{{"jina", options_.info}, {"envs", json::object()}}));
+        });
+    add({.method = "GET",
+         .path = "/dry_run",
+         .operation_id = "dry_run",
+         .tag = "Jina",
+         .summary = "Whether a replica answers an empty request",
+         .reply_schema = "DryRunStatus",
+         .error_statuses = {400},
+         .error_schema = "JinaError",
+         .needs_api_key = true,
+         .takes_deadline = true},
+        [this](const HttpRequest& request, const std::string&, const Send& send) {
+          DryRun(Deadline(request, send), send);
+        });
+    if (models) {
+      add({.method = "GET",
+           .path = "/v1/models",
+           .operation_id = "openai_models",
+           .tag = "OpenAI",
+           .summary = "The model names POST /v1/embeddings serves",
+           .reply_schema = "OpenAiModelList"},
+          [this](const HttpRequest&, const std::string&, const Send& send) {
+            send(JsonResponse(200, OpenAiModelList(options_.models, started_at_)));
+          });
+      add({.method = "GET",
+           .path = "/info",
+           .operation_id = "tei_info",
+           .tag = "TEI",
+           .summary = "The model: name, dtype, input and batch limits",
+           .description = "`?model=NAME` picks one when several are served.",
+           .reply_schema = "TeiInfo",
+           .error_statuses = {404, 424, 503},
+           .error_schema = "TeiError",
+           .needs_api_key = true},
+          [this](const HttpRequest& request, const std::string&, const Send& send) {
+            TeiInfo(request.query, Deadline(request, send), send);
+          });
+      add({.method = "GET",
+           .path = "/health",
+           .operation_id = "tei_health",
+           .tag = "TEI",
+           .summary = "200 when a replica can answer, else 503",
+           .error_statuses = {503},
+           .error_schema = "TeiError"},
+          [this](const HttpRequest&, const std::string&, const Send& send) {
+            // TEI's: 200 when a replica can answer, else 503 in its error shape.
+            send(options_.ready() ? EmptyResponse(200)
+                                  : JsonResponse(503, TeiError{.http_status = 503,
+                                                               .message = "no replica is ready",
+                                                               .type = "Unhealthy"}
+                                                          .ToJson()));
+          });
+    }
+
+    // KServe v2 (Open Inference Protocol) over HTTP.
+    const RouteHandler kserve_get = [this](const HttpRequest& request, const std::string&,
+                                           const Send& send) {
+      if (!KServeGet(request.path, send)) {
+        send(DetailResponse(404, "HTTP 404 for GET " + request.path));
+      }
+    };
+    add({.method = "GET",
+         .path = "/v2",
+         .operation_id = "kserve_server_metadata",
+         .tag = "KServe v2",
+         .summary = "Server metadata",
+         .reply_schema = "KServeServerMetadata"},
+        kserve_get);
+    add({.method = "GET",
+         .path = "/v2/health/live",
+         .operation_id = "kserve_live",
+         .tag = "KServe v2",
+         .summary = "Liveness: 200 while the gateway serves"},
+        kserve_get);
+    add({.method = "GET",
+         .path = "/v2/health/ready",
+         .operation_id = "kserve_ready",
+         .tag = "KServe v2",
+         .summary = "Readiness: 200 when a replica can answer, else 400",
+         .error_statuses = {400}},
+        kserve_get);
+    for (const bool versioned : {false, true}) {
+      const std::string base = versioned ? "/v2/models/{model_name}/versions/{model_version}"
+                                         : "/v2/models/{model_name}";
+      const std::string id_suffix = versioned ? "_version" : "";
+      add({.method = "GET",
+           .path = base,
+           .operation_id = "kserve_model_metadata" + id_suffix,
+           .tag = "KServe v2",
+           .summary = "A model's inputs and outputs",
+           .reply_schema = "KServeModelMetadata",
+           .error_statuses = {404},
+           .error_schema = "KServeError"},
+          kserve_get);
+      add({.method = "GET",
+           .path = base + "/ready",
+           .operation_id = "kserve_model_ready" + id_suffix,
+           .tag = "KServe v2",
+           .summary = "A model's readiness: 200 when a replica can answer, else 400",
+           .error_statuses = {400, 404},
+           .error_schema = "KServeError"},
+          kserve_get);
+      add({.method = "GET",
+           .path = base + "/config",
+           .operation_id = "kserve_model_config" + id_suffix,
+           .tag = "KServe v2",
+           .summary = "A model's configuration, as Triton's",
+           .reply_schema = "KServeModelConfig",
+           .error_statuses = {404},
+           .error_schema = "KServeError"},
+          kserve_get);
+      add({.method = "POST",
+           .path = base + "/infer",
+           .operation_id = "kserve_infer" + id_suffix,
+           .tag = "KServe v2",
+           .summary = "Inference on a model",
+           .description = "JSON tensors, or the binary tensor extension "
+                          "(Inference-Header-Content-Length); any Content-Type, as Triton.",
+           .request_schema = "KServeInferRequest",
+           .reply_schema = "KServeInferReply",
+           .error_statuses = kserve_errors,
+           .error_schema = "KServeError",
+           .needs_api_key = true,
+           .takes_deadline = true},
+          [this](const HttpRequest& request, const std::string& request_id, const Send& send) {
+            const std::optional<ModelPath> model = ParseModelPath(request.path);
+            const auto deadline = Deadline(request, send);
+            if (model && deadline) {
+              KServeInfer(request, model->name, model->version, request_id, *deadline, send);
+            }
+          });
+    }
+
+    if (models) {
+      add({.method = "POST",
+           .path = "/v1/embeddings",
+           .operation_id = "openai_embeddings",
+           .tag = "OpenAI",
+           .summary = "Embeddings, as OpenAI's API",
+           .request_schema = "OpenAiEmbeddingsRequest",
+           .reply_schema = "OpenAiEmbeddingsReply",
+           .error_statuses = {400, 404, 413, 415, 429, 500, 503, 504},
+           .error_schema = "OpenAiError",
+           .needs_api_key = true,
+           .takes_deadline = true},
+          [this](const HttpRequest& request, const std::string& request_id, const Send& send) {
+            if (!JsonBody(request, /*openai=*/true, send)) {
+              return;
+            }
+            if (const auto deadline = Deadline(request, send)) {
+              HandleOpenAiEmbeddings(request.body, request_id, *deadline, send);
+            }
+          });
+      add({.method = "POST",
+           .path = "/embed",
+           .operation_id = "tei_embed",
+           .tag = "TEI",
+           .summary = "Embeddings, as text-embeddings-inference",
+           .description = "A body in Jina's shape ({\"data\": ...}) goes to the executor's own "
+                          "/embed endpoint instead.",
+           .request_schema = "TeiEmbedRequest",
+           .reply_schema = "TeiEmbedReply",
+           .error_statuses = tei_errors,
+           .error_schema = "TeiError",
+           .needs_api_key = true,
+           .takes_deadline = true},
+          [this](const HttpRequest& request, const std::string& request_id, const Send& send) {
+            HandleTeiRoute(request, request_id, send, [this](const json& body) {
+              return ParseTeiEmbedRequest(body, options_.models, MaxClientBatchSize());
+            });
+          });
+      add({.method = "POST",
+           .path = "/rerank",
+           .operation_id = "tei_rerank",
+           .tag = "TEI",
+           .summary = "Scores of texts against a query, best first (a cross-encoder)",
+           .request_schema = "TeiRerankRequest",
+           .reply_schema = "TeiRerankReply",
+           .error_statuses = tei_errors,
+           .error_schema = "TeiError",
+           .needs_api_key = true,
+           .takes_deadline = true},
+          [this](const HttpRequest& request, const std::string& request_id, const Send& send) {
+            HandleTeiRoute(request, request_id, send, [this](const json& body) {
+              return ParseTeiRerankRequest(body, options_.models, MaxClientBatchSize());
+            });
+          });
+      add({.method = "POST",
+           .path = "/tokenize",
+           .operation_id = "tei_tokenize",
+           .tag = "TEI",
+           .summary = "The model's tokens of each input, with UTF-8 byte offsets",
+           .request_schema = "TeiTokenizeRequest",
+           .reply_schema = "TeiTokenizeReply",
+           .error_statuses = tei_errors,
+           .error_schema = "TeiError",
+           .needs_api_key = true,
+           .takes_deadline = true},
+          [this](const HttpRequest& request, const std::string& request_id, const Send& send) {
+            HandleTeiRoute(request, request_id, send, [this](const json& body) {
+              return ParseTeiTokenizeRequest(body, options_.models, MaxClientBatchSize());
+            });
+          });
+    }
+
+    add({.method = "POST",
+         .path = "/post",
+         .operation_id = "post",
+         .tag = "Jina",
+         .summary = "Documents to the endpoint the body names (execEndpoint)",
+         .request_schema = "JinaPostRequest",
+         .reply_schema = "JinaDataReply",
+         .error_statuses = jina_errors,
+         .error_schema = "JinaError",
+         .needs_api_key = true,
+         .takes_deadline = true},
+        [this](const HttpRequest& request, const std::string& request_id, const Send& send) {
+          HandleDataRoute(request, "", request_id, send);
+        });
+    add({.method = "POST",
+         .path = "/{endpoint}",
+         .operation_id = "endpoint",
+         .tag = "Jina",
+         .summary = "Documents to an executor endpoint (e.g. /encode)",
+         .description = "Any endpoint the executor binds; an unbound one reaches its /default "
+                        "handler. A single document in `data` comes back as one.",
+         .request_schema = "JinaDataRequest",
+         .reply_schema = "JinaDataReply",
+         .error_statuses = jina_errors,
+         .error_schema = "JinaError",
+         .needs_api_key = true,
+         .takes_deadline = true,
+         .catch_all = true},
+        [this](const HttpRequest& request, const std::string& request_id, const Send& send) {
+          HandleDataRoute(request, request.path, request_id, send);
+        });
+
+    // The document and its page, outside the document.
+    add({.method = "GET", .path = "/openapi.json", .in_schema = false},
+        [this](const HttpRequest&, const std::string&, const Send& send) {
+          HttpResponse out;
+          out.status = 200;
+          out.content_type = "application/json";
+          out.body = openapi_json_;
+          send(std::move(out));
+        });
+    add({.method = "GET", .path = "/docs", .in_schema = false},
+        [this](const HttpRequest&, const std::string&, const Send& send) {
+          if (!swagger_ui_.ok()) {
+            send(DetailResponse(404, std::string(swagger_ui_.status().message())));
+            return;
+          }
+          HttpResponse out;
+          out.status = 200;
+          out.content_type = "text/html; charset=utf-8";
+          out.body = SwaggerUi::Page("Gantry gateway");
+          send(std::move(out));
+        });
+    add({.method = "GET", .path = "/docs/{asset}", .in_schema = false},
+        [this](const HttpRequest& request, const std::string&, const Send& send) {
+          const std::string_view name = std::string_view(request.path).substr(6);
+          const SwaggerUi::Asset* asset = swagger_ui_.ok() ? swagger_ui_->Find(name) : nullptr;
+          if (asset == nullptr) {
+            send(DetailResponse(404, "HTTP 404 for GET " + request.path));
+            return;
+          }
+          HttpResponse out;
+          out.status = 200;
+          out.content_type = asset->content_type;
+          out.body = asset->body;
+          out.headers.emplace_back("Cache-Control", "public, max-age=86400");
+          send(std::move(out));
+        });
+    return routes;
+  }
+
+  // A JSON route's Content-Type check: 415 (in OpenAI's error shape on its
+  // route) for anything but application/json, which a browser cannot send
+  // cross-origin without asking first.
+  static bool JsonBody(const HttpRequest& request, bool openai, const Send& send) {
+    const std::string type = MediaType(request.Header("Content-Type"));
+    if (type == "application/json") {
+      return true;
+    }
+    const std::string why =
+        "POST " + request.path + " takes a JSON body sent as Content-Type: application/json, not " +
+        (type.empty() ? std::string("a body without a Content-Type") : "'" + type + "'");
+    send(openai ? JsonResponse(415, OpenAiError::WithStatus(415, why).ToJson())
+                : DetailResponse(415, why));
+    return false;
+  }
+
+  void HandleDataRoute(const HttpRequest& request, const std::string& endpoint,
+                       const std::string& request_id, const Send& send) {
+    if (!JsonBody(request, /*openai=*/false, send)) {
       return;
     }
-    const bool openai = path == "/v1/embeddings" && !options_.models.empty();
-    const bool tei_embed = path == "/embed" && !options_.models.empty();
-    const bool tei_rerank = path == "/rerank" && !options_.models.empty();
-    const bool tei_tokenize = path == "/tokenize" && !options_.models.empty();
-    if (!openai && path.size() < 2) {
-      send(DetailResponse(404, "HTTP 404 for POST " + path));
-      return;
+    if (const auto deadline = Deadline(request, send)) {
+      HandleData(request.body, endpoint, request_id, *deadline, send);
     }
-    if (const std::string type = MediaType(request.Header("Content-Type"));
-        type != "application/json") {
-      const std::string why =
-          "POST " + path + " takes a JSON body sent as Content-Type: application/json, not " +
-          (type.empty() ? std::string("a body without a Content-Type") : "'" + type + "'");
-      send(openai ? JsonResponse(415, OpenAiError::WithStatus(415, why).ToJson())
-                  : DetailResponse(415, why));
+  }
+
+  // POST /embed, /rerank or /tokenize with `models:`: TEI's body parsed by
+  // `parse`, or a Jina body ({"data": ...} or {"parameters": ...}) for the
+  // executor's own endpoint of that name.
+  template <typename Parse>
+  void HandleTeiRoute(const HttpRequest& request, const std::string& request_id, const Send& send,
+                      Parse parse) {
+    if (!JsonBody(request, /*openai=*/false, send)) {
       return;
     }
     const auto deadline = Deadline(request, send);
     if (!deadline) {
       return;
     }
-    StatusOr<json> tei_body = tei_embed || tei_rerank || tei_tokenize
-                                  ? ParseJsonBounded(request.body)
-                                  : StatusOr<json>(json());
-    // A Jina body ({"data": ...} or {"parameters": ...}) on a TEI path
-    // reaches an executor's own /embed, /rerank or /tokenize endpoint; any
-    // other body there is TEI's, and answered in TEI's error shape.
-    const bool jina_body = tei_body.ok() && tei_body->is_object() &&
-                           (tei_body->contains("data") || tei_body->contains("parameters"));
-    if (openai) {
-      HandleOpenAiEmbeddings(request.body, request_id, *deadline, send);
-    } else if ((tei_embed || tei_rerank || tei_tokenize) && !tei_body.ok()) {
+    StatusOr<json> body = ParseJsonBounded(request.body);
+    if (!body.ok()) {
       // As TEI (axum): a body that is not JSON is 400, one of the wrong
       // shape 422.
-      send(JsonResponse(400,
-                        TeiError{.http_status = 400,
-                                 .message = "the body is not JSON: " + tei_body.status().message(),
-                                 .type = "Validation"}
-                            .ToJson()));
-    } else if ((tei_embed || tei_rerank || tei_tokenize) && !jina_body) {
-      const json& body = *tei_body;
-      if (tei_embed) {
-        HandleTei(ParseTeiEmbedRequest(body, options_.models, MaxClientBatchSize()), request_id,
-                  *deadline, send);
-      } else if (tei_tokenize) {
-        HandleTei(ParseTeiTokenizeRequest(body, options_.models, MaxClientBatchSize()), request_id,
-                  *deadline, send);
-      } else {
-        HandleTei(ParseTeiRerankRequest(body, options_.models, MaxClientBatchSize()), request_id,
-                  *deadline, send);
-      }
-    } else {
-      HandleData(request.body, path == "/post" ? "" : path, request_id, *deadline, send);
+      send(JsonResponse(400, TeiError{.http_status = 400,
+                                      .message = "the body is not JSON: " + body.status().message(),
+                                      .type = "Validation"}
+                                 .ToJson()));
+      return;
     }
+    if (body->is_object() && (body->contains("data") || body->contains("parameters"))) {
+      HandleData(request.body, request.path, request_id, *deadline, send);
+      return;
+    }
+    HandleTei(parse(*body), request_id, *deadline, send);
   }
 
   // CORS preflight: answered only with `cors` on (Jina's flag), for any
@@ -815,6 +1130,10 @@ class HttpGateway::Impl {
   HttpForwardFn forward_;
   std::int64_t started_at_;  // Unix seconds, for /v1/models' `created`
   std::uint64_t max_message_bytes_;
+  // Built by the constructor, read-only after it.
+  std::vector<RegisteredRoute> routes_;
+  std::string openapi_json_;
+  StatusOr<SwaggerUi> swagger_ui_ = SwaggerUi::Load();
   std::unique_ptr<HttpServer> server_;
 };
 

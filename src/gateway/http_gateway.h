@@ -18,6 +18,9 @@
 //                      same model names; a /embed body in Jina's shape
 //                      ({"data": ...}) still goes to an executor's own
 //                      /embed endpoint
+//   GET /openapi.json  an OpenAPI 3.1 document of the routes above, made from
+//                      the table they are dispatched through (gateway/openapi.h)
+//   GET /docs          Swagger UI over it (gateway/swagger_ui.h)
 // Replies are {"data": [...], "parameters": {...}, "header": {...}}. Errors are
 // JSON {"detail": "...", "header": {...}} with 400 (bad request body), 500
 // (executor error, with the status in header.status; 413 when it threw

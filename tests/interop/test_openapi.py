@@ -265,7 +265,13 @@ class OpenApiDocument(unittest.TestCase):
             concrete = path.replace("{model_name}", MODEL)
             with self.subTest(path=concrete):
                 status, reply = get_json(self.port, concrete)
-                self.assertEqual(status, 200, reply)
+                if status != 200:
+                    # InteropExec has no /info endpoint: TEI's 424. Any
+                    # answer but 200 must be one the document lists, in
+                    # the body shape it gives.
+                    schema = json_schema(self.spec, path, "get", status)
+                    self.assertIsNotNone(schema, f"GET {path} answered {status}, "
+                                                 f"which the document does not list: {reply}")
                 schema.validate(reply)
                 checked += 1
         self.assertGreaterEqual(checked, 4)  # /, /status, /v1/models, /v2, ...
