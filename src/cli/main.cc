@@ -47,6 +47,7 @@
 #include "cli/scaffold.h"
 #include "common/port_file.h"
 #include "core/deployment_rules.h"
+#include "core/listen_host.h"
 #include "core/logging.h"
 #include "core/option_table.h"
 #include "core/value_json.h"
@@ -348,8 +349,8 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
   if (max_message_bytes > 0) {
     spec.max_message_bytes = max_message_bytes;
   }
-  // Jina's default host is 0.0.0.0 (reachable from outside, as a container
-  // needs); tests and local use pass --host 127.0.0.1.
+  // 127.0.0.1 unless told (core/listen_host.h); the images set
+  // GANTRY_HOST=0.0.0.0, and exports pass --host 0.0.0.0.
   spec.host = host;
   return ExecWorker(gantry::internal::WorkerArguments(spec));
 }
@@ -507,8 +508,9 @@ int main(int argc, char** argv) try {
   auto* executor = app.add_subcommand("executor", "Run one executor as a gRPC worker, no gateway");
   executor->add_option("--uses", uses, "executor YAML (jtype/with/metas) or an executor type name")
       ->required();
-  std::string host = "0.0.0.0";
-  executor->add_option("--host", host, "address to listen on (default 0.0.0.0, as Jina)");
+  std::string host = gantry::internal::DefaultListenHost();
+  executor->add_option("--host", host,
+                       "address to listen on (default $GANTRY_HOST, else 127.0.0.1)");
   executor->add_option("--port", executor_port, "port to listen on (0 = any free)");
   executor->add_option("--port-file", listen.port_file, "write the port here when ready");
   executor->add_option("--device", device, "cpu, cuda, cuda:N or auto (overrides with.device)");
@@ -530,7 +532,8 @@ int main(int argc, char** argv) try {
   auto* gateway = app.add_subcommand("gateway", "Run a gateway in front of running workers");
   gateway->add_option("--replica-addresses", addresses, "comma-separated HOST:PORT of replicas")
       ->required();
-  gateway->add_option("--host", host, "address to listen on (default 0.0.0.0, as Jina)");
+  gateway->add_option("--host", host,
+                      "address to listen on (default $GANTRY_HOST, else 127.0.0.1)");
   AddTableFlags(
       gateway, [](const OptionRow& row) { return row.gateway_flag; }, "", &given);
   std::string gateway_name = "executor";

@@ -27,6 +27,7 @@
 #include "core/deployment_rules.h"
 #include "core/flow_graph.h"
 #include "core/limits.h"
+#include "core/listen_host.h"
 #include "core/option_table.h"
 #include "core/yaml_scalar.h"
 
@@ -304,12 +305,17 @@ class Parser {
     if (!with->value.IsMap()) {
       return Error(with->mark, "with", "expected a mapping, got " + Describe(with->value));
     }
-    return ParseDeploymentWith(*with);
+    GANTRY_ASSIGN_OR_RETURN(DeploymentOptions options, ParseDeploymentWith(*with));
+    if (!with->value["host"]) {
+      options.host = internal::DefaultListenHost();
+    }
+    return options;
   }
 
   StatusOr<FlowOptions> ParseFlow(const YAML::Node& root) const {
     GANTRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(root, "", kFlowKeys));
     FlowOptions options;
+    bool host_given = false;
     std::map<std::string, std::string> env;
     const Entry* executors = nullptr;
     bool has_jtype = false;
@@ -325,6 +331,7 @@ class Parser {
         (void)version;
       } else if (e.key == "with") {
         GANTRY_RETURN_IF_ERROR(ParseFlowWith(e, &options, &env));
+        host_given = static_cast<bool>(e.value["host"]);
       } else if (e.key == "executors") {
         executors = &e;
       } else {
@@ -337,6 +344,9 @@ class Parser {
     }
     if (executors == nullptr) {
       return Error(root.Mark(), "executors", "required key is missing");
+    }
+    if (!host_given) {
+      options.host = internal::DefaultListenHost();
     }
     if (!executors->value.IsSequence() || executors->value.size() == 0) {
       return Error(executors->mark, "executors",

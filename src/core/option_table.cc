@@ -75,6 +75,8 @@ const OptionRow kRows[] = {
     {.key = "protocol", .flow = {}},
     {.key = "host",
      .type = OptionType::kName,
+     .flag = "--host",
+     .help = "address the gateway listens on (default $GANTRY_HOST, else 127.0.0.1)",
      .deployment = Field<&D::host>(),
      .flow = Field<&F::host>()},
     {.key = "env"},

@@ -33,11 +33,13 @@ constexpr auto kReadyTimeout = std::chrono::seconds(60);
 // `worker_program`: what the CLI runs as each replica; gantry-worker unless
 // a test needs the executors of this binary (test_executors.cc).
 ChildProcessPtr StartCli(const std::vector<std::string>& args, const std::string& log,
-                         const std::string& worker_program = testing::GantryWorker()) {
+                         const std::string& worker_program = testing::GantryWorker(),
+                         const std::map<std::string, std::string>& env = {}) {
   internal::ChildProcessOptions options;
   options.program = testing::GantryCli();
   options.args = args;
   options.output_file = log;
+  options.env = env;
   options.env["GANTRY_WORKER_PROGRAM"] = worker_program;
   auto child = ChildProcess::Spawn(options);
   return child.ok() ? std::move(child).value() : nullptr;
@@ -106,6 +108,49 @@ TEST(CliTest, DeploymentFromYamlServesAndStopsOnSigterm) {
   EXPECT_THAT(log, HasSubstr("is ready to serve"));
   EXPECT_THAT(log, HasSubstr("executor/rep-1@"));
   EXPECT_THAT(log, HasSubstr("ready and listening"));
+}
+
+// One default address: 127.0.0.1 unless --host, a YAML's host: or
+// $GANTRY_HOST says otherwise. Every 127.x address is the loopback
+// interface's, so a server bound to one of them is refused on the others.
+TEST(CliTest, ServersListenOnLoopbackUnlessTheHostIsGiven) {
+  const auto reachable = [](const std::string& host, const std::string& port) {
+    return RunCli({"ping", host + ":" + port, "--timeout", "2000"}).first == 0;
+  };
+  const std::string executor_yml = testing::SourceDir() + "/examples/seed/executor.yml";
+  struct Case {
+    std::vector<std::string> args;
+    std::map<std::string, std::string> env;
+    std::string listens_on;
+    std::string not_on;
+  };
+  const std::vector<Case> cases = {
+      {{"executor", "--uses", executor_yml}, {{"GANTRY_HOST", ""}}, "127.0.0.1", "127.0.0.4"},
+      {{"executor", "--uses", executor_yml},
+       {{"GANTRY_HOST", "127.0.0.3"}},
+       "127.0.0.3",
+       "127.0.0.1"},
+      {{"deployment", "--uses", testing::SourceDir() + "/examples/seed/deployment.yml", "--host",
+        "127.0.0.2"},
+       {{"GANTRY_HOST", "127.0.0.3"}},
+       "127.0.0.2",
+       "127.0.0.1"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args[0] + " " + c.listens_on);
+    testing::TempDir dir;
+    std::vector<std::string> args = c.args;
+    args.insert(args.end(), {"--port", "0", "--port-file", dir.File("port")});
+    ChildProcessPtr cli = StartCli(args, dir.File("cli.log"), testing::GantryWorker(), c.env);
+    ASSERT_NE(cli, nullptr);
+    const auto port = testing::WaitForFile(dir.File("port"), kReadyTimeout);
+    ASSERT_TRUE(port.has_value()) << testing::ReadFile(dir.File("cli.log"));
+    const std::string port_text = std::to_string(std::stoi(*port));
+    EXPECT_TRUE(reachable(c.listens_on, port_text));
+    EXPECT_FALSE(reachable(c.not_on, port_text));
+    cli->Signal(SIGTERM);
+    EXPECT_TRUE(cli->WaitFor(std::chrono::seconds(30)));
+  }
 }
 
 TEST(CliTest, ExecutorFromYamlServesDirectly) {

@@ -395,6 +395,30 @@ with:
   EXPECT_EQ(options->uses_dynamic_batching.at("/search").timeout_ms, 10000);
 }
 
+// The one default address: a YAML's host:, else $GANTRY_HOST, else
+// 127.0.0.1; a Flow's steps are its own children and stay on loopback.
+TEST(DeploymentConfigTest, HostIsTheYamlsElseGantryHostElseLoopback) {
+  constexpr const char* kPlain = "jtype: Deployment\nwith:\n  uses: MyExec\n";
+  constexpr const char* kFlow = "jtype: Flow\nexecutors:\n  - name: a\n    uses: MyExec\n";
+  ::setenv("GANTRY_HOST", "0.0.0.0", 1);
+  StatusOr<DeploymentOptions> from_env = ParseDeploymentConfig(kPlain, "dep.yml");
+  StatusOr<DeploymentOptions> from_yaml = ParseDeploymentConfig(
+      "jtype: Deployment\nwith:\n  uses: MyExec\n  host: 127.0.0.2\n", "dep.yml");
+  StatusOr<FlowOptions> flow = ParseFlowConfig(kFlow, "flow.yml");
+  ::setenv("GANTRY_HOST", "", 1);
+  StatusOr<DeploymentOptions> empty_env = ParseDeploymentConfig(kPlain, "dep.yml");
+  ::unsetenv("GANTRY_HOST");
+  StatusOr<DeploymentOptions> no_env = ParseDeploymentConfig(kPlain, "dep.yml");
+  ASSERT_TRUE(from_env.ok() && from_yaml.ok() && flow.ok() && empty_env.ok() && no_env.ok());
+  EXPECT_EQ(from_env->host, "0.0.0.0");
+  EXPECT_EQ(from_yaml->host, "127.0.0.2");
+  EXPECT_EQ(flow->host, "0.0.0.0");
+  ASSERT_EQ(flow->executors.size(), 1U);
+  EXPECT_EQ(flow->executors[0].deployment.host, "127.0.0.1");
+  EXPECT_EQ(empty_env->host, "127.0.0.1");
+  EXPECT_EQ(no_env->host, "127.0.0.1");
+}
+
 TEST(DeploymentConfigTest, KeepsDefaults) {
   StatusOr<DeploymentOptions> options =
       ParseDeploymentConfig("jtype: Deployment\nwith:\n  uses: MyExec\n", "dep.yml");
