@@ -412,13 +412,13 @@ json Operation(const HttpRoute& route, const OpenApiOptions& options) {
          {"required", false},
          {"description", "The request's deadline in milliseconds, carried to the replica."},
          {"schema", {{"type", "integer"}, {"minimum", 1}, {"maximum", 86400000}}}});
-    parameters.push_back(
-        {{"name", "X-Request-Id"},
-         {"in", "header"},
-         {"required", false},
-         {"description", "Names the request in the logs; echoed in the reply (1 to 128 printable "
-                         "ASCII characters, else the gateway makes one)."},
-         {"schema", {{"type", "string"}, {"maxLength", 128}}}});
+    parameters.push_back({{"name", "X-Request-Id"},
+                          {"in", "header"},
+                          {"required", false},
+                          {"description",
+                           "Names the request in the logs; echoed in the reply (1 to 128 printable "
+                           "ASCII characters, else the gateway makes one)."},
+                          {"schema", {{"type", "string"}, {"maxLength", 128}}}});
   }
   if (!parameters.empty()) {
     op["parameters"] = std::move(parameters);
@@ -440,7 +440,8 @@ json Operation(const HttpRoute& route, const OpenApiOptions& options) {
     responses[std::to_string(status)] = std::move(error);
   }
   if (options.api_key && route.needs_api_key) {
-    responses["401"] = {{"description", StatusDescription(401)}, {"content", JsonContent("JinaError")}};
+    responses["401"] = {{"description", StatusDescription(401)},
+                        {"content", JsonContent("JinaError")}};
     op["security"] = json::array({{{"bearer", json::array()}}});
   }
   op["responses"] = std::move(responses);

@@ -96,7 +96,8 @@ TEST(OpenApiTest, DescribesEachRouteWithItsParametersBodiesAndErrors) {
   EXPECT_EQ(doc["info"]["version"], "1.2.3");
   EXPECT_FALSE(doc["paths"].contains("/docs"));
   ASSERT_TRUE(doc["paths"].contains("/"));
-  const json& infer = doc["paths"]["/v2/models/{model_name}/versions/{model_version}/infer"]["post"];
+  const json& infer =
+      doc["paths"]["/v2/models/{model_name}/versions/{model_version}/infer"]["post"];
   EXPECT_EQ(infer["operationId"], "infer");
   EXPECT_EQ(infer["tags"], json::array({"KServe v2"}));
   std::set<std::string> path_parameters;
