@@ -473,6 +473,11 @@ int main(int argc, char** argv) try {
 
   std::string uses;
   ListenFlags listen;
+  // The images set it, so that their HEALTHCHECK finds whatever port a
+  // YAML without `port:` was given.
+  if (const char* port_file = std::getenv("GANTRY_PORT_FILE"); port_file != nullptr) {
+    listen.port_file = port_file;
+  }
   LogFlags log;
   constexpr const char* kLogLevelHelp = "debug, info, warning or error";
   constexpr const char* kLogFormatHelp =
@@ -496,7 +501,7 @@ int main(int argc, char** argv) try {
       deployment, [](const OptionRow& row) { return row.deployment.present(); },
       "; overrides the YAML's", &given);
   deployment->add_option("--port-file", listen.port_file,
-                         "write the gateway's port here when ready");
+                         "write the gateway's port here when ready (default $GANTRY_PORT_FILE)");
   deployment->add_option("--http-port-file", listen.http_port_file, kHttpPortFileHelp);
   log_flags(deployment);
 
@@ -512,7 +517,8 @@ int main(int argc, char** argv) try {
   executor->add_option("--host", host,
                        "address to listen on (default $GANTRY_HOST, else 127.0.0.1)");
   executor->add_option("--port", executor_port, "port to listen on (0 = any free)");
-  executor->add_option("--port-file", listen.port_file, "write the port here when ready");
+  executor->add_option("--port-file", listen.port_file,
+                       "write the port here when ready (default $GANTRY_PORT_FILE)");
   executor->add_option("--device", device, "cpu, cuda, cuda:N or auto (overrides with.device)");
   executor->add_option("--name", name, "executor name in logs (default: metas.name)");
   executor->add_option("--uses-with", uses_with, "JSON object merged over `with:`");
@@ -543,7 +549,8 @@ int main(int argc, char** argv) try {
                       "NAME=ENDPOINT: a model name for the OpenAI, TEI and KServe v2 APIs and "
                       "the executor endpoint that serves it (repeatable; default: --name serves "
                       "/encode)");
-  gateway->add_option("--port-file", listen.port_file, "write the port here when ready");
+  gateway->add_option("--port-file", listen.port_file,
+                      "write the port here when ready (default $GANTRY_PORT_FILE)");
   gateway->add_option("--http-port-file", listen.http_port_file, kHttpPortFileHelp);
   log_flags(gateway);
 
@@ -567,7 +574,8 @@ int main(int argc, char** argv) try {
   AddTableFlags(
       flow, [](const OptionRow& row) { return row.flow.present(); }, "; overrides the YAML's",
       &given);
-  flow->add_option("--port-file", listen.port_file, "write the gateway's port here when ready");
+  flow->add_option("--port-file", listen.port_file,
+                   "write the gateway's port here when ready (default $GANTRY_PORT_FILE)");
   flow->add_option("--http-port-file", listen.http_port_file, kHttpPortFileHelp);
   log_flags(flow);
 

@@ -16,6 +16,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -264,6 +266,47 @@ TEST(ContainerTest, AnImageThatNamesNoExecutorFailsTheStartSayingSo) {
   ASSERT_FALSE(dep.ok());
   EXPECT_THAT(dep.status().message(), HasSubstr("GANTRY_EXECUTOR"));
   EXPECT_THAT(dep.status().message(), HasSubstr("ctnoexec/rep-0"));
+}
+
+// The image's HEALTHCHECK asks the port the command wrote to
+// $GANTRY_PORT_FILE, so a Deployment whose YAML names no port (a free one
+// is picked) comes up healthy, as one on the examples' 8080 does.
+TEST(ContainerTest, TheImagesHealthCheckFindsAPortTheYamlDidNotName) {
+  GANTRY_REQUIRE_DOCKER_IMAGE();
+  const std::string label = "gantry.test-healthcheck=" + std::to_string(::getpid());
+  RemoveContainersAtExit cleanup(label);
+  testing::TempDir dir;
+  {
+    std::ofstream yaml(dir.File("deployment.yml"));
+    yaml << "jtype: Deployment\nwith:\n  name: probed\n  uses: NoOpExec\n  replicas: 1\n";
+  }
+  // The image runs as uid 10001.
+  std::filesystem::permissions(
+      dir.path(), std::filesystem::perms::others_read | std::filesystem::perms::others_exec,
+      std::filesystem::perm_options::add);
+  std::filesystem::permissions(dir.File("deployment.yml"), std::filesystem::perms::others_read,
+                               std::filesystem::perm_options::add);
+  const std::string name = "gantry-test-health-" + std::to_string(::getpid());
+  CommandResult started =
+      Docker({"run", "-d", "--name", name, "--label", label, "-v", dir.path() + ":/config:ro",
+              TestImage(), "deployment", "--uses", "/config/deployment.yml"});
+  ASSERT_TRUE(started.ok) << started.output;
+  std::string health;
+  // The check runs every 10 s; the first that passes makes it healthy.
+  const bool healthy = testing::WaitUntil(
+      [&] {
+        health = Docker({"inspect", "--format", "{{.State.Health.Status}}", name}).output;
+        if (health.rfind("healthy", 0) == 0) {
+          return true;
+        }
+        ::usleep(500000);
+        return false;
+      },
+      Ms(90000));
+  EXPECT_TRUE(healthy) << "health: " << health << "\nlogs:\n" << Docker({"logs", name}).output;
+  const CommandResult port = Docker({"exec", name, "cat", "/tmp/gantry.port"});
+  ASSERT_TRUE(port.ok) << port.output;
+  EXPECT_NE(std::stoi(port.output), 0);
 }
 
 }  // namespace
