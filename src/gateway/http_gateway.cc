@@ -509,6 +509,22 @@ class HttpGateway::Impl {
             });
           });
       add({.method = "POST",
+           .path = "/similarity",
+           .operation_id = "tei_similarity",
+           .tag = "TEI",
+           .summary = "Cosine similarity of sentences to a source sentence",
+           .request_schema = "TeiSimilarityRequest",
+           .reply_schema = "TeiSimilarityReply",
+           .error_statuses = tei_errors,
+           .error_schema = "TeiError",
+           .needs_api_key = true,
+           .takes_deadline = true},
+          [this](const HttpRequest& request, const std::string& request_id, const Send& send) {
+            HandleTeiRoute(request, request_id, send, [this](const json& body) {
+              return ParseTeiSimilarityRequest(body, options_.models, MaxClientBatchSize());
+            });
+          });
+      add({.method = "POST",
            .path = "/rerank",
            .operation_id = "tei_rerank",
            .tag = "TEI",
@@ -639,12 +655,15 @@ class HttpGateway::Impl {
     }
   }
 
-  // POST /embed, /rerank or /tokenize with `models:`: TEI's body parsed by
-  // `parse`, or a Jina body ({"data": ...} or {"parameters": ...}) for the
-  // executor's own endpoint of that name.
+  // POST /embed, /rerank, /tokenize or /similarity with `models:`: TEI's
+  // body parsed by `parse`, or a Jina body ({"data": ...} or
+  // {"parameters": ...}) for the executor's own endpoint of that name
+  // (TEI's /similarity body has "parameters" too: only "data" makes it
+  // Jina's there).
   template <typename Parse>
   void HandleTeiRoute(const HttpRequest& request, const std::string& request_id, const Send& send,
                       Parse parse) {
+    const bool parameters_are_tei = request.path == "/similarity";
     if (!JsonBody(request, /*openai=*/false, send)) {
       return;
     }
@@ -662,7 +681,8 @@ class HttpGateway::Impl {
                                  .ToJson()));
       return;
     }
-    if (body->is_object() && (body->contains("data") || body->contains("parameters"))) {
+    if (body->is_object() &&
+        (body->contains("data") || (!parameters_are_tei && body->contains("parameters")))) {
       HandleData(request.body, request.path, request_id, *deadline, send);
       return;
     }
@@ -842,6 +862,11 @@ class HttpGateway::Impl {
                                                const std::string& request_id) {
     return MakeTeiDataRequest(request, endpoint, request_id);
   }
+  static jina::DataRequestProto MakeTeiRequest(const TeiSimilarityRequest& request,
+                                               const std::string& endpoint,
+                                               const std::string& request_id) {
+    return MakeTeiDataRequest(request.embed, endpoint, request_id);
+  }
   static jina::DataRequestProto MakeTeiRequest(const TeiRerankRequest& request,
                                                const std::string& endpoint,
                                                const std::string& request_id) {
@@ -857,6 +882,11 @@ class HttpGateway::Impl {
                                                       const jina::DataRequestProto& reply,
                                                       std::uint64_t cap) {
     return MakeTeiEmbedResponse(request, reply, cap);
+  }
+  static std::variant<json, TeiError> MakeTeiResponse(const TeiSimilarityRequest& request,
+                                                      const jina::DataRequestProto& reply,
+                                                      std::uint64_t cap) {
+    return MakeTeiSimilarityResponse(request, reply, cap);
   }
   static std::variant<json, TeiError> MakeTeiResponse(const TeiRerankRequest& request,
                                                       const jina::DataRequestProto& reply,

@@ -208,6 +208,33 @@ constexpr const char* kSchemas = R"json({
     "type": "array",
     "items": {"type": "array", "items": {"type": "number"}}
   },
+  "TeiSimilarityRequest": {
+    "type": "object",
+    "required": ["inputs"],
+    "properties": {
+      "inputs": {
+        "type": "object",
+        "required": ["source_sentence", "sentences"],
+        "properties": {
+          "source_sentence": {"type": "string", "minLength": 1},
+          "sentences": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}
+        }
+      },
+      "parameters": {
+        "type": ["object", "null"],
+        "properties": {
+          "truncate": {"type": ["boolean", "null"]},
+          "truncation_direction": {"$ref": "#/components/schemas/TeiTruncationDirection"},
+          "prompt_name": {"type": ["string", "null"]}
+        }
+      }
+    },
+    "example": {"inputs": {"source_sentence": "What is Deep Learning?", "sentences": ["What is Machine Learning?", "cheese"]}}
+  },
+  "TeiSimilarityReply": {
+    "type": "array",
+    "items": {"type": "number"}
+  },
   "TeiRerankRequest": {
     "type": "object",
     "required": ["query", "texts"],

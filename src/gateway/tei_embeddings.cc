@@ -223,6 +223,87 @@ std::variant<json, TeiError> MakeTeiEmbedResponse(const TeiEmbedRequest& request
   return out;
 }
 
+std::variant<TeiSimilarityRequest, TeiError> ParseTeiSimilarityRequest(
+    const json& body, const std::map<std::string, std::string>& served, std::size_t max_inputs) {
+  if (!body.is_object()) {
+    return Invalid("request body must be a JSON object");
+  }
+  TeiSimilarityRequest request;
+  if (std::optional<TeiError> error = ChooseModel(body, served, request.model)) {
+    return *error;
+  }
+  request.embed.model = request.model;
+  auto inputs = body.find("inputs");
+  if (inputs == body.end() || !inputs->is_object()) {
+    return Invalid(
+        "\"inputs\" is required: {\"source_sentence\": string, \"sentences\": [string, ...]}");
+  }
+  auto source = inputs->find("source_sentence");
+  if (source == inputs->end() || !source->is_string() ||
+      source->get_ref<const std::string&>().empty()) {
+    return Invalid("\"inputs.source_sentence\" must be a non-empty string");
+  }
+  auto sentences = inputs->find("sentences");
+  if (sentences == inputs->end() || !sentences->is_array() || sentences->empty()) {
+    return Invalid("\"inputs.sentences\" must be a list of one or more strings");
+  }
+  if (sentences->size() + 1 > max_inputs) {
+    return TooMany(sentences->size() + 1, max_inputs);
+  }
+  request.embed.inputs.push_back(source->get<std::string>());
+  if (auto problem =
+          ReadTextInputs(*sentences, "inputs.sentences", max_inputs - 1, request.embed.inputs)) {
+    return Invalid(problem->message);
+  }
+  if (auto parameters = body.find("parameters");
+      parameters != body.end() && !parameters->is_null()) {
+    if (!parameters->is_object()) {
+      return Invalid("\"parameters\" must be an object, got " + parameters->dump());
+    }
+    if (std::optional<TeiError> error = ReadTruncation(*parameters, request.embed.truncate,
+                                                       request.embed.truncation_direction)) {
+      return *error;
+    }
+    if (std::optional<TeiError> error = ReadPromptName(*parameters, request.embed.prompt_name)) {
+      return *error;
+    }
+  }
+  return request;
+}
+
+std::variant<json, TeiError> MakeTeiSimilarityResponse(const TeiSimilarityRequest& request,
+                                                       const jina::DataRequestProto& reply,
+                                                       std::uint64_t max_tensor_bytes) {
+  auto embedded = MakeTeiEmbedResponse(request.embed, reply, max_tensor_bytes);
+  if (const auto* error = std::get_if<TeiError>(&embedded)) {
+    return *error;
+  }
+  const json& vectors = std::get<json>(embedded);
+  const auto source = vectors[0].get<std::vector<float>>();
+  json out = json::array();
+  for (std::size_t i = 1; i < vectors.size(); ++i) {
+    const auto sentence = vectors[i].get<std::vector<float>>();
+    if (sentence.size() != source.size()) {
+      return TeiError{.http_status = 424,
+                      .message = "sentence " + std::to_string(i - 1) + "'s embedding has " +
+                                 std::to_string(sentence.size()) + " values, the source's " +
+                                 std::to_string(source.size()),
+                      .type = "Backend"};
+    }
+    double dot = 0;
+    double source_norm = 0;
+    double sentence_norm = 0;
+    for (std::size_t k = 0; k < source.size(); ++k) {
+      dot += static_cast<double>(source[k]) * sentence[k];
+      source_norm += static_cast<double>(source[k]) * source[k];
+      sentence_norm += static_cast<double>(sentence[k]) * sentence[k];
+    }
+    const double norms = std::sqrt(source_norm * sentence_norm);
+    out.push_back(static_cast<float>(norms > 0 ? dot / norms : 0.0));
+  }
+  return out;
+}
+
 std::variant<TeiRerankRequest, TeiError> ParseTeiRerankRequest(
     const json& body, const std::map<std::string, std::string>& served, std::size_t max_texts) {
   if (!body.is_object()) {

@@ -95,6 +95,28 @@ std::variant<nlohmann::json, TeiError> MakeTeiEmbedResponse(const TeiEmbedReques
                                                             const jina::DataRequestProto& reply,
                                                             std::uint64_t max_tensor_bytes);
 
+// POST /similarity: {"inputs": {"source_sentence", "sentences"},
+// "parameters": {"truncate", "truncation_direction", "prompt_name"}}. The
+// source and the sentences go to the model as one /embed request, the
+// source first (and counted in max_client_batch_size, as TEI counts it).
+struct TeiSimilarityRequest {
+  std::string model;
+  TeiEmbedRequest embed;  // inputs[0] is the source sentence
+};
+
+// Validates a POST /similarity body: the model as for /embed; a non-empty
+// `source_sentence` and a list of 1 or more non-empty `sentences` (413 when
+// they and the source are over `max_inputs`).
+std::variant<TeiSimilarityRequest, TeiError> ParseTeiSimilarityRequest(
+    const nlohmann::json& body, const std::map<std::string, std::string>& served,
+    std::size_t max_inputs);
+
+// TEI's [float, ...]: the cosine similarity of each sentence's embedding to
+// the source's, in order (0 where a vector is all zeros). Errors as /embed's.
+std::variant<nlohmann::json, TeiError> MakeTeiSimilarityResponse(
+    const TeiSimilarityRequest& request, const jina::DataRequestProto& reply,
+    std::uint64_t max_tensor_bytes);
+
 struct TeiRerankRequest {
   std::string model;
   std::string query;

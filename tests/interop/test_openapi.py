@@ -69,7 +69,7 @@ API_KEY = "k-openapi-1"
 
 JINA_PATHS = {"/", "/status", "/dry_run", "/post", "/{endpoint}"}
 OPENAI_PATHS = {"/v1/models", "/v1/embeddings"}
-TEI_PATHS = {"/embed", "/rerank", "/tokenize", "/info", "/health"}
+TEI_PATHS = {"/embed", "/rerank", "/tokenize", "/similarity", "/info", "/health"}
 KSERVE_PATHS = {"/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/{model_name}",
                 "/v2/models/{model_name}/ready", "/v2/models/{model_name}/config",
                 "/v2/models/{model_name}/infer"}

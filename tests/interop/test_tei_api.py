@@ -119,6 +119,29 @@ class TeiRoutesInFrontOfSentenceEncoder(unittest.TestCase):
         unit = self.jina_vectors(["A man is eating food."])[0]
         np.testing.assert_allclose(raw / np.linalg.norm(raw), unit, atol=1e-5)
 
+    def test_similarity_is_the_cosine_of_the_embed_vectors(self):
+        source = "A man is eating food."
+        sentences = ["A man is eating a piece of bread.", "A man is riding a horse.", "東京"]
+        body = {"inputs": {"source_sentence": source, "sentences": sentences},
+                "parameters": {"truncate": True}}
+        status, reply = post(self.port, "/similarity", body)
+        self.assertEqual(status, 200, reply)
+        self.assertEqual(len(reply), 3)
+        self.assertTrue(all(isinstance(x, float) for x in reply), reply)
+        vectors = self.jina_vectors([source] + sentences)
+        want = vectors[1:] @ vectors[0]  # unit vectors: the cosine
+        np.testing.assert_allclose(reply, want, atol=1e-5)
+        self.assertGreater(reply[0], reply[1])  # bread is closer to food than a horse
+        for bad, code in [({"inputs": {"source_sentence": source}}, 422),
+                          ({"inputs": {"source_sentence": source, "sentences": []}}, 422),
+                          ({"inputs": {"source_sentence": source, "sentences": ["word " * 40]},
+                            "parameters": {"truncate": False}}, 413),
+                          ({"inputs": "not an object"}, 422)]:
+            status, reply = post(self.port, "/similarity", bad)
+            self.assertEqual(status, code, (bad, reply))
+            self.assertEqual(set(reply), {"error", "error_type"}, reply)
+            self.assert_still_serving()
+
     def test_truncation_fields(self):
         long = "the quick brown fox jumps over the lazy dog " * 4  # 38 tokens > 16
         body = {"inputs": [long], "truncate": True, "truncation_direction": "Left"}

@@ -115,6 +115,78 @@ TEST(TeiEmbeddingsTest, BadBodiesAreErrorsNamingTheField) {
   EXPECT_EQ(std::get<TeiEmbedRequest>(named).model, "b");
 }
 
+// TEI's /similarity: the source first, then the sentences, one /embed
+// request; the source counts toward the client batch bound.
+TEST(TeiSimilarityTest, ReadsTheSourceAndSentencesAndRefusesWhatTeiRefuses) {
+  const json good = json::parse(
+      R"({"inputs": {"source_sentence": "s", "sentences": ["a", "b"]},
+          "parameters": {"truncate": true, "truncation_direction": "Left", "prompt_name": "q"}})");
+  auto parsed = ParseTeiSimilarityRequest(good, kOne, 3);
+  ASSERT_TRUE(std::holds_alternative<TeiSimilarityRequest>(parsed))
+      << std::get<TeiError>(parsed).message;
+  const TeiSimilarityRequest& request = std::get<TeiSimilarityRequest>(parsed);
+  EXPECT_EQ(request.model, "m");
+  EXPECT_EQ(request.embed.inputs, (std::vector<std::string>{"s", "a", "b"}));
+  EXPECT_EQ(request.embed.truncate, std::optional<bool>(true));
+  EXPECT_EQ(request.embed.truncation_direction, "left");
+  EXPECT_EQ(request.embed.prompt_name, "q");
+  struct Case {
+    json body;
+    int status;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {json{{"inputs", "a"}}, 422, "\"inputs\" is required"},
+      {json::parse(R"({"inputs": {"sentences": ["a"]}})"), 422, "source_sentence"},
+      {json::parse(R"({"inputs": {"source_sentence": "", "sentences": ["a"]}})"), 422,
+       "source_sentence"},
+      {json::parse(R"({"inputs": {"source_sentence": "s", "sentences": "a"}})"), 422,
+       "inputs.sentences"},
+      {json::parse(R"({"inputs": {"source_sentence": "s", "sentences": []}})"), 422,
+       "inputs.sentences"},
+      {json::parse(R"({"inputs": {"source_sentence": "s", "sentences": ["a", 7]}})"), 422,
+       "inputs.sentences[1]"},
+      {json::parse(R"({"inputs": {"source_sentence": "s", "sentences": ["a", "b", "c"]}})"), 413,
+       "batch size 4 > maximum allowed batch size 3"},
+      {json::parse(R"({"inputs": {"source_sentence": "s", "sentences": ["a"]}, "parameters": 1})"),
+       422, "\"parameters\" must be an object"},
+      {json::parse(
+           R"({"inputs": {"source_sentence": "s", "sentences": ["a"]},
+               "parameters": {"truncation_direction": "Up"}})"),
+       422, "\"Up\""},
+  };
+  for (const Case& c : cases) {
+    auto refused = ParseTeiSimilarityRequest(c.body, kOne, 3);
+    ASSERT_TRUE(std::holds_alternative<TeiError>(refused)) << c.body.dump();
+    const TeiError& error = std::get<TeiError>(refused);
+    EXPECT_EQ(error.http_status, c.status) << c.body.dump();
+    EXPECT_NE(error.message.find(c.want), std::string::npos) << error.message;
+  }
+}
+
+TEST(TeiSimilarityTest, ReplyIsEachSentencesCosineToTheSource) {
+  DocList docs{Doc("s"), Doc("a"), Doc("b"), Doc("c")};
+  docs[0].set_embedding(Tensor::FromValues<float>({2}, std::vector<float>{3, 4}));
+  docs[1].set_embedding(Tensor::FromValues<float>({2}, std::vector<float>{6, 8}));
+  docs[2].set_embedding(Tensor::FromValues<float>({2}, std::vector<float>{-4, 3}));
+  docs[3].set_embedding(Tensor::FromValues<float>({2}, std::vector<float>{0, 0}));
+  jina::DataRequestProto reply;
+  DocListToProto(docs, reply.mutable_data()->mutable_docs());
+  TeiSimilarityRequest request;
+  request.embed.inputs = {"s", "a", "b", "c"};
+  auto out = MakeTeiSimilarityResponse(request, reply, 1 << 20);
+  ASSERT_TRUE(std::holds_alternative<json>(out)) << std::get<TeiError>(out).message;
+  const json& scores = std::get<json>(out);
+  ASSERT_EQ(scores.size(), 3U);
+  EXPECT_NEAR(scores[0].get<double>(), 1.0, 1e-6);
+  EXPECT_NEAR(scores[1].get<double>(), 0.0, 1e-6);
+  EXPECT_EQ(scores[2].get<double>(), 0.0) << "an all-zero vector is not similar to anything";
+  request.embed.inputs = {"s", "a"};  // the reply has more vectors than inputs
+  out = MakeTeiSimilarityResponse(request, reply, 1 << 20);
+  ASSERT_TRUE(std::holds_alternative<TeiError>(out));
+  EXPECT_EQ(std::get<TeiError>(out).http_status, 424);
+}
+
 TEST(TeiEmbeddingsTest, ReplyIsAListOfVectorsNormalisedWhenAsked) {
   DocList docs{Doc("a"), Doc("b")};
   docs[0].set_embedding(Tensor::FromValues<float>({2}, std::vector<float>{3, 4}));
