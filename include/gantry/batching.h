@@ -51,6 +51,16 @@ struct DynamicBatching {
   // The level of a request without `priority`; 0: the least urgent,
   // priority_levels.
   int default_priority_level = 0;
+  // What a request past queue_timeout_ms gets (Triton's timeout_action):
+  // kReject answers DEADLINE_EXCEEDED without running the handler; kDelay
+  // serves it after the requests of its queue that have not timed out.
+  enum class TimeoutAction { kReject, kDelay };
+  TimeoutAction timeout_action = TimeoutAction::kReject;
+  // A request's `queue_timeout` parameter (ms, 1 to 24 h) may shorten
+  // queue_timeout_ms for that request, never lengthen it (Triton's
+  // allow_timeout_override); the parameter is then the queue's, neither
+  // the handler's nor part of the batching key.
+  bool allow_timeout_override = false;
   // False turns batching off for this endpoint (Jina's use_dynamic_batching),
   // e.g. to override the macro from YAML.
   bool enabled = true;

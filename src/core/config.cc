@@ -58,7 +58,9 @@ constexpr std::string_view kBatchingKeys[] = {"preferred_batch_size",
                                               "use_custom_metric",
                                               "queue_timeout",
                                               "priority_levels",
-                                              "default_priority_level"};
+                                              "default_priority_level",
+                                              "timeout_action",
+                                              "allow_timeout_override"};
 
 // The whole-number keys of a dynamic_batching entry: each its rule and field.
 struct BatchingIntKey {
@@ -1020,13 +1022,29 @@ class Parser {
         if (int_key != std::end(kBatchingIntKeys)) {
           GANTRY_ASSIGN_OR_RETURN(std::int64_t v, ReadInt(k, key_path, *int_key->rule));
           batching.*(int_key->field) = static_cast<int>(v);
-        } else if (k.key == "flush_all" || k.key == "use_dynamic_batching") {
+        } else if (k.key == "flush_all" || k.key == "use_dynamic_batching" ||
+                   k.key == "allow_timeout_override") {
           GANTRY_ASSIGN_OR_RETURN(Scalar scalar, ReadScalar(k.value, k.mark, key_path));
           const bool* b = scalar.value.AsBool();
           if (b == nullptr) {
             return Error(k.mark, key_path, "expected true or false, got " + Got(k.value, scalar));
           }
-          (k.key == "flush_all" ? batching.flush_all : batching.enabled) = *b;
+          (k.key == "flush_all"              ? batching.flush_all
+           : k.key == "use_dynamic_batching" ? batching.enabled
+                                             : batching.allow_timeout_override) = *b;
+        } else if (k.key == "timeout_action") {
+          // Triton's enum names, in any case.
+          GANTRY_ASSIGN_OR_RETURN(Scalar scalar, ReadScalar(k.value, k.mark, key_path));
+          std::string action = scalar.text;
+          std::transform(action.begin(), action.end(), action.begin(),
+                         [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+          if (action == "reject") {
+            batching.timeout_action = DynamicBatching::TimeoutAction::kReject;
+          } else if (action == "delay") {
+            batching.timeout_action = DynamicBatching::TimeoutAction::kDelay;
+          } else {
+            return Error(k.mark, key_path, "expected REJECT or DELAY, got " + Got(k.value, scalar));
+          }
         } else {
           // custom_metric is a Python callable: nothing to carry it here.
           return Error(k.key_node.Mark(), key_path, "not supported (Python callables only)");

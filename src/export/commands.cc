@@ -56,6 +56,12 @@ Value ExecutorConfigDoc(const Step& step) {
         one.emplace("priority_levels", Int(b.priority_levels));
         one.emplace("default_priority_level", Int(b.default_priority_level));
       }
+      if (b.timeout_action == DynamicBatching::TimeoutAction::kDelay) {
+        one.emplace("timeout_action", Text("DELAY"));
+      }
+      if (b.allow_timeout_override) {
+        one.emplace("allow_timeout_override", Value(true));
+      }
       batching.emplace(endpoint, Value(std::move(one)));
     }
     doc.emplace("dynamic_batching", Value(std::move(batching)));

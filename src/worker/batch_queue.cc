@@ -83,7 +83,8 @@ bool BatchQueueSet::EvictOneIdleLocked() {
 
 HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching& config,
                                    const std::function<BatchInvoke()>& make_invoke,
-                                   const std::string& where, DocList& docs, int priority) {
+                                   const std::string& where, DocList& docs, int priority,
+                                   int queue_timeout_ms) {
   if (docs.empty()) {
     return {};
   }
@@ -150,13 +151,25 @@ HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching
   queue.queued_docs += docs.size();
   ++queue.users;
   wake_.notify_all();
-  const int queue_timeout_ms = queue.config.queue_timeout_ms;
+  if (queue_timeout_ms < 0) {
+    queue_timeout_ms = queue.config.queue_timeout_ms;
+  }
+  const bool delay = queue.config.timeout_action == DynamicBatching::TimeoutAction::kDelay;
   if (queue_timeout_ms <= 0 ||
       pending.done_cv.wait_until(lock, now + std::chrono::milliseconds(queue_timeout_ms),
                                  [&] { return pending.done; })) {
     pending.done_cv.wait(lock, [&] { return pending.done; });
   } else if (pending.taken) {
     // Its handler call has started: the documents are the handler's now.
+    pending.done_cv.wait(lock, [&] { return pending.done; });
+  } else if (delay) {
+    // To the back of its queue, behind every request waiting now, then
+    // served whenever its turn comes.
+    if (queue.pending.size() > 1) {
+      WithdrawLocked(queue, pending);
+      queue.pending.push_back(&pending);
+      queue.queued_docs += docs.size();
+    }
     pending.done_cv.wait(lock, [&] { return pending.done; });
   } else {
     WithdrawLocked(queue, pending);
@@ -180,8 +193,8 @@ HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching
 }
 
 void BatchQueueSet::WithdrawLocked(Queue& queue, Pending& pending) {
-  // Queue timeouts expire in arrival order, so the caller is at or near
-  // the front: the search is short.
+  // Queue timeouts mostly expire in arrival order, so the caller is at or
+  // near the front: the search is short.
   auto it = std::find(queue.pending.begin(), queue.pending.end(), &pending);
   if (it == queue.pending.end()) {
     return;

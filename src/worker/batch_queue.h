@@ -26,8 +26,9 @@
 // time, so a backlog of one queue does not hold back a more urgent request
 // (or an older queue) for longer than one call. With queue_timeout_ms, a
 // caller whose documents were not taken into a handler call by then
-// withdraws them itself and gets DEADLINE_EXCEEDED; it does not depend on
-// the flusher, which may be busy in a long call.
+// withdraws them itself and gets DEADLINE_EXCEEDED (timeout_action kReject)
+// or moves them to the back of its queue, to be served in turn (kDelay);
+// it does not depend on the flusher, which may be busy in a long call.
 //
 // No sockets and no protobuf: unit-tested with plain threads.
 #ifndef GANTRY_WORKER_BATCH_QUEUE_H_
@@ -94,9 +95,12 @@ class BatchQueueSet {
   // config.queue_timeout_ms passed before its documents went into a call;
   // UNAVAILABLE after Stop. `priority` (1 the most urgent; 0 as the least
   // urgent of all) is the new queue's level; the key must tell levels apart.
+  // `queue_timeout_ms` >= 0 is this request's own queue timeout (0: none)
+  // instead of the queue's config.queue_timeout_ms. Past it, the queue's
+  // timeout_action rejects the request or moves it to the back of the queue.
   HandlerOutcome Push(const std::string& key, const DynamicBatching& config,
                       const std::function<BatchInvoke()>& make_invoke, const std::string& where,
-                      DocList& docs, int priority = 0);
+                      DocList& docs, int priority = 0, int queue_timeout_ms = -1);
 
   // Runs everything queued through the handler, then refuses new pushes
   // and joins the flusher. Idempotent.

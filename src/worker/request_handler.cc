@@ -4,6 +4,7 @@
 #include <gantry/device_report.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -274,6 +275,30 @@ StatusOr<int> PriorityLevel(const DynamicBatching& config, const Parameters& par
   return static_cast<int>(level);
 }
 
+// A request's own queue timeout, with allow_timeout_override: its
+// `queue_timeout` parameter (ms), taken out of `parameters`, no longer than
+// the endpoint's; -1 (the endpoint's) without one.
+StatusOr<int> RequestQueueTimeout(const DynamicBatching& config, Parameters& parameters) {
+  constexpr int kMaxRequestQueueTimeoutMs = 24 * 3600 * 1000;
+  if (!config.allow_timeout_override) {
+    return -1;
+  }
+  const Value* asked = parameters.Find("queue_timeout");
+  if (asked == nullptr) {
+    return -1;
+  }
+  double ms = 0;
+  if (!asked->ToNumber(&ms) || ms < 1 || ms > kMaxRequestQueueTimeoutMs || ms != std::floor(ms)) {
+    return InvalidArgumentError(
+        "parameter 'queue_timeout' must be a whole number of milliseconds from 1 to " +
+        std::to_string(kMaxRequestQueueTimeoutMs) + ", got " +
+        ValueDictToJson(Value::Dict{{"queue_timeout", *asked}}));
+  }
+  parameters.mutable_values().erase("queue_timeout");
+  const int own = static_cast<int>(ms);
+  return config.queue_timeout_ms > 0 ? std::min(own, config.queue_timeout_ms) : own;
+}
+
 }  // namespace
 
 // Jina keys its queues by endpoint and json.dumps(parameters,
@@ -282,7 +307,7 @@ HandlerOutcome RequestHandler::PushBatched(const std::string& endpoint,
                                            const DynamicBatching& batching, std::size_t route_index,
                                            const Parameters& parameters, const std::string& where,
                                            DocList& docs, WorkerMetrics::Endpoint* measured,
-                                           int priority) {
+                                           int priority, int queue_timeout_ms) {
   std::string key = endpoint + '\n' + ValueDictToJson(parameters.values());
   const Route* route = &routes_[route_index];
   auto make_invoke = [this, route, &parameters, measured] {
@@ -290,7 +315,7 @@ HandlerOutcome RequestHandler::PushBatched(const std::string& endpoint,
       return Invoke(*route, batch, parameters, measured);
     });
   };
-  return queues_.Push(key, batching, make_invoke, where, docs, priority);
+  return queues_.Push(key, batching, make_invoke, where, docs, priority, queue_timeout_ms);
 }
 
 bool RequestHandler::SetReplyDocs(jina::DataRequestProto* request, const DocList& docs,
@@ -437,13 +462,15 @@ RequestHandler::Result RequestHandler::Handle(jina::DataRequestProto* request,
   const std::size_t doc_count = docs->size();
   if (auto batching = batching_.find(bound); batching != batching_.end()) {
     StatusOr<int> priority = PriorityLevel(batching->second, parameters);
-    if (!priority.ok()) {
-      result.status = priority.status().WithPrefix(where);
+    StatusOr<int> queue_timeout = RequestQueueTimeout(batching->second, parameters);
+    if (!priority.ok() || !queue_timeout.ok()) {
+      result.status =
+          (priority.ok() ? queue_timeout.status() : priority.status()).WithPrefix(where);
       failed("invalid_argument");
       return result;
     }
     outcome = PushBatched(bound, batching->second, it->second, parameters, where, *docs, measured,
-                          *priority);
+                          *priority, *queue_timeout);
   } else {
     outcome = Invoke(route, *docs, parameters, measured, &abandoned);
   }

@@ -116,11 +116,11 @@ class RequestHandler {
                                        WorkerMetrics::Endpoint* measured,
                                        const std::function<bool()>* abandoned);
   // Through the batch queue of `endpoint` and `parameters`, whose batching
-  // settings are `batching`.
+  // settings are `batching`; `queue_timeout_ms` as BatchQueueSet::Push.
   HandlerOutcome PushBatched(const std::string& endpoint, const DynamicBatching& batching,
                              std::size_t route_index, const Parameters& parameters,
                              const std::string& where, DocList& docs,
-                             WorkerMetrics::Endpoint* measured, int priority);
+                             WorkerMetrics::Endpoint* measured, int priority, int queue_timeout_ms);
 
   std::string jtype_;
   std::string executor_name_;

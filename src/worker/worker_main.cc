@@ -67,6 +67,8 @@ std::string WorkerSpecToJson(const WorkerSpec& spec) {
                      {"queue_timeout_ms", b.queue_timeout_ms},
                      {"priority_levels", b.priority_levels},
                      {"default_priority_level", b.default_priority_level},
+                     {"timeout_delay", b.timeout_action == DynamicBatching::TimeoutAction::kDelay},
+                     {"allow_timeout_override", b.allow_timeout_override},
                      {"enabled", b.enabled}};
   }
   j["dynamic_batching"] = std::move(batching);
@@ -119,6 +121,10 @@ StatusOr<WorkerSpec> WorkerSpecFromJson(std::string_view json) {
       out.queue_timeout_ms = b.value("queue_timeout_ms", out.queue_timeout_ms);
       out.priority_levels = b.value("priority_levels", out.priority_levels);
       out.default_priority_level = b.value("default_priority_level", out.default_priority_level);
+      out.timeout_action = b.value("timeout_delay", false)
+                               ? DynamicBatching::TimeoutAction::kDelay
+                               : DynamicBatching::TimeoutAction::kReject;
+      out.allow_timeout_override = b.value("allow_timeout_override", out.allow_timeout_override);
       out.enabled = b.value("enabled", out.enabled);
     }
   } catch (const nlohmann::json::exception& e) {

@@ -128,6 +128,55 @@ std::int64_t UrgentCallAfterAQueueOfOthers(int priority_levels) {
   return CallOf(replies[5]);
 }
 
+// allow_timeout_override: a client's `queue_timeout` parameter shortens
+// its wait (and a bad one is its error); timeout_action DELAY serves a
+// late request instead of refusing it.
+TEST(QueuePolicyTest, AClientMayShortenItsQueueTimeoutAndDelayServesLateRequests) {
+  for (const bool delay : {false, true}) {
+    SCOPED_TRACE(delay ? "DELAY" : "REJECT");
+    DynamicBatching slow{.preferred_batch_size = 1, .timeout_ms = 0, .queue_timeout_ms = 60000};
+    slow.allow_timeout_override = true;
+    if (delay) {
+      slow.timeout_action = DynamicBatching::TimeoutAction::kDelay;
+    }
+    Deployment dep({.uses = "BatchCountExec",
+                    .name = delay ? "qdelay" : "qreject",
+                    .uses_dynamic_batching = {{"/slow", slow}},
+                    .monitoring = true});
+    ASSERT_TRUE(dep.ok()) << dep.status();
+    ASSERT_TRUE(dep.Post("/slow", DocList{Doc("warm-up")}).ok());
+    const int metrics_port = dep.replicas()[0].monitoring_port;
+    StatusOr<DocList> busy = DocList();
+    std::thread holder([&] {
+      busy = dep.Post("/slow", DocList{Doc("busy")},
+                      {.parameters = Params({{"sleep_ms", Value(1500.0)}})});
+    });
+    ASSERT_TRUE(testing::WaitUntil(
+        [&] {
+          return testing::Sum(testing::Scrape(metrics_port), "gantry_pending_requests",
+                              "endpoint=\"/slow\"") >= 1;
+        },
+        std::chrono::milliseconds(20000)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    StatusOr<DocList> late = dep.Post("/slow", DocList{Doc("late")},
+                                      {.parameters = Params({{"queue_timeout", Value(200.0)}})});
+    if (delay) {
+      EXPECT_TRUE(late.ok()) << late.status();
+    } else {
+      // An executor's error reply, as the configured queue_timeout's.
+      ASSERT_FALSE(late.ok());
+      EXPECT_THAT(late.status().message(), HasSubstr("queue_timeout 200 ms"));
+      EXPECT_THAT(late.status().message(), HasSubstr("the handler did not run"));
+    }
+    StatusOr<DocList> bad = dep.Post("/slow", DocList{Doc("bad")},
+                                     {.parameters = Params({{"queue_timeout", Value("soon")}})});
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status();
+    EXPECT_THAT(bad.status().message(), HasSubstr("'queue_timeout'"));
+    holder.join();
+    EXPECT_TRUE(busy.ok()) << busy.status();
+  }
+}
+
 TEST(QueuePolicyTest, AnUrgentRequestOvertakesAQueueOfLessUrgentOnes) {
   // Call 1 warms up, call 2 is the busy one.
   EXPECT_EQ(UrgentCallAfterAQueueOfOthers(/*priority_levels=*/2), 3);

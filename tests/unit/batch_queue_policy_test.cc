@@ -122,6 +122,60 @@ TEST_F(BatchQueuePolicyTest, QueueTimeoutAnswersDeadlineExceededAndTheHandlerNev
   EXPECT_THAT(log_.calls, ElementsAre("timed"));
 }
 
+// Triton's allow_timeout_override: the request's own queue timeout, with
+// no timeout configured for the queue.
+TEST_F(BatchQueuePolicyTest, ARequestsOwnQueueTimeoutRefusesIt) {
+  OccupyFlusher();
+  DocList late{Doc("late")};
+  const auto start = std::chrono::steady_clock::now();
+  HandlerOutcome outcome = set_.Push(
+      "own", kPlain, [&] { return log_.Recording("own"); }, "'/own'", late, 0,
+      /*queue_timeout_ms=*/100);
+  EXPECT_EQ(outcome.status.code(), StatusCode::kDeadlineExceeded) << outcome.status;
+  EXPECT_THAT(outcome.status.message(), HasSubstr("queue_timeout 100 ms"));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(90));
+  EXPECT_EQ(late[0].text(), "late");
+}
+
+// Triton's timeout_action DELAY: a request past its queue timeout is not
+// refused but served after the requests that were waiting behind it.
+TEST_F(BatchQueuePolicyTest, DelayServesATimedOutRequestAfterTheOthers) {
+  OccupyFlusher();
+  const DynamicBatching delayed{.preferred_batch_size = 1,
+                                .timeout_ms = 0,
+                                .timeout_action = DynamicBatching::TimeoutAction::kDelay};
+  std::mutex order_mutex;
+  std::vector<std::string> order;
+  auto recording = [&] {
+    return BatchInvoke([&](DocList& docs) {
+      std::lock_guard lock(order_mutex);
+      for (Doc& doc : docs) {
+        order.emplace_back(doc.text());
+      }
+      return HandlerOutcome{};
+    });
+  };
+  std::vector<DocList> docs = {DocList{Doc("a")}, DocList{Doc("b")}, DocList{Doc("c")}};
+  std::vector<HandlerOutcome> outcomes(3);
+  // a times out after 100 ms; b and c have no timeout.
+  for (int i = 0; i < 3; ++i) {
+    threads_.emplace_back([&, i] {
+      outcomes[i] = set_.Push("delayed", delayed, recording, "'/d'", docs[i], 0,
+                              /*queue_timeout_ms=*/i == 0 ? 100 : 0);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a is past its timeout
+  gate_.Open();
+  testing::JoinWithin(threads_, std::chrono::seconds(30), "the delayed pushes");
+  for (const HandlerOutcome& outcome : outcomes) {
+    EXPECT_TRUE(outcome.status.ok()) << outcome.status;
+    EXPECT_TRUE(outcome.refused.empty());
+  }
+  std::lock_guard lock(order_mutex);
+  EXPECT_THAT(order, ElementsAre("b", "c", "a"));
+}
+
 TEST_F(BatchQueuePolicyTest, ARequestWhoseCallStartedIsServedPastItsQueueTimeout) {
   const DynamicBatching timed{.preferred_batch_size = 1, .timeout_ms = 0, .queue_timeout_ms = 50};
   DocList docs{Doc("slow")};

@@ -419,6 +419,34 @@ TEST(DeploymentConfigTest, HostIsTheYamlsElseGantryHostElseLoopback) {
   EXPECT_EQ(no_env->host, "127.0.0.1");
 }
 
+TEST(DeploymentConfigTest, ReadsTritonsTimeoutActionAndOverride) {
+  StatusOr<DeploymentOptions> options = ParseDeploymentConfig(R"(jtype: Deployment
+with:
+  uses: MyExec
+  uses_dynamic_batching:
+    /a: {queue_timeout: 100, timeout_action: DELAY, allow_timeout_override: true}
+    /b: {timeout_action: reject}
+)",
+                                                              "dep.yml");
+  ASSERT_TRUE(options.ok()) << options.status();
+  const DynamicBatching& a = options->uses_dynamic_batching.at("/a");
+  EXPECT_EQ(a.timeout_action, DynamicBatching::TimeoutAction::kDelay);
+  EXPECT_TRUE(a.allow_timeout_override);
+  const DynamicBatching& b = options->uses_dynamic_batching.at("/b");
+  EXPECT_EQ(b.timeout_action, DynamicBatching::TimeoutAction::kReject);
+  EXPECT_FALSE(b.allow_timeout_override);
+  const std::string error = ErrorOf(ParseDeploymentConfig(R"(jtype: Deployment
+with:
+  uses: MyExec
+  uses_dynamic_batching:
+    /a: {timeout_action: LATER}
+)",
+                                                          "dep.yml"));
+  EXPECT_THAT(error, HasSubstr("timeout_action"));
+  EXPECT_THAT(error, HasSubstr("REJECT or DELAY"));
+  EXPECT_THAT(error, HasSubstr("dep.yml:5"));
+}
+
 TEST(DeploymentConfigTest, KeepsDefaults) {
   StatusOr<DeploymentOptions> options =
       ParseDeploymentConfig("jtype: Deployment\nwith:\n  uses: MyExec\n", "dep.yml");

@@ -38,7 +38,9 @@ executors:
   - name: text_encoder
     uses: MyGPUExec
     gpus: 2
-    uses_dynamic_batching: {/encode: {preferred_batch_size: 16, timeout: 5}}
+    uses_dynamic_batching:
+      /encode: {preferred_batch_size: 16, timeout: 5, queue_timeout: 100, timeout_action: DELAY,
+                allow_timeout_override: true}
   - {name: indexer, uses: NoOpExec, needs: [tokenizer, text_encoder]}
 )";
 
@@ -161,6 +163,9 @@ TEST(ExportKubernetesTest, FlowWithGpuStepRoutesThroughServices) {
       encoder.at("ConfigMap/text-encoder-config")["data"]["executor.yml"].as<std::string>());
   EXPECT_EQ(config["with"]["device"].as<std::string>(), "cuda");
   EXPECT_EQ(config["dynamic_batching"]["/encode"]["preferred_batch_size"].as<int>(), 16);
+  EXPECT_EQ(config["dynamic_batching"]["/encode"]["queue_timeout"].as<int>(), 100);
+  EXPECT_EQ(config["dynamic_batching"]["/encode"]["timeout_action"].as<std::string>(), "DELAY");
+  EXPECT_TRUE(config["dynamic_batching"]["/encode"]["allow_timeout_override"].as<bool>());
   EXPECT_EQ(config["metas"]["name"].as<std::string>(), "text_encoder");
   auto tokenizer = Objects(dir.File("out/tokenizer.yml"));
   EXPECT_EQ(tokenizer.at("Deployment/tokenizer")["spec"]["replicas"].as<int>(), 2);
