@@ -490,72 +490,42 @@ class HttpGateway::Impl {
               HandleOpenAiEmbeddings(request.body, request_id, *deadline, send);
             }
           });
-      add({.method = "POST",
-           .path = "/embed",
-           .operation_id = "tei_embed",
-           .tag = "TEI",
-           .summary = "Embeddings, as text-embeddings-inference",
-           .description = "A body in Jina's shape ({\"data\": ...}) goes to the executor's own "
-                          "/embed endpoint instead.",
-           .request_schema = "TeiEmbedRequest",
-           .reply_schema = "TeiEmbedReply",
-           .error_statuses = tei_errors,
-           .error_schema = "TeiError",
-           .needs_api_key = true,
-           .takes_deadline = true},
-          [this](const HttpRequest& request, const std::string& request_id, const Send& send) {
-            HandleTeiRoute(request, request_id, send, [this](const json& body) {
-              return ParseTeiEmbedRequest(body, options_.models, MaxClientBatchSize());
+      // TEI's POST routes: the body parsed by `parse`, or Jina's for the
+      // executor's own endpoint of that name (HandleTeiRoute).
+      const auto add_tei = [&](std::string path, std::string operation_id, std::string summary,
+                               std::string description, const std::string& schema, auto parse) {
+        add({.method = "POST",
+             .path = std::move(path),
+             .operation_id = std::move(operation_id),
+             .tag = "TEI",
+             .summary = std::move(summary),
+             .description = std::move(description),
+             .request_schema = schema + "Request",
+             .reply_schema = schema + "Reply",
+             .error_statuses = tei_errors,
+             .error_schema = "TeiError",
+             .needs_api_key = true,
+             .takes_deadline = true},
+            [this, parse](const HttpRequest& request, const std::string& request_id,
+                          const Send& send) {
+              HandleTeiRoute(request, request_id, send, [this, parse](const json& body) {
+                return parse(body, options_.models, MaxClientBatchSize());
+              });
             });
-          });
-      add({.method = "POST",
-           .path = "/similarity",
-           .operation_id = "tei_similarity",
-           .tag = "TEI",
-           .summary = "Cosine similarity of sentences to a source sentence",
-           .request_schema = "TeiSimilarityRequest",
-           .reply_schema = "TeiSimilarityReply",
-           .error_statuses = tei_errors,
-           .error_schema = "TeiError",
-           .needs_api_key = true,
-           .takes_deadline = true},
-          [this](const HttpRequest& request, const std::string& request_id, const Send& send) {
-            HandleTeiRoute(request, request_id, send, [this](const json& body) {
-              return ParseTeiSimilarityRequest(body, options_.models, MaxClientBatchSize());
-            });
-          });
-      add({.method = "POST",
-           .path = "/rerank",
-           .operation_id = "tei_rerank",
-           .tag = "TEI",
-           .summary = "Scores of texts against a query, best first (a cross-encoder)",
-           .request_schema = "TeiRerankRequest",
-           .reply_schema = "TeiRerankReply",
-           .error_statuses = tei_errors,
-           .error_schema = "TeiError",
-           .needs_api_key = true,
-           .takes_deadline = true},
-          [this](const HttpRequest& request, const std::string& request_id, const Send& send) {
-            HandleTeiRoute(request, request_id, send, [this](const json& body) {
-              return ParseTeiRerankRequest(body, options_.models, MaxClientBatchSize());
-            });
-          });
-      add({.method = "POST",
-           .path = "/tokenize",
-           .operation_id = "tei_tokenize",
-           .tag = "TEI",
-           .summary = "The model's tokens of each input, with UTF-8 byte offsets",
-           .request_schema = "TeiTokenizeRequest",
-           .reply_schema = "TeiTokenizeReply",
-           .error_statuses = tei_errors,
-           .error_schema = "TeiError",
-           .needs_api_key = true,
-           .takes_deadline = true},
-          [this](const HttpRequest& request, const std::string& request_id, const Send& send) {
-            HandleTeiRoute(request, request_id, send, [this](const json& body) {
-              return ParseTeiTokenizeRequest(body, options_.models, MaxClientBatchSize());
-            });
-          });
+      };
+      add_tei("/embed", "tei_embed", "Embeddings, as text-embeddings-inference",
+              "A body in Jina's shape ({\"data\": ...}) goes to the executor's own /embed "
+              "endpoint instead.",
+              "TeiEmbed", ParseTeiEmbedRequest);
+      add_tei("/similarity", "tei_similarity",
+              "Cosine similarity of sentences to a source sentence", "", "TeiSimilarity",
+              ParseTeiSimilarityRequest);
+      add_tei("/rerank", "tei_rerank",
+              "Scores of texts against a query, best first (a cross-encoder)", "", "TeiRerank",
+              ParseTeiRerankRequest);
+      add_tei("/tokenize", "tei_tokenize",
+              "The model's tokens of each input, with UTF-8 byte offsets", "", "TeiTokenize",
+              ParseTeiTokenizeRequest);
     }
 
     add({.method = "POST",

@@ -24,6 +24,13 @@ constexpr const char* kSchemas = R"json({
     },
     "additionalProperties": true
   },
+  "JinaDocuments": {
+    "description": "A list of documents, or one (then the reply's data is one too).",
+    "oneOf": [
+      {"type": "array", "items": {"$ref": "#/components/schemas/JinaDocument"}},
+      {"$ref": "#/components/schemas/JinaDocument"}
+    ]
+  },
   "JinaHeader": {
     "type": "object",
     "properties": {
@@ -35,12 +42,7 @@ constexpr const char* kSchemas = R"json({
   "JinaDataRequest": {
     "type": "object",
     "properties": {
-      "data": {
-        "oneOf": [
-          {"type": "array", "items": {"$ref": "#/components/schemas/JinaDocument"}},
-          {"$ref": "#/components/schemas/JinaDocument"}
-        ]
-      },
+      "data": {"$ref": "#/components/schemas/JinaDocuments"},
       "parameters": {"type": "object"},
       "header": {"$ref": "#/components/schemas/JinaHeader"}
     },
@@ -51,12 +53,7 @@ constexpr const char* kSchemas = R"json({
     "required": ["execEndpoint"],
     "properties": {
       "execEndpoint": {"type": "string", "description": "The executor endpoint, e.g. /encode."},
-      "data": {
-        "oneOf": [
-          {"type": "array", "items": {"$ref": "#/components/schemas/JinaDocument"}},
-          {"$ref": "#/components/schemas/JinaDocument"}
-        ]
-      },
+      "data": {"$ref": "#/components/schemas/JinaDocuments"},
       "parameters": {"type": "object"},
       "header": {"$ref": "#/components/schemas/JinaHeader"}
     },
@@ -66,12 +63,7 @@ constexpr const char* kSchemas = R"json({
     "type": "object",
     "required": ["data", "header"],
     "properties": {
-      "data": {
-        "oneOf": [
-          {"type": "array", "items": {"$ref": "#/components/schemas/JinaDocument"}},
-          {"$ref": "#/components/schemas/JinaDocument"}
-        ]
-      },
+      "data": {"$ref": "#/components/schemas/JinaDocuments"},
       "parameters": {"type": "object"},
       "header": {"type": "object"}
     }

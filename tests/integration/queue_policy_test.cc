@@ -32,6 +32,30 @@ std::int64_t CallOf(const StatusOr<DocList>& reply) {
   return call == nullptr ? -1 : *call;
 }
 
+// Posts one /slow request that sleeps `sleep_ms` in its handler from a
+// thread of `threads`, into `busy`; true once the worker holds it (its
+// flusher takes it at once), and a little later, so that what the test
+// posts next queues behind it.
+bool OccupyTheWorker(Deployment& dep, int metrics_port, double sleep_ms, StatusOr<DocList>& busy,
+                     std::vector<std::thread>& threads) {
+  threads.emplace_back([&dep, &busy, sleep_ms] {
+    busy = dep.Post("/slow", DocList{Doc("busy")},
+                    {.parameters = Params({{"sleep_ms", Value(sleep_ms)}})});
+  });
+  const bool held = testing::WaitUntil(
+      [&] {
+        return testing::Sum(testing::Scrape(metrics_port), "gantry_pending_requests",
+                            "endpoint=\"/slow\"") >= 1;
+      },
+      std::chrono::milliseconds(20000));
+  if (!held) {
+    testing::JoinWithin(threads, std::chrono::seconds(60), "the busy post");
+    return false;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  return true;
+}
+
 TEST(QueuePolicyTest, QueueTimeoutRefusesWhatTheBusyWorkerCouldNotStartAndCountsIt) {
   Deployment dep(
       {.uses = "BatchCountExec",
@@ -45,18 +69,7 @@ TEST(QueuePolicyTest, QueueTimeoutRefusesWhatTheBusyWorkerCouldNotStartAndCounts
   const int metrics_port = dep.replicas()[0].monitoring_port;
   StatusOr<DocList> busy = DocList();
   std::vector<std::thread> threads;
-  threads.emplace_back([&] {
-    busy = dep.Post("/slow", DocList{Doc("busy")},
-                    {.parameters = Params({{"sleep_ms", Value(2500.0)}})});
-  });
-  // The busy request reached the worker (the flusher takes it at once).
-  ASSERT_TRUE(testing::WaitUntil(
-      [&] {
-        return testing::Sum(testing::Scrape(metrics_port), "gantry_pending_requests",
-                            "endpoint=\"/slow\"") >= 1;
-      },
-      std::chrono::milliseconds(20000)));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_TRUE(OccupyTheWorker(dep, metrics_port, 2500, busy, threads));
 
   const auto start = std::chrono::steady_clock::now();
   StatusOr<DocList> late = dep.Post("/slow", DocList{Doc("late")});
@@ -147,17 +160,8 @@ TEST(QueuePolicyTest, AClientMayShortenItsQueueTimeoutAndDelayServesLateRequests
     ASSERT_TRUE(dep.Post("/slow", DocList{Doc("warm-up")}).ok());
     const int metrics_port = dep.replicas()[0].monitoring_port;
     StatusOr<DocList> busy = DocList();
-    std::thread holder([&] {
-      busy = dep.Post("/slow", DocList{Doc("busy")},
-                      {.parameters = Params({{"sleep_ms", Value(1500.0)}})});
-    });
-    ASSERT_TRUE(testing::WaitUntil(
-        [&] {
-          return testing::Sum(testing::Scrape(metrics_port), "gantry_pending_requests",
-                              "endpoint=\"/slow\"") >= 1;
-        },
-        std::chrono::milliseconds(20000)));
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::vector<std::thread> threads;
+    ASSERT_TRUE(OccupyTheWorker(dep, metrics_port, 1500, busy, threads));
     StatusOr<DocList> late = dep.Post("/slow", DocList{Doc("late")},
                                       {.parameters = Params({{"queue_timeout", Value(200.0)}})});
     if (delay) {
@@ -172,7 +176,7 @@ TEST(QueuePolicyTest, AClientMayShortenItsQueueTimeoutAndDelayServesLateRequests
                                      {.parameters = Params({{"queue_timeout", Value("soon")}})});
     EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status();
     EXPECT_THAT(bad.status().message(), HasSubstr("'queue_timeout'"));
-    holder.join();
+    testing::JoinWithin(threads, std::chrono::seconds(60), "the busy post");
     EXPECT_TRUE(busy.ok()) << busy.status();
   }
 }
