@@ -492,14 +492,15 @@ class HttpGateway::Impl {
           });
       // TEI's POST routes: the body parsed by `parse`, or Jina's for the
       // executor's own endpoint of that name (HandleTeiRoute).
-      const auto add_tei = [&](std::string path, std::string operation_id, std::string summary,
-                               std::string description, const std::string& schema, auto parse) {
+      const auto add_tei = [&](const std::string& path, const std::string& operation_id,
+                               const std::string& summary, const std::string& description,
+                               const std::string& schema, auto parse) {
         add({.method = "POST",
-             .path = std::move(path),
-             .operation_id = std::move(operation_id),
+             .path = path,
+             .operation_id = operation_id,
              .tag = "TEI",
-             .summary = std::move(summary),
-             .description = std::move(description),
+             .summary = summary,
+             .description = description,
              .request_schema = schema + "Request",
              .reply_schema = schema + "Reply",
              .error_statuses = tei_errors,
