@@ -574,8 +574,14 @@ void ReplicaPool::OnAttemptDone(std::shared_ptr<Call> call, ForwardResult result
   const bool can_try_again = call->attempt_ + 1 < max_attempts_ && !past_deadline;
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE: {
-      // A transport failure: the replica is down or dying.
-      MarkOut(replica, *call->link_, status.error_message());
+      // A transport failure: the replica is down or dying. A "dns:///" name
+      // stands for every server it resolves to, and its channel's
+      // round_robin already routes around the one that went: it stays in
+      // rotation (the health probe still takes it out when none answers),
+      // and the retry may go to it again.
+      if (!call->link_->address().starts_with("dns:///")) {
+        MarkOut(replica, *call->link_, status.error_message());
+      }
       if (!NeverConnected(status)) {
         call->killed_.push_back(described);
       }

@@ -5,6 +5,7 @@
 #include <grpcpp/client_context.h>
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -37,6 +38,10 @@ class FakeLink final : public ReplicaLink {
       return;
     }
     grpc::Status answer = answer_;
+    if (!next_answers_.empty()) {
+      answer = next_answers_.front();
+      next_answers_.pop_front();
+    }
     lock.unlock();
     ForwardResult result;
     result.status = answer;
@@ -53,6 +58,11 @@ class FakeLink final : public ReplicaLink {
   void Answer(grpc::Status status) {
     std::lock_guard lock(mutex_);
     answer_ = std::move(status);
+  }
+  // The next send gets `status`, the ones after it Answer's.
+  void AnswerNextWith(grpc::Status status) {
+    std::lock_guard lock(mutex_);
+    next_answers_.push_back(std::move(status));
   }
   void Hold() {
     std::lock_guard lock(mutex_);
@@ -105,6 +115,7 @@ class FakeLink final : public ReplicaLink {
   std::string address_;
   std::mutex mutex_;
   grpc::Status answer_ = grpc::Status::OK;
+  std::deque<grpc::Status> next_answers_;
   bool hold_ = false;
   std::vector<ForwardDone> held_;
   bool serving_ = true;
@@ -118,12 +129,17 @@ class FakeLink final : public ReplicaLink {
 class ReplicaPoolTest : public ::testing::Test {
  protected:
   ReplicaPool& MakePool(int replicas, std::chrono::milliseconds timeout_send = {}) {
+    std::vector<std::string> addresses;
+    for (int i = 0; i < replicas; ++i) {
+      addresses.push_back(std::string(1, static_cast<char>('a' + i)) + ":" + std::to_string(i + 1));
+    }
+    return MakePoolOf(std::move(addresses), timeout_send);
+  }
+  ReplicaPool& MakePoolOf(std::vector<std::string> addresses,
+                          std::chrono::milliseconds timeout_send = {}) {
     ReplicaPoolOptions options;
     options.deployment_name = "enc";
-    for (int i = 0; i < replicas; ++i) {
-      options.replica_addresses.push_back(std::string(1, static_cast<char>('a' + i)) + ":" +
-                                          std::to_string(i + 1));
-    }
+    options.replica_addresses = std::move(addresses);
     options.timeout_send = timeout_send;
     options.links = [this](const std::string& address) {
       auto link = std::make_shared<FakeLink>(address);
@@ -203,6 +219,20 @@ TEST_F(ReplicaPoolTest, AnUnreachableReplicaLeavesRotationAndItsRequestIsRetried
   EXPECT_FALSE(pool.States()[0].available);
   EXPECT_TRUE(pool.Available());
   EXPECT_EQ(rotation_changes_, 1);
+}
+
+// A DNS name stands for several servers, whose channel balances over them:
+// one of them going away leaves the name in rotation and the request is
+// tried on it again (round_robin sends it to another server).
+TEST_F(ReplicaPoolTest, ADnsNameStaysInRotationWhenOneOfItsServersGoes) {
+  ReplicaPool& pool = MakePoolOf({"dns:///encoder:8081"});
+  link("dns:///encoder:8081").AnswerNextWith(Unavailable("Socket closed"));
+  ForwardResult result = Send();
+  EXPECT_TRUE(result.status.ok()) << result.status.error_message();
+  EXPECT_EQ(link("dns:///encoder:8081").sends(), 2);
+  EXPECT_TRUE(pool.States()[0].available);
+  EXPECT_EQ(rotation_changes_, 0);
+  EXPECT_TRUE(Send().status.ok());
 }
 
 TEST_F(ReplicaPoolTest, APoisonRequestKillsAtMostTwoReplicas) {
