@@ -1,7 +1,7 @@
 // File: gantry/export.h
 //
 // Turns a Deployment or Flow YAML (gantry/config.h) into files that run the
-// same topology on Kubernetes or docker-compose, each executor in its own
+// same topology on Kubernetes, docker-compose or Docker Swarm, each executor in its own
 // containers and the gateway in front (docs/export.md):
 //
 //   gantry::ExportOptions options{.k8s_namespace = "search"};
@@ -71,6 +71,16 @@ StatusOr<std::vector<ExportedFile>> ExportKubernetes(const std::string& config_p
 StatusOr<std::vector<ExportedFile>> ExportDockerCompose(const std::string& config_path,
                                                         const std::string& out_file,
                                                         const ExportOptions& options = {});
+
+// As ExportDockerCompose, for Docker Swarm (`docker stack deploy -c OUT_FILE
+// STACK`): compose format 3.8, the configs as Swarm configs named with a
+// digest of their text (so a changed export deploys), `deploy:` with
+// `restart_policy` and `endpoint_mode: dnsrr` (the gateway's DNS name of
+// an executor resolves to every task), no start order (Swarm has none),
+// and GPUs as `generic_resources` of kind NVIDIA-GPU.
+StatusOr<std::vector<ExportedFile>> ExportDockerSwarm(const std::string& config_path,
+                                                      const std::string& out_file,
+                                                      const ExportOptions& options = {});
 
 }  // namespace gantry
 

@@ -15,7 +15,7 @@
 //   gantry gateway --replica-addresses H:P,H:P [--port N] [--http-port N] [--http-port-file F]
 //                  [--max-message-bytes N] [--ssl-certfile F --ssl-keyfile F
 //                  [--ssl-client-cafile F]] [--timeout-drain MS] [--max-concurrent-requests N]
-//   gantry export kubernetes|docker-compose FLOW_OR_DEPLOYMENT.yml OUT [--namespace NS]
+//   gantry export kubernetes|docker-compose|swarm FLOW_OR_DEPLOYMENT.yml OUT [--namespace NS]
 //                 [--image IMAGE] [--gpu-image IMAGE]
 //   gantry new NAME [--dir DIR]
 //   gantry ping HOST:PORT [--timeout MS] [--attempts N] [--tls [--ssl-cafile F]
@@ -440,14 +440,15 @@ int RunPing(const std::string& address, int timeout_ms, int attempts,
 // wrong one is named with the list of those there are.
 int RunExport(const std::string& target, const std::string& config, const std::string& out,
               const gantry::ExportOptions& options) {
-  const bool kubernetes = target == "kubernetes" || target == "k8s";
-  if (!kubernetes && target != "docker-compose" && target != "compose") {
-    return Fail(gantry::InvalidArgumentError("unknown export target '" + target +
-                                             "' (targets: kubernetes, docker-compose)"));
+  gantry::StatusOr<std::vector<gantry::ExportedFile>> written = gantry::InvalidArgumentError(
+      "unknown export target '" + target + "' (targets: kubernetes, docker-compose, swarm)");
+  if (target == "kubernetes" || target == "k8s") {
+    written = gantry::ExportKubernetes(config, out, options);
+  } else if (target == "docker-compose" || target == "compose") {
+    written = gantry::ExportDockerCompose(config, out, options);
+  } else if (target == "swarm" || target == "docker-stack") {
+    written = gantry::ExportDockerSwarm(config, out, options);
   }
-  gantry::StatusOr<std::vector<gantry::ExportedFile>> written =
-      kubernetes ? gantry::ExportKubernetes(config, out, options)
-                 : gantry::ExportDockerCompose(config, out, options);
   if (!written.ok()) {
     return Fail(written.status());
   }
@@ -587,13 +588,16 @@ int main(int argc, char** argv) try {
   gantry::ExportOptions export_options;
   auto* export_command = app.add_subcommand(
       "export",
-      "Write Kubernetes manifests or a docker-compose file for a Deployment or Flow YAML");
-  export_command->add_option("target", export_target, "kubernetes or docker-compose")->required();
+      "Write Kubernetes manifests, a docker-compose file or a Docker Swarm stack file for a "
+      "Deployment or Flow YAML");
+  export_command->add_option("target", export_target, "kubernetes, docker-compose or swarm")
+      ->required();
   // No ExistingFile check: an unknown target is reported first, a missing
   // file by the loader.
   export_command->add_option("config", export_config, "Deployment or Flow YAML")->required();
   export_command
-      ->add_option("out", export_out, "output directory (kubernetes) or file (docker-compose)")
+      ->add_option("out", export_out,
+                   "output directory (kubernetes) or file (docker-compose, swarm)")
       ->required();
   export_command->add_option("--namespace", export_options.k8s_namespace,
                              "Kubernetes namespace (default: default)");

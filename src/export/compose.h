@@ -1,5 +1,7 @@
-// A docker-compose file (format 2.4, which Docker Swarm also runs) for an
-// exported topology, and the config files its services bind-mount.
+// A compose file for an exported topology, and the config files its
+// services read: for docker-compose (format 2.4, configs bind-mounted) or
+// for Docker Swarm's `docker stack deploy` (format 3.8, configs as Swarm
+// configs).
 //
 // Thread safety: pure functions.
 #ifndef GANTRY_EXPORT_COMPOSE_H_
@@ -16,9 +18,12 @@
 
 namespace gantry::exporting {
 
+enum class ComposeTarget { kDockerCompose, kSwarm };
+
 StatusOr<std::vector<OutFile>> RenderCompose(const Topology& t, const ExportOptions& options,
                                              const std::string& config_dir_name,
-                                             std::vector<OutFile>* configs);
+                                             std::vector<OutFile>* configs,
+                                             ComposeTarget target = ComposeTarget::kDockerCompose);
 
 }  // namespace gantry::exporting
 

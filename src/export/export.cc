@@ -30,9 +30,12 @@ StatusOr<std::vector<ExportedFile>> ExportKubernetes(const std::string& config_p
   return WriteDir(out_dir, files);
 }
 
-StatusOr<std::vector<ExportedFile>> ExportDockerCompose(const std::string& config_path,
-                                                        const std::string& out_file,
-                                                        const ExportOptions& options) {
+namespace {
+
+StatusOr<std::vector<ExportedFile>> ExportComposeFile(const std::string& config_path,
+                                                      const std::string& out_file,
+                                                      const ExportOptions& options,
+                                                      exporting::ComposeTarget target) {
   GANTRY_ASSIGN_OR_RETURN(Topology topology, LoadTopology(config_path));
   const fs::path out(out_file);
   if (out.filename().empty()) {
@@ -41,7 +44,7 @@ StatusOr<std::vector<ExportedFile>> ExportDockerCompose(const std::string& confi
   const std::string config_dir_name = out.stem().string() + ".gantry";
   std::vector<OutFile> configs;
   GANTRY_ASSIGN_OR_RETURN(std::vector<OutFile> compose,
-                          RenderCompose(topology, options, config_dir_name, &configs));
+                          RenderCompose(topology, options, config_dir_name, &configs, target));
   std::error_code ec;
   if (fs::exists(out, ec)) {
     StatusOr<std::string> existing = ReadText(out.string());
@@ -61,6 +64,21 @@ StatusOr<std::vector<ExportedFile>> ExportDockerCompose(const std::string& confi
   GANTRY_RETURN_IF_ERROR(WriteFile(out, compose.front().text));
   written.insert(written.begin(), ExportedFile{out.string(), compose.front().what});
   return written;
+}
+
+}  // namespace
+
+StatusOr<std::vector<ExportedFile>> ExportDockerCompose(const std::string& config_path,
+                                                        const std::string& out_file,
+                                                        const ExportOptions& options) {
+  return ExportComposeFile(config_path, out_file, options,
+                           exporting::ComposeTarget::kDockerCompose);
+}
+
+StatusOr<std::vector<ExportedFile>> ExportDockerSwarm(const std::string& config_path,
+                                                      const std::string& out_file,
+                                                      const ExportOptions& options) {
+  return ExportComposeFile(config_path, out_file, options, exporting::ComposeTarget::kSwarm);
 }
 
 }  // namespace gantry

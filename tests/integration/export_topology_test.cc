@@ -325,9 +325,16 @@ TEST(ExportCliTest, NamesWhatItWroteAndWhatIsWrong) {
   EXPECT_THAT(out, HasSubstr("wrote " + dir.File("k8s") + "/executor.yml"));
   EXPECT_THAT(out, HasSubstr("gateway.yml (gateway: Deployment, Service)"));
 
+  std::tie(code, out) = RunCli({"export", "swarm", dir.File("dep.yml"), dir.File("stack.yml")});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(
+      out, HasSubstr("wrote " + dir.File("stack.yml") + " (stack file for docker stack deploy)"));
+  EXPECT_THAT(out, HasSubstr("wrote " + dir.File("stack.gantry") + "/executor.yml"));
+
   std::tie(code, out) = RunCli({"export", "helm", dir.File("dep.yml"), dir.File("out")});
   EXPECT_EQ(code, 1);
-  EXPECT_THAT(out, HasSubstr("unknown export target 'helm' (targets: kubernetes, docker-compose)"));
+  EXPECT_THAT(
+      out, HasSubstr("unknown export target 'helm' (targets: kubernetes, docker-compose, swarm)"));
 
   testing::WriteFile(dir.File("bad.yml"), "jtype: Deployment\nwith: {uses: X, replicas: two}\n");
   std::tie(code, out) =

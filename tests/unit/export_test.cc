@@ -259,6 +259,75 @@ TEST(ExportComposeTest, DeploymentGatewayUsesTheServiceName) {
               ::testing::IsSupersetOf({"gateway", "--replica-addresses", "dns:///encoder:8081"}));
 }
 
+// Swarm's stack file: format 3.8, configs instead of bind mounts, deploy's
+// restart_policy and dnsrr instead of restart and depends_on, GPUs as
+// generic resources.
+TEST(ExportSwarmTest, FlowBecomesAStackSwarmCanDeploy) {
+  TempDir dir;
+  WriteFile(dir.File("flow.yml"), kFlowYaml);
+  auto written = ExportDockerSwarm(dir.File("flow.yml"), dir.File("stack.yml"));
+  ASSERT_TRUE(written.ok()) << written.status();
+  const YAML::Node doc = YAML::LoadFile(dir.File("stack.yml"));
+  EXPECT_EQ(doc["version"].as<std::string>(), "3.8");
+  const YAML::Node services = doc["services"];
+  ASSERT_EQ(services.size(), 4u);
+  for (const auto& entry : services) {
+    const std::string name = entry.first.as<std::string>();
+    const YAML::Node service = entry.second;
+    EXPECT_FALSE(service["restart"]) << name << ": Swarm ignores restart:";
+    EXPECT_FALSE(service["depends_on"]) << name << ": Swarm ignores depends_on";
+    EXPECT_FALSE(service["volumes"]) << name << ": configs travel as Swarm configs";
+    EXPECT_EQ(service["deploy"]["restart_policy"]["condition"].as<std::string>(), "any") << name;
+  }
+  const YAML::Node tokenizer = services["tokenizer"];
+  EXPECT_EQ(tokenizer["deploy"]["replicas"].as<int>(), 2);
+  EXPECT_EQ(tokenizer["deploy"]["endpoint_mode"].as<std::string>(), "dnsrr");
+  ASSERT_EQ(tokenizer["configs"].size(), 1u);
+  const std::string source = tokenizer["configs"][0]["source"].as<std::string>();
+  EXPECT_THAT(source, ::testing::MatchesRegex("tokenizer-[0-9a-f]{8}"));
+  EXPECT_EQ(tokenizer["configs"][0]["target"].as<std::string>(), "/etc/gantry/executor.yml");
+  EXPECT_EQ(doc["configs"][source]["file"].as<std::string>(), "./stack.gantry/tokenizer.yml");
+  EXPECT_EQ(YAML::LoadFile(dir.File("stack.gantry/tokenizer.yml"))["jtype"].as<std::string>(),
+            "NoOpExec");
+
+  const YAML::Node gpu = services["text-encoder"]["deploy"]["resources"]["reservations"];
+  EXPECT_FALSE(gpu["devices"]);
+  EXPECT_EQ(gpu["generic_resources"][0]["discrete_resource_spec"]["kind"].as<std::string>(),
+            "NVIDIA-GPU");
+  EXPECT_EQ(gpu["generic_resources"][0]["discrete_resource_spec"]["value"].as<int>(), 2);
+
+  const YAML::Node gateway = services["gateway"];
+  EXPECT_THAT(Strings(gateway["ports"]), ElementsAre("8080:8080"));
+  EXPECT_EQ(gateway["deploy"]["replicas"].as<int>(), 1);
+  EXPECT_FALSE(gateway["deploy"]["endpoint_mode"]);
+  const std::string flow_source = gateway["configs"][0]["source"].as<std::string>();
+  EXPECT_EQ(gateway["configs"][0]["target"].as<std::string>(), "/etc/gantry/flow.yml");
+  EXPECT_EQ(doc["configs"][flow_source]["file"].as<std::string>(), "./stack.gantry/flow.yml");
+  EXPECT_EQ(
+      YAML::LoadFile(dir.File("stack.gantry/flow.yml"))["executors"][0]["host"].as<std::string>(),
+      "tokenizer");
+}
+
+// Swarm configs cannot be changed in place: an edited YAML exports configs
+// of new names, an unchanged one the same names.
+TEST(ExportSwarmTest, ConfigNamesFollowTheirText) {
+  TempDir dir;
+  auto source_of = [&](const std::string& yaml) {
+    WriteFile(dir.File("dep.yml"), yaml);
+    auto written = ExportDockerSwarm(dir.File("dep.yml"), dir.File("stack.yml"));
+    EXPECT_TRUE(written.ok()) << written.status();
+    const YAML::Node services = YAML::LoadFile(dir.File("stack.yml"))["services"];
+    EXPECT_THAT(Strings(services["gateway"]["command"]),
+                ::testing::IsSupersetOf({"--replica-addresses", "dns:///encoder:8081"}));
+    return services["encoder"]["configs"][0]["source"].as<std::string>();
+  };
+  const std::string first = source_of(kDeploymentYaml);
+  EXPECT_EQ(source_of(kDeploymentYaml), first);
+  std::string edited = kDeploymentYaml;
+  edited.replace(edited.find("007"), 3, "008");
+  EXPECT_NE(source_of(edited), first);
+}
+
 // The gateway's bound travels to the exported gateway; a Flow step's own
 // would have no gateway there and is refused by name.
 TEST(ExportTest, MaxConcurrentRequestsGoesToTheGatewayOrIsRefusedForAStep) {

@@ -1,0 +1,211 @@
+"""`gantry export swarm` deployed on Docker Swarm for real: a SentenceEncoder
+Deployment with three replicas (the model folder of GANTRY_MODEL_PATH mounted
+through the YAML's `volumes:`; NoOpExec without it) exported to a stack file,
+run with `docker stack deploy` on a one-node swarm of the local dockerd from
+the image gantry:cpu, and posted to through the published gateway port with
+the stock Jina client and the Gantry C++ client. The gateway must hold a
+connection to each of the three replicas' containers (the service is
+`endpoint_mode: dnsrr`, so its name resolves to every task). Then one
+replica's container is killed while the C++ client keeps posting: Swarm
+starts a new task, and no request may fail.
+
+Run by ctest (label `docker`, tests/interop/run_compose_tests.sh), which
+skips with the reason when no Docker daemon answers or the image is
+missing. A swarm this test initialised is left again, and the stack is
+removed (and its containers waited for) in a finally block, also when a
+step fails.
+"""
+import os
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import uuid
+
+from docarray import DocList
+from docarray.documents.legacy import LegacyDocument
+from jina import Client
+
+from gantry_process import free_port
+# Importing it also makes SIGTERM, SIGHUP and SIGPIPE end the test through
+# its finally blocks.
+from test_export_compose import run, wait_until
+
+IMAGE = os.environ.get("GANTRY_IMAGE", "gantry:cpu")
+MODEL_PATH = os.environ.get("GANTRY_MODEL_PATH", "")
+REPLICAS = 3
+REPLICA_PORT = 8081
+
+ENCODER = """\
+jtype: Deployment
+with:
+  name: encoder
+  uses: SentenceEncoder
+  uses_with: {{model_path: /models, device: cpu}}
+  replicas: {replicas}
+  port: {port}
+  volumes: ["{model}:/models:ro"]
+"""
+
+NO_OP = """\
+jtype: Deployment
+with:
+  name: encoder
+  uses: NoOpExec
+  replicas: {replicas}
+  port: {port}
+"""
+
+
+def swarm_state():
+    return run(["docker", "info", "-f", "{{.Swarm.LocalNodeState}}"], None, 60).stdout.strip()
+
+
+def connected_ips(container, port):
+    """The remote addresses of `container`'s established TCP connections
+    (/proc/net/tcp, state 01) to `port`."""
+    tcp = run(["docker", "exec", container, "cat", "/proc/net/tcp"], None, 30).stdout
+    connected = set()
+    for row in tcp.splitlines()[1:]:
+        fields = row.split()
+        ip_hex, port_hex = fields[2].split(":")
+        if fields[3] == "01" and int(port_hex, 16) == port:
+            connected.add(".".join(str(b) for b in reversed(bytes.fromhex(ip_hex))))
+    return connected
+
+
+class SwarmStack(unittest.TestCase):
+    def setUp(self):
+        self.initialised_swarm = False
+        if swarm_state() != "active":
+            run(["docker", "swarm", "init", "--advertise-addr", "127.0.0.1"], None, 120)
+            self.initialised_swarm = True
+
+    def tearDown(self):
+        if self.initialised_swarm:
+            run(["docker", "swarm", "leave", "--force"], None, 120, check=False)
+
+    def service_containers(self, stack, service):
+        """Running containers of the stack's service, by id."""
+        return run(["docker", "ps", "-q", "--filter",
+                    f"label=com.docker.swarm.service.name={stack}_{service}"],
+                   None, 60).stdout.split()
+
+    def container_ip(self, container, network):
+        return run(["docker", "inspect", "-f",
+                    "{{(index .NetworkSettings.Networks \"" + network + "\").IPAddress}}",
+                    container], None, 30).stdout.strip()
+
+    def test_deployment_with_three_replicas_survives_a_killed_container(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            port = free_port()
+            source = os.path.join(tmp, "deployment.yml")
+            template = ENCODER if MODEL_PATH else NO_OP
+            endpoint = "/encode" if MODEL_PATH else "/"
+            with open(source, "w") as f:
+                f.write(template.format(replicas=REPLICAS, port=port,
+                                        model=os.path.abspath(MODEL_PATH or ".")))
+            stack_file = os.path.join(tmp, "stack.yml")
+            run([os.environ["GANTRY_CLI"], "export", "swarm", source, stack_file,
+                 "--image", IMAGE], tmp, 60)
+            stack = "gantrystack" + uuid.uuid4().hex[:8]
+            network = f"{stack}_default"
+            try:
+                # The image is local: no registry to resolve its digest on.
+                run(["docker", "stack", "deploy", "--resolve-image", "never", "-c", stack_file,
+                     stack], tmp, 180)
+                wait_until(f"{REPLICAS} encoder containers running",
+                           lambda: len(self.service_containers(stack, "encoder")) == REPLICAS,
+                           240)
+                address = f"127.0.0.1:{port}"
+                wait_until(f"gateway {address} ready (Swarm's published port)",
+                           lambda: run([os.environ["GANTRY_CLI"], "ping", address], tmp, 30,
+                                       check=False).returncode == 0, 180)
+
+                client = Client(host="127.0.0.1", port=port, protocol="grpc")
+
+                def post_with_jina(count):
+                    docs = DocList[LegacyDocument](
+                        [LegacyDocument(text=f"swarm {i}") for i in range(count)])
+                    out = client.post(endpoint, docs, return_type=DocList[LegacyDocument],
+                                      request_size=2)
+                    self.assertEqual(sorted(d.text for d in out),
+                                     sorted(f"swarm {i}" for i in range(count)))
+                    if MODEL_PATH:
+                        self.assertTrue(all(d.embedding is not None and len(d.embedding) == 384
+                                            for d in out), "Jina client: no 384-d embeddings")
+                    return out
+
+                # Every request may go to another replica: after enough
+                # posts the gateway holds a connection to each of them.
+                gateway = self.service_containers(stack, "gateway")[0]
+                replicas = self.service_containers(stack, "encoder")
+                replica_ips = {self.container_ip(c, network) for c in replicas}
+                self.assertEqual(len(replica_ips), REPLICAS, replica_ips)
+
+                def reaches_every_replica():
+                    post_with_jina(12)
+                    return connected_ips(gateway, REPLICA_PORT) == replica_ips
+
+                wait_until("the gateway connected to every replica's container",
+                           reaches_every_replica, 60)
+                print(f"stack {stack}: gateway on {address} connected to "
+                      f"{sorted(replica_ips)}", flush=True)
+
+                # A stream of posts while one replica's container is killed.
+                failures = []
+                posted = [0]
+                stop = threading.Event()
+
+                def keep_posting():
+                    while not stop.is_set():
+                        done = run([os.environ["GANTRY_INTEROP_CLIENT"], address, endpoint, "4"],
+                                   tmp, 120, check=False)
+                        if done.returncode != 0:
+                            failures.append(done.stdout + done.stderr)
+                        posted[0] += 1
+
+                poster = threading.Thread(target=keep_posting)
+                poster.start()
+                try:
+                    time.sleep(2)
+                    victim = replicas[0]
+                    killed_at = time.monotonic()
+                    run(["docker", "kill", victim], tmp, 60)
+                    wait_until("Swarm replaced the killed container",
+                               lambda: (len(set(self.service_containers(stack, "encoder")) -
+                                            {victim}) == REPLICAS), 180)
+                    replaced_in = time.monotonic() - killed_at
+                    # Requests go on once the new task is there.
+                    time.sleep(5)
+                finally:
+                    stop.set()
+                    poster.join(timeout=180)
+                self.assertEqual(failures, [], f"{len(failures)} of {posted[0]} posts failed")
+                self.assertGreater(posted[0], 5)
+                post_with_jina(10)
+                print(f"killed replica container {victim[:12]}: Swarm started another within "
+                      f"{replaced_in:.1f} s; {posted[0]} posts of 4 documents meanwhile, none "
+                      f"failed", flush=True)
+            except BaseException:
+                for service in ("gateway", "encoder"):
+                    run(["docker", "service", "logs", "--no-task-ids", "--tail", "40",
+                         f"{stack}_{service}"], tmp, 60, check=False)
+                run(["docker", "stack", "ps", "--no-trunc", stack], tmp, 60, check=False)
+                raise
+            finally:
+                run(["docker", "stack", "rm", stack], tmp, 120, check=False)
+                label = f"label=com.docker.stack.namespace={stack}"
+                wait_until("the stack's containers gone",
+                           lambda: not run(["docker", "ps", "-aq", "--filter", label], tmp, 30,
+                                           check=False).stdout.split(), 120)
+                # `stack rm` removes the network once its last container has gone.
+                wait_until("the stack's network gone",
+                           lambda: not run(["docker", "network", "ls", "-q", "--filter",
+                                            f"name={network}"], tmp, 30,
+                                           check=False).stdout.split(), 60)
+
+
+if __name__ == "__main__":
+    unittest.main()
