@@ -491,10 +491,13 @@ class HttpGateway::Impl {
             }
           });
       // TEI's POST routes: the body parsed by `parse`, or Jina's for the
-      // executor's own endpoint of that name (HandleTeiRoute).
+      // executor's own endpoint of that name (HandleTeiRoute). A route whose
+      // TEI body has a "parameters" key of its own says so.
+      enum class Parameters { kJina, kTei };
       const auto add_tei = [&](const std::string& path, const std::string& operation_id,
                                const std::string& summary, const std::string& description,
-                               const std::string& schema, auto parse) {
+                               const std::string& schema, auto parse,
+                               Parameters parameters = Parameters::kJina) {
         add({.method = "POST",
              .path = path,
              .operation_id = operation_id,
@@ -507,11 +510,12 @@ class HttpGateway::Impl {
              .error_schema = "TeiError",
              .needs_api_key = true,
              .takes_deadline = true},
-            [this, parse](const HttpRequest& request, const std::string& request_id,
-                          const Send& send) {
-              HandleTeiRoute(request, request_id, send, [this, parse](const json& body) {
-                return parse(body, options_.models, MaxClientBatchSize());
-              });
+            [this, parse, parameters_are_tei = parameters == Parameters::kTei](
+                const HttpRequest& request, const std::string& request_id, const Send& send) {
+              HandleTeiRoute(request, request_id, send, parameters_are_tei,
+                             [this, parse](const json& body) {
+                               return parse(body, options_.models, MaxClientBatchSize());
+                             });
             });
       };
       add_tei("/embed", "tei_embed", "Embeddings, as text-embeddings-inference",
@@ -520,7 +524,7 @@ class HttpGateway::Impl {
               "TeiEmbed", ParseTeiEmbedRequest);
       add_tei("/similarity", "tei_similarity",
               "Cosine similarity of sentences to a source sentence", "", "TeiSimilarity",
-              ParseTeiSimilarityRequest);
+              ParseTeiSimilarityRequest, Parameters::kTei);
       add_tei("/rerank", "tei_rerank",
               "Scores of texts against a query, best first (a cross-encoder)", "", "TeiRerank",
               ParseTeiRerankRequest);
@@ -629,12 +633,11 @@ class HttpGateway::Impl {
   // POST /embed, /rerank, /tokenize or /similarity with `models:`: TEI's
   // body parsed by `parse`, or a Jina body ({"data": ...} or
   // {"parameters": ...}) for the executor's own endpoint of that name
-  // (TEI's /similarity body has "parameters" too: only "data" makes it
-  // Jina's there).
+  // (where TEI's body has "parameters" too, as /similarity's, only "data"
+  // makes it Jina's).
   template <typename Parse>
   void HandleTeiRoute(const HttpRequest& request, const std::string& request_id, const Send& send,
-                      Parse parse) {
-    const bool parameters_are_tei = request.path == "/similarity";
+                      bool parameters_are_tei, Parse parse) {
     if (!JsonBody(request, /*openai=*/false, send)) {
       return;
     }
