@@ -282,7 +282,7 @@ int RunFlow(const std::string& uses, const ListenFlags& listen, const LogFlags& 
 int RunExecutor(const std::string& uses, const std::string& host, int port,
                 const std::string& port_file, const std::string& device, const std::string& name,
                 const std::string& uses_with, const std::vector<std::string>& libs,
-                const LogFlags& log, std::int64_t max_message_bytes,
+                const LogFlags& log, std::int64_t max_message_bytes, int max_connection_age,
                 const MonitoringFlags& monitoring) {
   gantry::internal::WorkerSpec spec;
   if (gantry::internal::KindOfUses(uses) == gantry::internal::UsesKind::kExecutorFile) {
@@ -349,6 +349,7 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
   if (max_message_bytes > 0) {
     spec.max_message_bytes = max_message_bytes;
   }
+  spec.max_connection_age_seconds = max_connection_age;
   // 127.0.0.1 unless told (core/listen_host.h); the images set
   // GANTRY_HOST=0.0.0.0, and exports pass --host 0.0.0.0.
   spec.host = host;
@@ -530,6 +531,13 @@ int main(int argc, char** argv) try {
   log_flags(executor);
   executor->add_option("--max-message-bytes", max_message_bytes, HelpOf("max_message_bytes"))
       ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
+  int max_connection_age = 0;
+  executor
+      ->add_option("--max-connection-age", max_connection_age,
+                   "seconds after which a client connection is asked to reconnect, so that a "
+                   "gateway resolving one DNS name for all replicas finds new ones (0: never; "
+                   "exports set 30)")
+      ->check(RangeOf(gantry::internal::kMaxConnectionAgeRule));
   MonitoringFlags monitoring;
   executor->add_flag("--monitoring", monitoring.monitoring, HelpOf("monitoring"));
   executor->add_option("--port-monitoring", monitoring.port_monitoring, HelpOf("port_monitoring"))
@@ -623,7 +631,7 @@ int main(int argc, char** argv) try {
   }
   if (executor->parsed()) {
     return RunExecutor(uses, host, executor_port, listen.port_file, device, name, uses_with, libs,
-                       log, max_message_bytes, monitoring);
+                       log, max_message_bytes, max_connection_age, monitoring);
   }
   if (gateway->parsed()) {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);

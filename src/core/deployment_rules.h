@@ -66,6 +66,10 @@ inline constexpr IntRule kTimeoutReadyRule{-1, std::numeric_limits<std::int64_t>
 inline constexpr IntRule kRestartBackoffRule{1, std::numeric_limits<std::int64_t>::max(),
                                              "milliseconds >= 1", false};
 inline constexpr IntRule kMaxInitFailuresRule{1, kIntMax, "an integer >= 1", false};
+// `gantry executor --max-connection-age`, in seconds (0: no limit; at most
+// a day, which keeps the milliseconds gRPC takes within an int).
+inline constexpr IntRule kMaxConnectionAgeRule{0, 86400, "seconds from 0 to 86400 (0: no limit)",
+                                               true};
 // `min_ready`: replicas the Deployment waits for (0: all; at most replicas).
 inline constexpr IntRule kMinReadyRule{0, kIntMax, "an integer >= 0 (0: all replicas)", false};
 // Liveness checks: liveness_period and liveness_timeout (ms), and

@@ -130,7 +130,9 @@ Value::List ExecutorArgs(const Topology& t, const Step& step) {
                       Text("--port"),
                       Text(std::to_string(step.port)),
                       Text("--max-message-bytes"),
-                      Text(std::to_string(step.deployment.max_message_bytes))};
+                      Text(std::to_string(step.deployment.max_message_bytes)),
+                      Text("--max-connection-age"),
+                      Text(std::to_string(kExportedMaxConnectionAgeSeconds))};
   std::string level = !step.deployment.log_level.empty() ? step.deployment.log_level : t.log_level;
   if (!level.empty()) {
     args.push_back(Text("--log-level"));

@@ -192,7 +192,20 @@ StatusOr<std::vector<OutFile>> RenderCompose(const Topology& t, const ExportOpti
   }
   Value::List ports;
   for (const auto& [name, port] : GatewayPorts(t)) {
-    ports.push_back(Text(std::to_string(port) + ":" + std::to_string(port)));
+    if (swarm) {
+      // On the node that runs the gateway, not through the routing mesh:
+      // the gateway balances over the replicas itself, an IPVS hop in
+      // front of it adds nothing, and the mesh needs kernel support
+      // (IPVS, IP aliases) that some hosts lack.
+      Value::Dict published;
+      published.emplace("target", Int(port));
+      published.emplace("published", Int(port));
+      published.emplace("protocol", Text("tcp"));
+      published.emplace("mode", Text("host"));
+      ports.push_back(Value(std::move(published)));
+    } else {
+      ports.push_back(Text(std::to_string(port) + ":" + std::to_string(port)));
+    }
   }
   gateway.emplace("ports", Value(std::move(ports)));
   gateway.emplace("healthcheck", ComposeHealthcheck(t.gateway_port, 60));

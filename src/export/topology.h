@@ -26,6 +26,11 @@ inline constexpr int kFirstExecutorPort = 8081;
 inline constexpr int kMetricsPort = 9090;
 inline constexpr std::string_view kConfigDir = "/etc/gantry";
 inline constexpr std::string_view kGatewayName = "gateway";
+// Exported executors ask the gateway to reconnect every 30 s (`gantry
+// executor --max-connection-age`): gRPC resolves a DNS name again only when
+// a connection closes, and this is how replicas started since (a scale-up,
+// a task that replaced a failed one) join the gateway's round_robin.
+inline constexpr int kExportedMaxConnectionAgeSeconds = 30;
 // A startup probe may not wait forever; `timeout_ready: -1` gets a day.
 inline constexpr std::int64_t kMaxStartupSeconds = std::int64_t{24} * 3600;
 

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -77,6 +78,7 @@ std::string WorkerSpecToJson(const WorkerSpec& spec) {
   }
   j["max_message_bytes"] = spec.max_message_bytes;
   j["monitoring_port"] = spec.monitoring_port;
+  j["max_connection_age_seconds"] = spec.max_connection_age_seconds;
   return j.dump();
 }
 
@@ -105,9 +107,13 @@ StatusOr<WorkerSpec> WorkerSpecFromJson(std::string_view json) {
     spec.config_dir = j.value("config_dir", "");
     spec.max_message_bytes = j.value("max_message_bytes", kDefaultMaxMessageBytes);
     spec.monitoring_port = j.value("monitoring_port", -1);
+    spec.max_connection_age_seconds = j.value("max_connection_age_seconds", 0);
     GANTRY_RETURN_IF_ERROR(
         CheckIntOption(kMaxMessageBytesRule, "max_message_bytes", spec.max_message_bytes)
             .WithPrefix("worker spec"));
+    GANTRY_RETURN_IF_ERROR(CheckIntOption(kMaxConnectionAgeRule, "max_connection_age_seconds",
+                                          spec.max_connection_age_seconds)
+                               .WithPrefix("worker spec"));
     const nlohmann::json& batching =
         j.contains("dynamic_batching") ? j.at("dynamic_batching") : nlohmann::json::object();
     for (auto it = batching.begin(); batching.is_object() && it != batching.end(); ++it) {
@@ -388,8 +394,8 @@ int RunWorker(const WorkerFlags& flags) {
     (*handler)->AttachMetrics(metrics.get());
     spdlog::info("metrics on {}:{}/metrics", spec->host, metrics_server->port());
   }
-  auto server =
-      WorkerServer::Start(handler->get(), spec->host, spec->port, spec->max_message_bytes);
+  auto server = WorkerServer::Start(handler->get(), spec->host, spec->port, spec->max_message_bytes,
+                                    std::chrono::seconds(spec->max_connection_age_seconds));
   if (!server.ok()) {
     return report_error(server.status().WithPrefix(spec->runtime_name));
   }

@@ -219,14 +219,19 @@ struct WorkerServer::Services {
   ReflectionService reflection;
 };
 
-StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(RequestHandler* handler,
-                                                            const std::string& host, int port,
-                                                            std::int64_t max_message_bytes) {
+StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
+    RequestHandler* handler, const std::string& host, int port, std::int64_t max_message_bytes,
+    std::chrono::seconds max_connection_age) {
   std::unique_ptr<WorkerServer> server(new WorkerServer());
   server->services_ = std::make_unique<Services>(handler, max_message_bytes);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(builder, max_message_bytes);
+  if (max_connection_age.count() > 0) {
+    builder.AddChannelArgument(
+        GRPC_ARG_MAX_CONNECTION_AGE_MS,
+        static_cast<int>(std::chrono::milliseconds(max_connection_age).count()));
+  }
   grpc::ResourceQuota quota("gantry-worker");
   quota.SetMaxThreads(kMaxWorkerCallsInFlight + kSpareServerThreads);
   builder.SetResourceQuota(quota);

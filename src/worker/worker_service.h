@@ -6,6 +6,7 @@
 #include <gantry/status.h>
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,10 +19,12 @@ class WorkerServer {
  public:
   // Binds host:port (0 picks a free port) and starts serving. `handler` must
   // outlive the server.
-  // `max_message_bytes` caps requests received and replies sent.
-  static StatusOr<std::unique_ptr<WorkerServer>> Start(RequestHandler* handler,
-                                                       const std::string& host, int port,
-                                                       std::int64_t max_message_bytes);
+  // `max_message_bytes` caps requests received and replies sent; a
+  // connection older than `max_connection_age` (zero: no limit) is asked to
+  // reconnect, its calls in flight left to finish.
+  static StatusOr<std::unique_ptr<WorkerServer>> Start(
+      RequestHandler* handler, const std::string& host, int port, std::int64_t max_message_bytes,
+      std::chrono::seconds max_connection_age = std::chrono::seconds(0));
   ~WorkerServer();
 
   int port() const { return port_; }

@@ -44,6 +44,11 @@ struct WorkerSpec {
   // Prometheus metrics on this port of `host`: -1 for none, 0 for any free
   // port (the worker reports it: "READY <port> <metrics port>").
   int monitoring_port = -1;
+  // After this many seconds a client connection is asked to reconnect
+  // (gRPC's max connection age: GOAWAY, calls in flight finish), so that a
+  // gateway reaching the replicas through one DNS name resolves it again and
+  // finds replicas started since. 0: never (replicas of a local Deployment).
+  int max_connection_age_seconds = 0;
 };
 
 std::string WorkerSpecToJson(const WorkerSpec& spec);

@@ -14,6 +14,8 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -169,6 +171,61 @@ TEST(CliTest, ExecutorFromYamlServesDirectly) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->size(), 10u);
   EXPECT_THAT(testing::ReadFile(dir.File("cli.log")), HasSubstr("encoder/rep-0@"));
+}
+
+// The local ports of this machine's established TCP connections to port
+// `port` (/proc/net/tcp and tcp6: gRPC's sockets may be IPv6 with mapped
+// IPv4 addresses), i.e. the client ends of them.
+std::set<int> ClientPortsTo(int port) {
+  std::set<int> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream tcp(table);
+    std::string line;
+    std::getline(tcp, line);  // the header
+    while (std::getline(tcp, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const auto port_of = [](const std::string& address) {
+        return std::stoi(address.substr(address.find(':') + 1), nullptr, 16);
+      };
+      if (state == "01" && remote.find(':') != std::string::npos && port_of(remote) == port) {
+        out.insert(port_of(local));
+      }
+    }
+  }
+  return out;
+}
+
+// --max-connection-age: the executor asks its clients to reconnect (gRPC
+// GOAWAY), which a gateway reaching replicas by one DNS name needs to find
+// new ones; calls go on meanwhile. Out of range, it is refused by name.
+TEST(CliTest, ExecutorAsksItsClientsToReconnectAfterMaxConnectionAge) {
+  testing::TempDir dir;
+  std::string port_file = dir.File("port");
+  ChildProcessPtr cli = StartCli({"executor", "--uses", "NoOpExec", "--port", "0", "--port-file",
+                                  port_file, "--max-connection-age", "1"},
+                                 dir.File("cli.log"));
+  ASSERT_NE(cli, nullptr);
+  auto port_text = testing::WaitForFile(port_file, kReadyTimeout);
+  ASSERT_TRUE(port_text.has_value()) << testing::ReadFile(dir.File("cli.log"));
+  const int port = std::stoi(*port_text);
+  Client client("127.0.0.1:" + std::to_string(port));
+  std::set<int> client_ports;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (client_ports.size() < 3 && std::chrono::steady_clock::now() < until) {
+    auto result = client.Post("/", MakeDocs(2));
+    ASSERT_TRUE(result.ok()) << result.status();
+    for (int local : ClientPortsTo(port)) {
+      client_ports.insert(local);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GE(client_ports.size(), 3u) << "the client kept its connection for 20 s";
+
+  auto [code, out] = RunCli({"executor", "--uses", "NoOpExec", "--max-connection-age", "90000"});
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(out, HasSubstr("--max-connection-age"));
 }
 
 // A cgroup of its own with a CPU quota of one core (v2 `cpu.max`, or v1's

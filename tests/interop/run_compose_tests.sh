@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs the compose round trip of `gantry export docker-compose` with the
+# Runs the round trips of `gantry export docker-compose` and `swarm` with the
 # Jina venv's Python (scripts/jina_venv.sh). Without Docker (no daemon
 # answering `docker info`, no docker-compose, no image $GANTRY_IMAGE, default
 # gantry:cpu from scripts/docker_images.sh) it skips (exit 77) with the
@@ -21,11 +21,11 @@ command -v docker-compose >/dev/null 2>&1 ||
   skip "no docker-compose on PATH (apt-get install docker-compose; scripts/setup.sh)"
 docker image inspect "$image" >/dev/null 2>&1 ||
   skip "no image $image (build it with scripts/docker_images.sh)"
-# An image built before external Flow steps and round_robin over dns:///
-# cannot run what the export writes: say so rather than fail on a timeout.
+# An image built before the executor flags the export writes (the newest:
+# --max-connection-age) cannot run it: say so rather than fail on a timeout.
 if [ -z "${GANTRY_COMPOSE_OVERRIDE:-}" ] &&
-  ! docker run --rm --entrypoint gantry "$image" export --help 2>&1 | grep -q docker-compose; then
-  skip_or_fail "the gantry in $image has no 'export' (built before it): rebuild the image with scripts/docker_images.sh"
+  ! docker run --rm --entrypoint gantry "$image" executor --help 2>&1 | grep -q -- --max-connection-age; then
+  skip_or_fail "the gantry in $image predates what gantry export writes (executor --max-connection-age): rebuild the image with scripts/docker_images.sh"
 fi
 if [ ! -x "$venv/bin/python" ]; then
   skip_or_fail "no Jina venv at $venv (create it with scripts/jina_venv.sh)"

@@ -7,7 +7,8 @@ the stock Jina client and the Gantry C++ client. The gateway must hold a
 connection to each of the three replicas' containers (the service is
 `endpoint_mode: dnsrr`, so its name resolves to every task). Then one
 replica's container is killed while the C++ client keeps posting: Swarm
-starts a new task, and no request may fail.
+starts a new task, the gateway connects to it once its connections age out
+(the export's --max-connection-age), and no request may fail.
 
 Run by ctest (label `docker`, tests/interop/run_compose_tests.sh), which
 skips with the reason when no Docker daemon answers or the image is
@@ -36,6 +37,9 @@ IMAGE = os.environ.get("GANTRY_IMAGE", "gantry:cpu")
 MODEL_PATH = os.environ.get("GANTRY_MODEL_PATH", "")
 REPLICAS = 3
 REPLICA_PORT = 8081
+# Documents each post of the C++ client sends, two per request: enough that
+# a request is in flight most of the time.
+DOCS_PER_POST = 32
 
 ENCODER = """\
 jtype: Deployment
@@ -137,6 +141,18 @@ class SwarmStack(unittest.TestCase):
                                             for d in out), "Jina client: no 384-d embeddings")
                     return out
 
+                # Swarm has no start order: the gateway may come up before
+                # the tasks are in DNS, and answers UNAVAILABLE until then.
+                def answers_a_post():
+                    try:
+                        post_with_jina(2)
+                        return True
+                    except ConnectionError as error:
+                        print(f"not yet: {error}", flush=True)
+                        return False
+
+                wait_until("the gateway answers a post", answers_a_post, 120)
+
                 # Every request may go to another replica: after enough
                 # posts the gateway holds a connection to each of them.
                 gateway = self.service_containers(stack, "gateway")[0]
@@ -160,8 +176,10 @@ class SwarmStack(unittest.TestCase):
 
                 def keep_posting():
                     while not stop.is_set():
-                        done = run([os.environ["GANTRY_INTEROP_CLIENT"], address, endpoint, "4"],
-                                   tmp, 120, check=False)
+                        # Not through run(): each post prints a line per document.
+                        done = subprocess.run([os.environ["GANTRY_INTEROP_CLIENT"], address,
+                                               endpoint, str(DOCS_PER_POST)],
+                                              capture_output=True, text=True, timeout=120)
                         if done.returncode != 0:
                             failures.append(done.stdout + done.stderr)
                         posted[0] += 1
@@ -177,17 +195,29 @@ class SwarmStack(unittest.TestCase):
                                lambda: (len(set(self.service_containers(stack, "encoder")) -
                                             {victim}) == REPLICAS), 180)
                     replaced_in = time.monotonic() - killed_at
-                    # Requests go on once the new task is there.
-                    time.sleep(5)
+                    # The executors ask the gateway to reconnect every 30 s
+                    # (--max-connection-age in the export): it resolves the
+                    # name again and connects to the new task, while the
+                    # posts go on.
+                    now_ips = {self.container_ip(c, network)
+                               for c in self.service_containers(stack, "encoder")}
+                    wait_until("the gateway connected to the new replica too",
+                               lambda: connected_ips(gateway, REPLICA_PORT) == now_ips, 150)
+                    rejoined_in = time.monotonic() - killed_at
                 finally:
                     stop.set()
                     poster.join(timeout=180)
                 self.assertEqual(failures, [], f"{len(failures)} of {posted[0]} posts failed")
                 self.assertGreater(posted[0], 5)
                 post_with_jina(10)
+                gateway_log = run(["docker", "service", "logs", "--no-task-ids",
+                                   f"{stack}_gateway"], tmp, 60).stdout
+                retried = gateway_log.count("retrying on another replica")
                 print(f"killed replica container {victim[:12]}: Swarm started another within "
-                      f"{replaced_in:.1f} s; {posted[0]} posts of 4 documents meanwhile, none "
-                      f"failed", flush=True)
+                      f"{replaced_in:.1f} s, the gateway connected to it within "
+                      f"{rejoined_in:.1f} s; {posted[0]} posts of {DOCS_PER_POST} documents "
+                      f"meanwhile, none failed ({retried} requests retried by the gateway)",
+                      flush=True)
             except BaseException:
                 for service in ("gateway", "encoder"):
                     run(["docker", "service", "logs", "--no-task-ids", "--tail", "40",

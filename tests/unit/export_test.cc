@@ -257,6 +257,8 @@ TEST(ExportComposeTest, DeploymentGatewayUsesTheServiceName) {
   EXPECT_FALSE(services["encoder"]["environment"]["CUDA_VISIBLE_DEVICES"]);
   EXPECT_THAT(Strings(services["gateway"]["command"]),
               ::testing::IsSupersetOf({"gateway", "--replica-addresses", "dns:///encoder:8081"}));
+  // The gateway resolves the name again each time a connection ages out.
+  EXPECT_EQ(ValueAfter(Strings(services["encoder"]["command"]), "--max-connection-age"), "30");
 }
 
 // Swarm's stack file: format 3.8, configs instead of bind mounts, deploy's
@@ -297,7 +299,10 @@ TEST(ExportSwarmTest, FlowBecomesAStackSwarmCanDeploy) {
   EXPECT_EQ(gpu["generic_resources"][0]["discrete_resource_spec"]["value"].as<int>(), 2);
 
   const YAML::Node gateway = services["gateway"];
-  EXPECT_THAT(Strings(gateway["ports"]), ElementsAre("8080:8080"));
+  ASSERT_EQ(gateway["ports"].size(), 1u);
+  EXPECT_EQ(gateway["ports"][0]["target"].as<int>(), 8080);
+  EXPECT_EQ(gateway["ports"][0]["published"].as<int>(), 8080);
+  EXPECT_EQ(gateway["ports"][0]["mode"].as<std::string>(), "host");
   EXPECT_EQ(gateway["deploy"]["replicas"].as<int>(), 1);
   EXPECT_FALSE(gateway["deploy"]["endpoint_mode"]);
   const std::string flow_source = gateway["configs"][0]["source"].as<std::string>();
