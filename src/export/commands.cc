@@ -149,7 +149,8 @@ Value::List ExecutorArgs(const Topology& t, const Step& step) {
   return args;
 }
 
-Value::List GatewayArgs(const Topology& t, std::string_view replica_addresses) {
+Value::List GatewayArgs(const Topology& t, std::string_view replica_addresses,
+                        std::string_view tls_dir) {
   if (t.is_flow) {
     return {Text("flow"), Text("--uses"), Text(std::string(kConfigDir) + "/flow.yml")};
   }
@@ -170,9 +171,15 @@ Value::List GatewayArgs(const Topology& t, std::string_view replica_addresses) {
     args.push_back(Text("--model"));
     args.push_back(Text(model + "=" + endpoint));
   }
+  for (const TlsFile& file : GatewayTlsFiles(t)) {
+    args.push_back(Text(file.name == "tls.crt"   ? "--ssl-certfile"
+                        : file.name == "tls.key" ? "--ssl-keyfile"
+                                                 : "--ssl-client-cafile"));
+    args.push_back(Text(std::string(tls_dir) + "/" + file.name));
+  }
   // The rest of `gantry gateway`'s flags, where they differ from the
-  // defaults. The port is the exported one; TLS files are refused
-  // (CheckExportable).
+  // defaults. The port is the exported one; the TLS files' paths are the
+  // container's (above).
   const DeploymentOptions defaults;
   for (const internal::OptionRow& row : internal::OptionTable()) {
     if (!row.gateway_flag || row.key == "port" || !row.flag_group.empty()) {

@@ -32,7 +32,10 @@ Value::List ExecutorArgs(const Topology& t, const Step& step);
 
 // The gateway container's arguments: `gantry gateway` in front of a
 // Deployment's replicas, or `gantry flow` with the Flow GatewayFlowDoc makes.
-Value::List GatewayArgs(const Topology& t, std::string_view replica_addresses);
+// `tls_dir`: where the container finds GatewayTlsFiles (kTlsDir, or
+// kSwarmSecretsDir).
+Value::List GatewayArgs(const Topology& t, std::string_view replica_addresses,
+                        std::string_view tls_dir = kTlsDir);
 
 // The executor's environment, less what the container runtime now decides
 // (GPU visibility comes from the device plugin or the nvidia runtime).

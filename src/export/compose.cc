@@ -27,10 +27,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Value ComposeHealthcheck(int port, std::int64_t start_seconds) {
+// `tls`: a TCP connect instead of gRPC health, which a certificate for
+// another name than 127.0.0.1, or a required client certificate, would
+// fail.
+Value ComposeHealthcheck(int port, std::int64_t start_seconds, bool tls = false) {
   Value::Dict check;
-  check.emplace("test", List({Text("CMD"), Text("gantry"), Text("ping"),
-                              Text("127.0.0.1:" + std::to_string(port))}));
+  check.emplace("test", tls ? List({Text("CMD"), Text("bash"), Text("-c"),
+                                    Text("exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(port))})
+                            : List({Text("CMD"), Text("gantry"), Text("ping"),
+                                    Text("127.0.0.1:" + std::to_string(port))}));
   check.emplace("interval", Text("5s"));
   check.emplace("timeout", Text("5s"));
   check.emplace("retries", Int(3));
@@ -176,7 +181,33 @@ StatusOr<std::vector<OutFile>> RenderCompose(const Topology& t, const ExportOpti
   }
   const std::string addresses =
       t.is_flow ? "" : StepAddress(t.steps.front(), service_host(t.steps.front()));
-  Value::Dict gateway = ComposeService(options.image, GatewayArgs(t, addresses), target);
+  Value::Dict gateway = ComposeService(
+      options.image, GatewayArgs(t, addresses, swarm ? kSwarmSecretsDir : kTlsDir), target);
+  const std::vector<TlsFile> tls_files = GatewayTlsFiles(t);
+  Value::List gateway_volumes;
+  Value::List gateway_secrets;
+  Value::Dict swarm_secrets;
+  for (const TlsFile& file : tls_files) {
+    if (swarm) {
+      // Swarm secrets are immutable too: named by a digest of the file.
+      GANTRY_ASSIGN_OR_RETURN(std::string text, ReadText(file.source));
+      std::string key = "gateway-" + file.name + "-" + ContentDigest(text);
+      std::replace(key.begin(), key.end(), '.', '-');
+      Value::Dict source;
+      source.emplace("file", Text(file.source));
+      swarm_secrets.emplace(key, Value(std::move(source)));
+      Value::Dict use;
+      use.emplace("source", Text(key));
+      use.emplace("target", Text(file.name));
+      gateway_secrets.push_back(Value(std::move(use)));
+    } else {
+      gateway_volumes.push_back(
+          Text(file.source + ":" + std::string(kTlsDir) + "/" + file.name + ":ro"));
+    }
+  }
+  if (!gateway_secrets.empty()) {
+    gateway.emplace("secrets", Value(std::move(gateway_secrets)));
+  }
   if (t.is_flow) {
     YAML::Emitter flow;
     GANTRY_RETURN_IF_ERROR(Emit(flow, GatewayFlowDoc(t, service_host)));
@@ -186,9 +217,11 @@ StatusOr<std::vector<OutFile>> RenderCompose(const Topology& t, const ExportOpti
       gateway.emplace("configs",
                       SwarmConfig(configs->back(), config_dir_name, flow_target, &swarm_configs));
     } else {
-      gateway.emplace("volumes",
-                      List({Text("./" + config_dir_name + "/flow.yml:" + flow_target + ":ro")}));
+      gateway_volumes.push_back(Text("./" + config_dir_name + "/flow.yml:" + flow_target + ":ro"));
     }
+  }
+  if (!gateway_volumes.empty()) {
+    gateway.emplace("volumes", Value(std::move(gateway_volumes)));
   }
   Value::List ports;
   for (const auto& [name, port] : GatewayPorts(t)) {
@@ -208,7 +241,7 @@ StatusOr<std::vector<OutFile>> RenderCompose(const Topology& t, const ExportOpti
     }
   }
   gateway.emplace("ports", Value(std::move(ports)));
-  gateway.emplace("healthcheck", ComposeHealthcheck(t.gateway_port, 60));
+  gateway.emplace("healthcheck", ComposeHealthcheck(t.gateway_port, 60, !tls_files.empty()));
   if (swarm) {
     // Swarm has no start order (it ignores depends_on): the gateway comes up
     // at once and answers UNAVAILABLE until the executors' tasks are healthy
@@ -234,6 +267,9 @@ StatusOr<std::vector<OutFile>> RenderCompose(const Topology& t, const ExportOpti
   }
   if (!swarm_configs.empty()) {
     doc.emplace("configs", Value(std::move(swarm_configs)));
+  }
+  if (!swarm_secrets.empty()) {
+    doc.emplace("secrets", Value(std::move(swarm_secrets)));
   }
   GANTRY_ASSIGN_OR_RETURN(std::string text, EmitDocuments(t, {Value(std::move(doc))}));
   return std::vector<OutFile>{

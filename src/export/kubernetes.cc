@@ -50,8 +50,27 @@ struct PodShape {
   // (its health is NOT_SERVING then): startup and liveness probes on TCP,
   // or it would be restarted for them; readiness stays on gRPC health.
   bool liveness_on_tcp = false;
+  // The gateway's TLS files, from the Secret kTlsSecretName at kTlsDir; its
+  // readiness probe is then on TCP too (the kubelet's gRPC probe has no
+  // TLS).
+  bool tls = false;
   std::int64_t drain_ms = 0;
 };
+
+// Keys stay out of manifests: the gateway mounts a Secret the user makes,
+// and the export says how.
+std::string TlsSecretHint(const Topology& t, const ExportOptions& options) {
+  const std::vector<TlsFile> files = GatewayTlsFiles(t);
+  if (files.empty()) {
+    return "";
+  }
+  std::string command = "kubectl create secret generic " + std::string(kTlsSecretName) + " -n " +
+                        options.k8s_namespace;
+  for (const TlsFile& file : files) {
+    command += " --from-file=" + file.name + "=" + file.source;
+  }
+  return "; it mounts the Secret " + std::string(kTlsSecretName) + ", not written: " + command;
+}
 
 Value::Dict Labels(const Topology& t, const std::string& name, std::string_view component) {
   Value::Dict labels;
@@ -169,7 +188,8 @@ Value DeploymentDoc(const Topology& t, const ExportOptions& options, const PodSh
           ? TcpProbe(grpc_port, kProbePeriodSeconds, static_cast<int>(startup_failures))
           : GrpcProbe(grpc_port, kProbePeriodSeconds, static_cast<int>(startup_failures)));
   container.emplace("readinessProbe",
-                    GrpcProbe(grpc_port, kProbePeriodSeconds, kProbeFailureThreshold));
+                    pod.tls ? TcpProbe(grpc_port, kProbePeriodSeconds, kProbeFailureThreshold)
+                            : GrpcProbe(grpc_port, kProbePeriodSeconds, kProbeFailureThreshold));
   container.emplace("livenessProbe",
                     pod.liveness_on_tcp
                         ? TcpProbe(grpc_port, kLivenessPeriodSeconds, kProbeFailureThreshold)
@@ -195,6 +215,19 @@ Value DeploymentDoc(const Topology& t, const ExportOptions& options, const PodSh
     Value::Dict volume;
     volume.emplace("name", Text("config"));
     volume.emplace("configMap", Value(std::move(config_map)));
+    volumes.emplace_back(std::move(volume));
+  }
+  if (pod.tls) {
+    Value::Dict mount;
+    mount.emplace("name", Text("tls"));
+    mount.emplace("mountPath", Text(std::string(kTlsDir)));
+    mount.emplace("readOnly", Value(true));
+    mounts.emplace_back(std::move(mount));
+    Value::Dict secret;
+    secret.emplace("secretName", Text(std::string(kTlsSecretName)));
+    Value::Dict volume;
+    volume.emplace("name", Text("tls"));
+    volume.emplace("secret", Value(std::move(secret)));
     volumes.emplace_back(std::move(volume));
   }
   for (std::size_t i = 0; i < pod.volumes.size(); ++i) {
@@ -329,6 +362,7 @@ StatusOr<std::vector<OutFile>> RenderKubernetes(const Topology& t, const ExportO
                    .has_config = t.is_flow,
                    .startup_seconds = 60,
                    .liveness_on_tcp = true,
+                   .tls = !GatewayTlsFiles(t).empty(),
                    .drain_ms = t.gateway.timeout_drain.count()};
   std::vector<Value> docs;
   if (t.is_flow) {
@@ -340,9 +374,9 @@ StatusOr<std::vector<OutFile>> RenderKubernetes(const Topology& t, const ExportO
   docs.push_back(DeploymentDoc(t, options, gateway));
   docs.push_back(ServiceDoc(t, options, gateway, false));
   GANTRY_ASSIGN_OR_RETURN(std::string text, EmitDocuments(t, docs));
-  files.push_back(
-      {"gateway.yml", std::move(text),
-       std::string("gateway: ") + (t.is_flow ? "ConfigMap, " : "") + "Deployment, Service"});
+  files.push_back({"gateway.yml", std::move(text),
+                   std::string("gateway: ") + (t.is_flow ? "ConfigMap, " : "") +
+                       "Deployment, Service" + TlsSecretHint(t, options)});
   return files;
 }
 

@@ -131,9 +131,11 @@ constexpr std::string_view kApiKeyNotExported =
 // dropped without a word.
 Status CheckExportable(const Topology& t, const Step& step) {
   const DeploymentOptions& d = step.deployment;
-  if (d.tls.enabled() || !d.tls.client_ca_file.empty()) {
+  // A Deployment's TLS is its gateway's, and goes to the exported one; a
+  // Flow step's would be a server the export does not make.
+  if (t.is_flow && (d.tls.enabled() || !d.tls.client_ca_file.empty())) {
     return Refuse(t, step.key_path + ".ssl_certfile",
-                  "TLS files are not exported (terminate TLS at an Ingress or load balancer)");
+                  "a Flow step's TLS files are not exported (only a Deployment's gateway's are)");
   }
   if (!d.monitoring_targets_file.empty()) {
     return Refuse(t, step.key_path + ".monitoring_targets_file",
@@ -176,6 +178,20 @@ Status CheckExportable(const Topology& t, const Step& step) {
 
 Status Refuse(const Topology& t, std::string_view key_path, std::string_view what) {
   return InvalidArgumentError(t.source + ": " + std::string(key_path) + ": " + std::string(what));
+}
+
+std::vector<TlsFile> GatewayTlsFiles(const Topology& t) {
+  const ServerTlsOptions& tls = t.gateway.tls;
+  std::vector<TlsFile> files;
+  if (!tls.enabled()) {
+    return files;
+  }
+  files.push_back({tls.cert_file, "tls.crt"});
+  files.push_back({tls.key_file, "tls.key"});
+  if (!tls.client_ca_file.empty()) {
+    files.push_back({tls.client_ca_file, "ca.crt"});
+  }
+  return files;
 }
 
 std::string HeaderFor(const Topology& t) {

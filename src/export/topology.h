@@ -31,6 +31,22 @@ inline constexpr std::string_view kGatewayName = "gateway";
 // a connection closes, and this is how replicas started since (a scale-up,
 // a task that replaced a failed one) join the gateway's round_robin.
 inline constexpr int kExportedMaxConnectionAgeSeconds = 30;
+// Where the exported gateway reads its TLS files (a Deployment's
+// ssl_certfile, ssl_keyfile, ssl_client_cafile): under kTlsDir from a
+// Kubernetes Secret or compose bind mounts, under /run/secrets from Swarm
+// secrets; the file names are the keys of a Kubernetes TLS Secret.
+inline constexpr std::string_view kTlsDir = "/etc/gantry/tls";
+inline constexpr std::string_view kSwarmSecretsDir = "/run/secrets";
+// The Secret a Kubernetes export expects to hold them (not written: keys
+// do not go into manifests).
+inline constexpr std::string_view kTlsSecretName = "gateway-tls";
+
+// One TLS file of the gateway: where it is here, its name in the container.
+struct TlsFile {
+  std::string source;
+  std::string name;  // tls.crt, tls.key or ca.crt
+};
+
 // A startup probe may not wait forever; `timeout_ready: -1` gets a day.
 inline constexpr std::int64_t kMaxStartupSeconds = std::int64_t{24} * 3600;
 
@@ -89,6 +105,9 @@ StatusOr<Topology> LoadTopology(const std::string& path);
 // Seconds a startup probe waits for the model to load: timeout_ready,
 // 1 to kMaxStartupSeconds.
 std::int64_t StartupSeconds(const DeploymentOptions& d);
+
+// The gateway's TLS files, none without TLS.
+std::vector<TlsFile> GatewayTlsFiles(const Topology& t);
 
 // The gateway's named ports: grpc, and http when it serves HTTP.
 std::vector<std::pair<std::string, int>> GatewayPorts(const Topology& t);

@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -46,9 +47,10 @@ with:
 """
 
 
-def run(args, cwd, timeout, check=True):
+def run(args, cwd, timeout, check=True, env=None):
     print("$ " + " ".join(args), flush=True)
-    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=env)
     output = (done.stdout + done.stderr).strip()
     if output:
         print(output, flush=True)
@@ -195,6 +197,59 @@ class ComposeRoundTrip(unittest.TestCase):
 
     def test_flow_of_two_steps(self):
         self.round_trip(FLOW, "second")
+
+    def test_deployment_with_tls(self):
+        """The Deployment's TLS files bind-mounted into the exported gateway:
+        `gantry ping --tls` and the stock Jina client (grpcs, trusting the
+        test's own CA through GRPC_DEFAULT_SSL_ROOTS_FILE_PATH) reach it,
+        and a plaintext client does not."""
+        with tempfile.TemporaryDirectory() as tmp:
+            cert = os.path.join(tmp, "cert.pem")
+            key = os.path.join(tmp, "key.pem")
+            run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                 "-subj", "/CN=gantry-export-test", "-addext", "subjectAltName=IP:127.0.0.1",
+                 "-keyout", key, "-out", cert], tmp, 60)
+            os.chmod(key, 0o644)  # the gateway in the container runs as another user
+            port = free_port()
+            source = os.path.join(tmp, "source.yml")
+            with open(source, "w") as f:
+                f.write(DEPLOYMENT.format(replicas=1, port=port) +
+                        "  ssl_certfile: cert.pem\n  ssl_keyfile: key.pem\n")
+            compose = os.path.join(tmp, "compose.yml")
+            run([os.environ["GANTRY_CLI"], "export", "docker-compose", source, compose,
+                 "--image", IMAGE], tmp, 60)
+            project = "gantryexport" + uuid.uuid4().hex[:10]
+            base = ["docker-compose", "-p", project, "-f", compose]
+            try:
+                run(base + ["up", "-d"], tmp, 300)
+                address = f"127.0.0.1:{port}"
+                ping = [os.environ["GANTRY_CLI"], "ping", address, "--ssl-cafile", cert]
+                wait_until(f"gateway {address} answers over TLS",
+                           lambda: run(ping, tmp, 30, check=False).returncode == 0, 120)
+                plain = run([os.environ["GANTRY_CLI"], "ping", address, "--timeout", "2000"],
+                            tmp, 30, check=False)
+                self.assertNotEqual(plain.returncode, 0, "a plaintext ping got an answer")
+                jina = run([sys.executable, "-c",
+                            "from docarray import DocList\n"
+                            "from docarray.documents.legacy import LegacyDocument\n"
+                            "from jina import Client\n"
+                            f"client = Client(host='grpcs://127.0.0.1:{port}')\n"
+                            "docs = DocList[LegacyDocument]([LegacyDocument(text=f'tls {i}') "
+                            "for i in range(5)])\n"
+                            "out = client.post('/', docs, return_type=DocList[LegacyDocument])\n"
+                            "print('TEXTS', sorted(d.text for d in out))\n"],
+                           tmp, 120, check=False,
+                           env={**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": cert})
+                self.assertIn("TEXTS ['tls 0', 'tls 1', 'tls 2', 'tls 3', 'tls 4']",
+                              jina.stdout, jina.stderr)
+                print(f"compose round trip with TLS (gateway on {address}): gantry ping and "
+                      f"the Jina client over TLS answered; plaintext refused", flush=True)
+            except BaseException:
+                run(base + ["logs", "--no-color", "--tail", "50"], tmp, 60, check=False)
+                raise
+            finally:
+                run(base + ["down", "-v", "--remove-orphans", "--timeout", "20"], tmp, 180,
+                    check=False)
 
     @unittest.skipUnless(MODEL_PATH, "GANTRY_MODEL_PATH is not set (scripts/fetch_model.sh)")
     def test_sentence_encoder_with_the_model_mounted(self):

@@ -481,6 +481,70 @@ with:
   volumes: [./models:/models:ro, cache:/cache]
 )";
 
+// A Deployment's TLS files go to its exported gateway: from a Secret the
+// user makes (Kubernetes), bind mounts (compose) or Swarm secrets, with
+// probes that need no certificate. A Flow step's are refused by name.
+TEST(ExportTest, TheGatewaysTlsFilesTravelWithoutTheirTextInTheManifests) {
+  TempDir dir;
+  WriteFile(dir.File("cert.pem"), "certificate text");
+  WriteFile(dir.File("key.pem"), "private key text");
+  WriteFile(dir.File("ca.pem"), "client CA text");
+  WriteFile(dir.File("dep.yml"),
+            "jtype: Deployment\nwith: {name: encoder, uses: NoOpExec, ssl_certfile: cert.pem, "
+            "ssl_keyfile: key.pem, ssl_client_cafile: ca.pem}\n");
+
+  auto k8s = ExportKubernetes(dir.File("dep.yml"), dir.File("k8s"));
+  ASSERT_TRUE(k8s.ok()) << k8s.status();
+  const std::string gateway_text = ReadFile(dir.File("k8s/gateway.yml"));
+  EXPECT_THAT(gateway_text, ::testing::Not(HasSubstr("private key text")));
+  const YAML::Node deployment = Objects(dir.File("k8s/gateway.yml")).at("Deployment/gateway");
+  const YAML::Node g = Container(deployment);
+  const std::vector<std::string> args = Strings(g["args"]);
+  EXPECT_EQ(ValueAfter(args, "--ssl-certfile"), "/etc/gantry/tls/tls.crt");
+  EXPECT_EQ(ValueAfter(args, "--ssl-keyfile"), "/etc/gantry/tls/tls.key");
+  EXPECT_EQ(ValueAfter(args, "--ssl-client-cafile"), "/etc/gantry/tls/ca.crt");
+  EXPECT_TRUE(g["readinessProbe"]["tcpSocket"]) << "the kubelet's gRPC probe has no TLS";
+  EXPECT_EQ(g["volumeMounts"][0]["mountPath"].as<std::string>(), "/etc/gantry/tls");
+  EXPECT_EQ(deployment["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
+                .as<std::string>(),
+            "gateway-tls");
+  const auto hint = std::find_if(k8s->begin(), k8s->end(), [](const ExportedFile& f) {
+    return f.what.find("Secret") != std::string::npos;
+  });
+  ASSERT_NE(hint, k8s->end());
+  EXPECT_THAT(hint->what, HasSubstr("kubectl create secret generic gateway-tls -n default "
+                                    "--from-file=tls.crt=" +
+                                    dir.File("cert.pem")));
+
+  auto compose = ExportDockerCompose(dir.File("dep.yml"), dir.File("c.yml"));
+  ASSERT_TRUE(compose.ok()) << compose.status();
+  const YAML::Node gateway = YAML::LoadFile(dir.File("c.yml"))["services"]["gateway"];
+  EXPECT_THAT(Strings(gateway["volumes"]),
+              ElementsAre(dir.File("cert.pem") + ":/etc/gantry/tls/tls.crt:ro",
+                          dir.File("key.pem") + ":/etc/gantry/tls/tls.key:ro",
+                          dir.File("ca.pem") + ":/etc/gantry/tls/ca.crt:ro"));
+  EXPECT_EQ(Strings(gateway["healthcheck"]["test"])[1], "bash");
+
+  auto stack = ExportDockerSwarm(dir.File("dep.yml"), dir.File("s.yml"));
+  ASSERT_TRUE(stack.ok()) << stack.status();
+  const YAML::Node doc = YAML::LoadFile(dir.File("s.yml"));
+  const YAML::Node swarm_gateway = doc["services"]["gateway"];
+  EXPECT_EQ(ValueAfter(Strings(swarm_gateway["command"]), "--ssl-keyfile"), "/run/secrets/tls.key");
+  ASSERT_EQ(swarm_gateway["secrets"].size(), 3u);
+  const std::string key_secret = swarm_gateway["secrets"][1]["source"].as<std::string>();
+  EXPECT_THAT(key_secret, ::testing::MatchesRegex("gateway-tls-key-[0-9a-f]{8}"));
+  EXPECT_EQ(swarm_gateway["secrets"][1]["target"].as<std::string>(), "tls.key");
+  EXPECT_EQ(doc["secrets"][key_secret]["file"].as<std::string>(), dir.File("key.pem"));
+
+  WriteFile(dir.File("flow.yml"),
+            "jtype: Flow\nexecutors:\n  - {name: a, uses: NoOpExec, ssl_certfile: cert.pem, "
+            "ssl_keyfile: key.pem}\n");
+  auto step = ExportDockerCompose(dir.File("flow.yml"), dir.File("f.yml"));
+  ASSERT_FALSE(step.ok());
+  EXPECT_THAT(step.status().message(),
+              HasSubstr("executors[0].ssl_certfile: a Flow step's TLS files are not exported"));
+}
+
 TEST(ExportComposeTest, ADockerStepKeepsItsImageAndItsVolumes) {
   TempDir dir;
   WriteFile(dir.File("dep.yml"), kDockerStepYaml);
