@@ -115,6 +115,18 @@ class ExportedManifestsValidate(unittest.TestCase):
         self.assertIn("hostPath:", text)
         self.check(files, ["configmap/encoder-config", "deployment/encoder", "service/encoder"])
 
+    def test_a_deployment_with_tls_mounts_a_secret(self):
+        for name in ("cert.pem", "key.pem", "ca.pem"):
+            with open(os.path.join(self.tmp.name, name), "w") as f:
+                f.write(f"{name} text\n")
+        files = export(self.tmp.name, "tls", DEPLOYMENT + "  ssl_certfile: cert.pem\n"
+                       "  ssl_keyfile: key.pem\n  ssl_client_cafile: ca.pem\n")
+        with open(os.path.join(self.tmp.name, "tls", "gateway.yml")) as f:
+            text = f.read()
+        self.assertIn("secretName: gateway-tls", text)
+        self.assertNotIn("key.pem text", text)
+        self.check(files, ["deployment/encoder", "deployment/gateway", "service/gateway"])
+
     def test_the_validator_refuses_a_broken_manifest(self):
         # The same check fails where it should: an exported Deployment with
         # a misspelt field and a probe port of the wrong type.
