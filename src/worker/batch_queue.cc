@@ -171,6 +171,7 @@ HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching
       queue.queued_docs += docs.size();
     }
     pending.done_cv.wait(lock, [&] { return pending.done; });
+    pending.outcome.delayed = true;
   } else {
     WithdrawLocked(queue, pending);
     const auto waited =

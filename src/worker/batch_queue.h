@@ -63,6 +63,9 @@ struct HandlerOutcome {
   // Why the queue refused the request without running its handler
   // ("queue_full", "queue_timeout"); empty otherwise. For the failure metric.
   std::string refused;
+  // It outlived its queue timeout and was served after the requests that
+  // waited less (timeout_action DELAY). For the delayed-requests metric.
+  bool delayed = false;
 };
 
 // Calls the handler on `docs` (edited in place). Must not throw.

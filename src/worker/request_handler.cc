@@ -477,6 +477,9 @@ RequestHandler::Result RequestHandler::Handle(jina::DataRequestProto* request,
   if (measured != nullptr && outcome.started != std::chrono::steady_clock::time_point{}) {
     measured->queue->Observe(std::chrono::duration<double>(outcome.started - arrived).count());
   }
+  if (measured != nullptr && outcome.delayed) {
+    measured->delayed->Increment();
+  }
   Status status = std::move(outcome.status);
   const bool threw = !outcome.exception_name.empty();
   const std::string& exception_name = outcome.exception_name;

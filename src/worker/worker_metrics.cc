@@ -104,6 +104,13 @@ WorkerMetrics::WorkerMetrics(const std::string& deployment, const std::string& r
                       .Help("Requests in the worker not yet answered")
                       .Labels(common)
                       .Register(*registry_);
+  auto& delayed = prometheus::BuildCounter()
+                      .Name("gantry_queue_delayed_total")
+                      .Help(
+                          "Requests that outlived their queue timeout and were served after the "
+                          "others (dynamic batching's timeout_action: DELAY)")
+                      .Labels(common)
+                      .Register(*registry_);
   std::vector<std::string> labels = endpoints;
   labels.emplace_back(kNoEndpoint);
   for (const std::string& name : labels) {
@@ -117,6 +124,7 @@ WorkerMetrics::WorkerMetrics(const std::string& deployment, const std::string& r
     entry.compute = &compute.Add(label, LatencyBucketsSeconds());
     entry.request = &request.Add(label, LatencyBucketsSeconds());
     entry.pending = &pending.Add(label);
+    entry.delayed = &delayed.Add(label);
     endpoints_.emplace(name, std::move(entry));
   }
   if (device.is_cuda()) {

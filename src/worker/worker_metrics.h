@@ -44,6 +44,7 @@ class WorkerMetrics {
     prometheus::Histogram* compute = nullptr;
     prometheus::Histogram* request = nullptr;
     prometheus::Gauge* pending = nullptr;
+    prometheus::Counter* delayed = nullptr;
     std::string label;
   };
 

@@ -178,6 +178,15 @@ TEST(QueuePolicyTest, AClientMayShortenItsQueueTimeoutAndDelayServesLateRequests
     EXPECT_THAT(bad.status().message(), HasSubstr("'queue_timeout'"));
     testing::JoinWithin(threads, std::chrono::seconds(60), "the busy post");
     EXPECT_TRUE(busy.ok()) << busy.status();
+    const std::string metrics = testing::Scrape(metrics_port);
+    EXPECT_EQ(testing::Sum(metrics, "gantry_queue_delayed_total", "endpoint=\"/slow\""),
+              delay ? 1 : 0)
+        << metrics;
+    if (!delay) {
+      EXPECT_EQ(testing::Sum(metrics, "gantry_request_failure_total", "reason=\"queue_timeout\""),
+                1)
+          << metrics;
+    }
   }
 }
 

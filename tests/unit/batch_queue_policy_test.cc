@@ -172,6 +172,9 @@ TEST_F(BatchQueuePolicyTest, DelayServesATimedOutRequestAfterTheOthers) {
     EXPECT_TRUE(outcome.status.ok()) << outcome.status;
     EXPECT_TRUE(outcome.refused.empty());
   }
+  EXPECT_TRUE(outcomes[0].delayed);
+  EXPECT_FALSE(outcomes[1].delayed);
+  EXPECT_FALSE(outcomes[2].delayed);
   std::lock_guard lock(order_mutex);
   EXPECT_THAT(order, ElementsAre("b", "c", "a"));
 }
