@@ -155,6 +155,23 @@ TEST(CliTest, ServersListenOnLoopbackUnlessTheHostIsGiven) {
   }
 }
 
+// A $GANTRY_HOST that is no address fails the server at once, naming it.
+TEST(CliTest, AMalformedGantryHostFailsFastNamingIt) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"executor", "--uses", "NoOpExec", "--port", "0"},
+        std::vector<std::string>{"gateway", "--replica-addresses", "127.0.0.1:1", "--port", "0"}}) {
+    SCOPED_TRACE(args.front());
+    testing::TempDir dir;
+    ChildProcessPtr cli = StartCli(args, dir.File("cli.log"), testing::GantryWorker(),
+                                   {{"GANTRY_HOST", "no such host!"}});
+    ASSERT_NE(cli, nullptr);
+    ASSERT_TRUE(cli->WaitFor(std::chrono::seconds(30))) << "still running";
+    EXPECT_NE(*cli->exit_status(), 0);
+    EXPECT_THAT(testing::ReadFile(dir.File("cli.log")),
+                HasSubstr("cannot listen on no such host!:0"));
+  }
+}
+
 TEST(CliTest, ExecutorFromYamlServesDirectly) {
   testing::TempDir dir;
   std::string port_file = dir.File("port");
