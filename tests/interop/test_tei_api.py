@@ -136,6 +136,9 @@ class TeiRoutesInFrontOfSentenceEncoder(unittest.TestCase):
                           ({"inputs": {"source_sentence": source, "sentences": []}}, 422),
                           ({"inputs": {"source_sentence": source, "sentences": ["word " * 40]},
                             "parameters": {"truncate": False}}, 413),
+                          # The source and 2,048 sentences: one input over the bound.
+                          ({"inputs": {"source_sentence": source, "sentences": ["x"] * 2048}},
+                           413),
                           ({"inputs": "not an object"}, 422)]:
             status, reply = post(self.port, "/similarity", bad)
             self.assertEqual(status, code, (bad, reply))
