@@ -12,6 +12,7 @@ skips with the reason when no Docker daemon answers, the image or
 docker-compose is missing. The compose project has a name of its own and
 `docker-compose down -v` runs in a finally block, also when a step fails.
 """
+import contextlib
 import json
 import os
 import signal
@@ -95,6 +96,43 @@ def wait_until(what, condition, timeout):
     raise AssertionError(f"{what}: not within {timeout} s")
 
 
+def connected_ips(container, port):
+    """The remote addresses of `container`'s established TCP connections
+    (/proc/net/tcp, state 01) to `port`."""
+    tcp = run(["docker", "exec", container, "cat", "/proc/net/tcp"], None, 30).stdout
+    connected = set()
+    for row in tcp.splitlines()[1:]:
+        fields = row.split()
+        ip_hex, port_hex = fields[2].split(":")
+        if fields[3] == "01" and int(port_hex, 16) == port:
+            connected.add(".".join(str(b) for b in reversed(bytes.fromhex(ip_hex))))
+    return connected
+
+
+@contextlib.contextmanager
+def compose_project(compose_files, tmp):
+    """`docker-compose up -d` of the files under a project name of its own;
+    yields the docker-compose command prefix. Its logs are printed when the
+    body fails, and `down -v` runs in any case, after which no container of
+    the project may be left."""
+    project = "gantryexport" + uuid.uuid4().hex[:10]
+    base = ["docker-compose", "-p", project]
+    for path in compose_files:
+        base += ["-f", path]
+    try:
+        run(base + ["up", "-d"], tmp, 300)
+        yield base
+    except BaseException:
+        run(base + ["logs", "--no-color", "--tail", "50"], tmp, 60, check=False)
+        raise
+    finally:
+        run(base + ["down", "-v", "--remove-orphans", "--timeout", "20"], tmp, 180, check=False)
+        left = run(["docker", "ps", "-aq", "--filter",
+                    f"label=com.docker.compose.project={project}"], tmp, 30,
+                   check=False).stdout.split()
+        assert left == [], f"containers left behind: {left}"
+
+
 class Interrupted(Exception):
     pass
 
@@ -122,17 +160,15 @@ class ComposeRoundTrip(unittest.TestCase):
             compose = os.path.join(tmp, "compose.yml")
             run([os.environ["GANTRY_CLI"], "export", "docker-compose", source, compose,
                  "--image", IMAGE], tmp, 60)
-            project = "gantryexport" + uuid.uuid4().hex[:10]
-            base = ["docker-compose", "-p", project, "-f", compose]
+            files = [compose]
             if extra_compose:
                 extra = os.path.join(tmp, "extra.yml")
                 with open(extra, "w") as f:
                     f.write(extra_compose)
-                base += ["-f", extra]
+                files.append(extra)
             if OVERRIDE:
-                base += ["-f", OVERRIDE]
-            try:
-                run(base + ["up", "-d"], tmp, 300)
+                files.append(OVERRIDE)
+            with compose_project(files, tmp) as base:
                 # deploy.replicas is honoured without --compatibility (1.27+).
                 ids = run(base + ["ps", "-q", replicated_service], tmp, 60).stdout.split()
                 self.assertEqual(len(ids), REPLICAS, ids)
@@ -167,30 +203,13 @@ class ComposeRoundTrip(unittest.TestCase):
                                          "{{range .NetworkSettings.Networks}}{{.IPAddress}}"
                                          "{{end}}", cid], tmp, 30).stdout.strip())
                 gateway_id = run(base + ["ps", "-q", "gateway"], tmp, 60).stdout.split()[0]
-                tcp = run(["docker", "exec", gateway_id, "cat", "/proc/net/tcp"], tmp, 30).stdout
                 replica_port = 8081 if replicated_service == "encoder" else 8082
-                connected = set()
-                for row in tcp.splitlines()[1:]:
-                    fields = row.split()
-                    remote, state = fields[2], fields[3]
-                    ip_hex, port_hex = remote.split(":")
-                    if state == "01" and int(port_hex, 16) == replica_port:
-                        connected.add(".".join(str(b) for b in reversed(bytes.fromhex(ip_hex))))
+                connected = connected_ips(gateway_id, replica_port)
                 self.assertEqual(connected, replica_ips)
                 print(f"compose round trip ({replicated_service} x{REPLICAS}, gateway on "
                       f"{address}): Gantry client got {len(lines)} docs, Jina client got "
                       f"{len(out)} docs; gateway connected to {sorted(connected)}", flush=True)
                 return lines
-            except BaseException:
-                run(base + ["logs", "--no-color", "--tail", "50"], tmp, 60, check=False)
-                raise
-            finally:
-                run(base + ["down", "-v", "--remove-orphans", "--timeout", "20"], tmp, 180,
-                    check=False)
-                left = run(["docker", "ps", "-aq", "--filter",
-                            f"label=com.docker.compose.project={project}"], tmp, 30,
-                           check=False).stdout.split()
-                self.assertEqual(left, [], "containers left behind")
 
     def test_deployment(self):
         self.round_trip(DEPLOYMENT, "encoder")
@@ -218,10 +237,7 @@ class ComposeRoundTrip(unittest.TestCase):
             compose = os.path.join(tmp, "compose.yml")
             run([os.environ["GANTRY_CLI"], "export", "docker-compose", source, compose,
                  "--image", IMAGE], tmp, 60)
-            project = "gantryexport" + uuid.uuid4().hex[:10]
-            base = ["docker-compose", "-p", project, "-f", compose]
-            try:
-                run(base + ["up", "-d"], tmp, 300)
+            with compose_project([compose], tmp) as base:
                 address = f"127.0.0.1:{port}"
                 ping = [os.environ["GANTRY_CLI"], "ping", address, "--ssl-cafile", cert]
                 wait_until(f"gateway {address} answers over TLS",
@@ -244,12 +260,6 @@ class ComposeRoundTrip(unittest.TestCase):
                               jina.stdout, jina.stderr)
                 print(f"compose round trip with TLS (gateway on {address}): gantry ping and "
                       f"the Jina client over TLS answered; plaintext refused", flush=True)
-            except BaseException:
-                run(base + ["logs", "--no-color", "--tail", "50"], tmp, 60, check=False)
-                raise
-            finally:
-                run(base + ["down", "-v", "--remove-orphans", "--timeout", "20"], tmp, 180,
-                    check=False)
 
     @unittest.skipUnless(MODEL_PATH, "GANTRY_MODEL_PATH is not set (scripts/fetch_model.sh)")
     def test_sentence_encoder_with_the_model_mounted(self):

@@ -31,7 +31,7 @@ from jina import Client
 from gantry_process import free_port
 # Importing it also makes SIGTERM, SIGHUP and SIGPIPE end the test through
 # its finally blocks.
-from test_export_compose import run, wait_until
+from test_export_compose import connected_ips, run, wait_until
 
 IMAGE = os.environ.get("GANTRY_IMAGE", "gantry:cpu")
 MODEL_PATH = os.environ.get("GANTRY_MODEL_PATH", "")
@@ -64,19 +64,6 @@ with:
 
 def swarm_state():
     return run(["docker", "info", "-f", "{{.Swarm.LocalNodeState}}"], None, 60).stdout.strip()
-
-
-def connected_ips(container, port):
-    """The remote addresses of `container`'s established TCP connections
-    (/proc/net/tcp, state 01) to `port`."""
-    tcp = run(["docker", "exec", container, "cat", "/proc/net/tcp"], None, 30).stdout
-    connected = set()
-    for row in tcp.splitlines()[1:]:
-        fields = row.split()
-        ip_hex, port_hex = fields[2].split(":")
-        if fields[3] == "01" and int(port_hex, 16) == port:
-            connected.add(".".join(str(b) for b in reversed(bytes.fromhex(ip_hex))))
-    return connected
 
 
 class SwarmStack(unittest.TestCase):
