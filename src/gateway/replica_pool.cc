@@ -586,15 +586,26 @@ void ReplicaPool::OnAttemptDone(std::shared_ptr<Call> call, ForwardResult result
         call->killed_.push_back(described);
       }
       if (call->killed_.size() >= static_cast<std::size_t>(kMaxReplicasKilledPerRequest)) {
-        std::string names;
-        for (std::size_t i = 0; i < call->killed_.size(); ++i) {
-          names += i == 0 ? "" : (i + 1 == call->killed_.size() ? " and " : ", ");
-          names += call->killed_[i];
+        // A dns:/// replica is several servers: the same name twice is two
+        // of them.
+        std::vector<std::string> names;
+        for (const std::string& name : call->killed_) {
+          if (std::find(names.begin(), names.end(), name) == names.end()) {
+            names.push_back(name);
+          }
         }
+        std::string listed;
+        for (std::size_t i = 0; i < names.size(); ++i) {
+          listed += i == 0 ? "" : (i + 1 == names.size() ? " and " : ", ");
+          listed += names[i];
+        }
+        const std::string what =
+            names.size() == 1 && call->killed_.size() > 1
+                ? std::to_string(call->killed_.size()) + " servers of replica " + listed +
+                      " (each dropped the connection while processing it)"
+                : "replica " + listed + " (each dropped the connection while processing it)";
         status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                              where + "the request killed replica " + names +
-                                  " (each dropped the connection while processing it); "
-                                  "not retried again");
+                              where + "the request killed " + what + "; not retried again");
         spdlog::error("{}", status.error_message());
         Finish(call->done_, std::move(status));
         return;

@@ -233,6 +233,16 @@ TEST_F(ReplicaPoolTest, ADnsNameStaysInRotationWhenOneOfItsServersGoes) {
   EXPECT_TRUE(pool.States()[0].available);
   EXPECT_EQ(rotation_changes_, 0);
   EXPECT_TRUE(Send().status.ok());
+
+  // A request that two of its servers drop is a poison request, as for
+  // two replicas, and the message says they were servers of one name.
+  link("dns:///encoder:8081").Answer(Unavailable("Socket closed"));
+  result = Send();
+  EXPECT_EQ(result.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(result.status.error_message().find(
+                "the request killed 2 servers of replica enc/rep-0 (dns:///encoder:8081)"),
+            std::string::npos)
+      << result.status.error_message();
 }
 
 TEST_F(ReplicaPoolTest, APoisonRequestKillsAtMostTwoReplicas) {
