@@ -137,6 +137,17 @@ Status CheckExportable(const Topology& t, const Step& step) {
     return Refuse(t, step.key_path + ".ssl_certfile",
                   "a Flow step's TLS files are not exported (only a Deployment's gateway's are)");
   }
+  // The export mounts them into the gateway's container (or reads them for
+  // Swarm's digests): a missing one would be a directory Docker makes.
+  for (const auto& [key, path] :
+       {std::pair<std::string_view, const std::string&>{"ssl_certfile", d.tls.cert_file},
+        {"ssl_keyfile", d.tls.key_file},
+        {"ssl_client_cafile", d.tls.client_ca_file}}) {
+    if (!path.empty() && !std::ifstream(path).good()) {
+      return Refuse(t, step.key_path + "." + std::string(key),
+                    path + ": cannot read it (the export mounts it into the gateway's container)");
+    }
+  }
   if (!d.monitoring_targets_file.empty()) {
     return Refuse(t, step.key_path + ".monitoring_targets_file",
                   "a scrape-target file is not exported: Prometheus finds the exported pods by "
@@ -186,10 +197,13 @@ std::vector<TlsFile> GatewayTlsFiles(const Topology& t) {
   if (!tls.enabled()) {
     return files;
   }
-  files.push_back({tls.cert_file, "tls.crt"});
-  files.push_back({tls.key_file, "tls.key"});
+  // Absolute: compose takes a bind source without a leading / or . for the
+  // name of a volume.
+  const auto absolute = [](const std::string& path) { return fs::absolute(path).string(); };
+  files.push_back({absolute(tls.cert_file), "tls.crt", "--ssl-certfile"});
+  files.push_back({absolute(tls.key_file), "tls.key", "--ssl-keyfile"});
   if (!tls.client_ca_file.empty()) {
-    files.push_back({tls.client_ca_file, "ca.crt"});
+    files.push_back({absolute(tls.client_ca_file), "ca.crt", "--ssl-client-cafile"});
   }
   return files;
 }

@@ -543,6 +543,14 @@ TEST(ExportTest, TheGatewaysTlsFilesTravelWithoutTheirTextInTheManifests) {
   ASSERT_FALSE(step.ok());
   EXPECT_THAT(step.status().message(),
               HasSubstr("executors[0].ssl_certfile: a Flow step's TLS files are not exported"));
+
+  WriteFile(dir.File("missing.yml"),
+            "jtype: Deployment\nwith: {uses: NoOpExec, ssl_certfile: cert.pem, "
+            "ssl_keyfile: gone.pem}\n");
+  auto missing = ExportDockerCompose(dir.File("missing.yml"), dir.File("m.yml"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr("with.ssl_keyfile: " + dir.File("gone.pem") + ": cannot read it"));
 }
 
 TEST(ExportComposeTest, ADockerStepKeepsItsImageAndItsVolumes) {
