@@ -172,9 +172,7 @@ Value::List GatewayArgs(const Topology& t, std::string_view replica_addresses,
     args.push_back(Text(model + "=" + endpoint));
   }
   for (const TlsFile& file : GatewayTlsFiles(t)) {
-    args.push_back(Text(file.name == "tls.crt"   ? "--ssl-certfile"
-                        : file.name == "tls.key" ? "--ssl-keyfile"
-                                                 : "--ssl-client-cafile"));
+    args.push_back(Text(std::string(file.flag)));
     args.push_back(Text(std::string(tls_dir) + "/" + file.name));
   }
   // The rest of `gantry gateway`'s flags, where they differ from the

@@ -44,7 +44,8 @@ inline constexpr std::string_view kTlsSecretName = "gateway-tls";
 // One TLS file of the gateway: where it is here, its name in the container.
 struct TlsFile {
   std::string source;
-  std::string name;  // tls.crt, tls.key or ca.crt
+  std::string name;       // tls.crt, tls.key or ca.crt
+  std::string_view flag;  // the `gantry gateway` flag that names it
 };
 
 // A startup probe may not wait forever; `timeout_ready: -1` gets a day.
