@@ -17,7 +17,7 @@ import sys
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
 src = os.path.join(root, "src")
 # Folders of generated protobuf headers (proto/).
-PROTO_FOLDERS = {"jina", "docarray", "kserve", "grpc", "google"}
+PROTO_FOLDERS = {"jina", "docarray", "kserve", "grpc", "google", "opentelemetry"}
 
 folders = sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d)))
 rules = {}

@@ -103,6 +103,13 @@ struct DeploymentOptions {
   // One info line per request at the gateway: request id, endpoint, status,
   // duration and size (docs/logging.md).
   bool access_log = false;
+  // OpenTelemetry spans of every request from the gateway and each replica
+  // (docs/tracing.md), sent over OTLP/gRPC to the collector at
+  // traces_exporter_host:traces_exporter_port (Jina's names). The host may
+  // start with "http://" (plain gRPC) or "https://" (TLS).
+  bool tracing = false;
+  std::string traces_exporter_host = "localhost";
+  int traces_exporter_port = 4317;
   // HTTP/JSON gateway port next to the gRPC one: -1 for none, 0 for any free
   // port (Jina's multi-protocol gateway).
   int http_port = -1;

@@ -97,6 +97,12 @@ struct FlowOptions {
   // replicas as if each step had `monitoring: true`.
   bool monitoring = false;
   int port_monitoring = 0;
+  // OpenTelemetry spans (docs/tracing.md) of the Flow's gateway and of
+  // every step's replicas, all sent to one collector (see
+  // DeploymentOptions).
+  bool tracing = false;
+  std::string traces_exporter_host = "localhost";
+  int traces_exporter_port = 4317;
 };
 
 class Flow {

@@ -279,11 +279,32 @@ int RunFlow(const std::string& uses, const ListenFlags& listen, const LogFlags& 
   return ServeUntilSignal(flow, listen);
 }
 
-int RunExecutor(const std::string& uses, const std::string& host, int port,
-                const std::string& port_file, const std::string& device, const std::string& name,
-                const std::string& uses_with, const std::vector<std::string>& libs,
-                const LogFlags& log, std::int64_t max_message_bytes, int max_connection_age,
-                const MonitoringFlags& monitoring) {
+// `gantry executor`'s own flags.
+struct ExecutorFlags {
+  std::string host;
+  int port = -1;
+  std::string device;
+  std::string name;
+  std::string uses_with;
+  std::vector<std::string> libs;
+  std::int64_t max_message_bytes = 0;
+  int max_connection_age = 0;
+  MonitoringFlags monitoring;
+  bool tracing = false;
+  std::string traces_exporter_host = "localhost";
+  int traces_exporter_port = 4317;
+};
+
+int RunExecutor(const std::string& uses, const ExecutorFlags& flags, const std::string& port_file,
+                const LogFlags& log) {
+  const auto& [host, port, device, name, uses_with, libs, max_message_bytes, max_connection_age,
+               monitoring, tracing, traces_exporter_host, traces_exporter_port] = flags;
+  if (tracing) {
+    if (gantry::Status s = gantry::internal::CheckTracesExporterHost(traces_exporter_host);
+        !s.ok()) {
+      return Fail(s.WithPrefix("--traces-exporter-host"));
+    }
+  }
   gantry::internal::WorkerSpec spec;
   if (gantry::internal::KindOfUses(uses) == gantry::internal::UsesKind::kExecutorFile) {
     auto config = gantry::LoadExecutorConfig(uses);
@@ -350,6 +371,9 @@ int RunExecutor(const std::string& uses, const std::string& host, int port,
     spec.max_message_bytes = max_message_bytes;
   }
   spec.max_connection_age_seconds = max_connection_age;
+  spec.tracing = tracing;
+  spec.traces_exporter_host = traces_exporter_host;
+  spec.traces_exporter_port = traces_exporter_port;
   // 127.0.0.1 unless told (core/listen_host.h); the images set
   // GANTRY_HOST=0.0.0.0, and exports pass --host 0.0.0.0.
   spec.host = host;
@@ -507,41 +531,47 @@ int main(int argc, char** argv) try {
   deployment->add_option("--http-port-file", listen.http_port_file, kHttpPortFileHelp);
   log_flags(deployment);
 
-  std::string device;
-  std::string name;
-  std::string uses_with;
-  int executor_port = -1;
-  std::int64_t max_message_bytes = 0;
+  ExecutorFlags executor_flags;
   auto* executor = app.add_subcommand("executor", "Run one executor as a gRPC worker, no gateway");
   executor->add_option("--uses", uses, "executor YAML (jtype/with/metas) or an executor type name")
       ->required();
   std::string host = gantry::internal::DefaultListenHost();
   executor->add_option("--host", host,
                        "address to listen on (default $GANTRY_HOST, else 127.0.0.1)");
-  executor->add_option("--port", executor_port, "port to listen on (0 = any free)");
+  executor->add_option("--port", executor_flags.port, "port to listen on (0 = any free)");
   executor->add_option("--port-file", listen.port_file,
                        "write the port here when ready (default $GANTRY_PORT_FILE)");
-  executor->add_option("--device", device, "cpu, cuda, cuda:N or auto (overrides with.device)");
-  executor->add_option("--name", name, "executor name in logs (default: metas.name)");
-  executor->add_option("--uses-with", uses_with, "JSON object merged over `with:`");
-  std::vector<std::string> libs;
-  executor->add_option("--lib", libs,
+  executor->add_option("--device", executor_flags.device,
+                       "cpu, cuda, cuda:N or auto (overrides with.device)");
+  executor->add_option("--name", executor_flags.name,
+                       "executor name in logs (default: metas.name)");
+  executor->add_option("--uses-with", executor_flags.uses_with, "JSON object merged over `with:`");
+  executor->add_option("--lib", executor_flags.libs,
                        "executor plugin library to load before the type lookup (repeatable; "
                        "added to metas.libs)");
   log_flags(executor);
-  executor->add_option("--max-message-bytes", max_message_bytes, HelpOf("max_message_bytes"))
-      ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
-  int max_connection_age = 0;
   executor
-      ->add_option("--max-connection-age", max_connection_age,
+      ->add_option("--max-message-bytes", executor_flags.max_message_bytes,
+                   HelpOf("max_message_bytes"))
+      ->check(RangeOf(gantry::internal::kMaxMessageBytesRule));
+  executor
+      ->add_option("--max-connection-age", executor_flags.max_connection_age,
                    "seconds after which a client connection is asked to reconnect, so that a "
                    "gateway resolving one DNS name for all replicas finds new ones (0: never; "
                    "exports set 30)")
       ->check(RangeOf(gantry::internal::kMaxConnectionAgeRule));
-  MonitoringFlags monitoring;
-  executor->add_flag("--monitoring", monitoring.monitoring, HelpOf("monitoring"));
-  executor->add_option("--port-monitoring", monitoring.port_monitoring, HelpOf("port_monitoring"))
+  executor->add_flag("--monitoring", executor_flags.monitoring.monitoring, HelpOf("monitoring"));
+  executor
+      ->add_option("--port-monitoring", executor_flags.monitoring.port_monitoring,
+                   HelpOf("port_monitoring"))
       ->check(RangeOf(gantry::internal::kPortRule));
+  executor->add_flag("--tracing", executor_flags.tracing, HelpOf("tracing"));
+  executor->add_option("--traces-exporter-host", executor_flags.traces_exporter_host,
+                       HelpOf("traces_exporter_host"));
+  executor
+      ->add_option("--traces-exporter-port", executor_flags.traces_exporter_port,
+                   HelpOf("traces_exporter_port"))
+      ->check(RangeOf(gantry::internal::kTracesExporterPortRule));
 
   std::string addresses;
   auto* gateway = app.add_subcommand("gateway", "Run a gateway in front of running workers");
@@ -630,8 +660,8 @@ int main(int argc, char** argv) try {
     return RunFlow(uses, listen, log, given);
   }
   if (executor->parsed()) {
-    return RunExecutor(uses, host, executor_port, listen.port_file, device, name, uses_with, libs,
-                       log, max_message_bytes, max_connection_age, monitoring);
+    executor_flags.host = host;
+    return RunExecutor(uses, executor_flags, listen.port_file, log);
   }
   if (gateway->parsed()) {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);

@@ -547,6 +547,11 @@ class Parser {
             return Error(e.mark, path, s.message());
           }
         }
+        if (row.check != nullptr) {
+          if (Status s = row.check(text); !s.ok()) {
+            return Error(e.mark, path, s.message());
+          }
+        }
         if (row.type == OptionType::kLogFormat) {
           if (Status s = internal::CheckLogFormat(text); !s.ok()) {
             return Error(e.mark, path, s.message());

@@ -204,6 +204,34 @@ Status CheckRestartBackoff(std::int64_t initial_ms, std::int64_t max_ms) {
   return OkStatus();
 }
 
+Status CheckTracesExporterHost(std::string_view host) {
+  const std::string quoted = "'" + std::string(host.substr(0, 200)) + "'";
+  for (std::string_view scheme : {std::string_view("http://"), std::string_view("https://")}) {
+    if (host.starts_with(scheme)) {
+      host.remove_prefix(scheme.size());
+    }
+  }
+  if (host.empty() || host.size() > 253) {
+    return InvalidArgumentError(quoted + " is not a host name or address");
+  }
+  for (char c : host) {
+    const bool printable = c > ' ' && c < 127;
+    if (!printable || c == '/' || c == '?' || c == '#' || c == '@') {
+      return InvalidArgumentError(quoted +
+                                  " is not a host name or address (give the port as "
+                                  "traces_exporter_port; no path, user or spaces)");
+    }
+  }
+  // "host:port" is refused; a bare IPv6 address ("::1") or one in brackets is not.
+  if (const auto colon = host.find(':');
+      colon != std::string_view::npos && host.find(':', colon + 1) == std::string_view::npos) {
+    return InvalidArgumentError(quoted +
+                                " has a port: give the host alone and the port as "
+                                "traces_exporter_port");
+  }
+  return OkStatus();
+}
+
 Status ValidateDeploymentOptions(const DeploymentOptions& options) {
   const std::string where = "deployment '" + options.name + "'";
   if (options.uses.empty()) {
@@ -230,7 +258,9 @@ Status ValidateDeploymentOptions(const DeploymentOptions& options) {
         CheckIntOption(kLivenessFailureThresholdRule, "liveness_failure_threshold",
                        options.liveness_failure_threshold),
         CheckIntOption(kTimeoutDrainRule, "timeout_drain", options.timeout_drain.count()),
-        CheckIntOption(kTimeoutSendRule, "timeout_send", options.timeout_send.count())}) {
+        CheckIntOption(kTimeoutSendRule, "timeout_send", options.timeout_send.count()),
+        CheckIntOption(kTracesExporterPortRule, "traces_exporter_port",
+                       options.traces_exporter_port)}) {
     if (!s.ok()) {
       return InvalidArgumentError(prefix + s.message());
     }
@@ -248,6 +278,9 @@ Status ValidateDeploymentOptions(const DeploymentOptions& options) {
   }
   if (Status s = CheckServerTlsOptions(options.tls); !s.ok()) {
     return InvalidArgumentError(prefix + s.message());
+  }
+  if (Status s = CheckTracesExporterHost(options.traces_exporter_host); !s.ok()) {
+    return InvalidArgumentError(prefix + "traces_exporter_host: " + s.message());
   }
   // Any level the logger knows ("trace", "warn", "off" too), as options
   // built in C++ always could; files keep to CheckLogLevel's four.

@@ -47,6 +47,8 @@ inline constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
 inline constexpr IntRule kReplicasRule{1, kIntMax, "an integer >= 1", false};
 // `port`, and `http_port` as written in YAML (-1, no HTTP, is only a default).
 inline constexpr IntRule kPortRule{0, 65535, "an integer from 0 to 65535", true};
+// `traces_exporter_port`: where the OTLP collector listens.
+inline constexpr IntRule kTracesExporterPortRule{1, 65535, "an integer from 1 to 65535", true};
 // `max_message_bytes`: gRPC takes an int.
 inline constexpr IntRule kMaxMessageBytesRule{1, std::numeric_limits<std::int32_t>::max(),
                                               "a size in bytes from 1 to 2147483647 (gRPC's limit)",
@@ -167,6 +169,11 @@ Status CheckServedModel(const std::string& name, const std::string& endpoint);
 // (ssl_certfile, ssl_keyfile, ssl_client_cafile). Reading and checking the
 // files is common/tls.h's business, at start.
 Status CheckServerTlsOptions(const ServerTlsOptions& tls);
+
+// `traces_exporter_host`: a host name or address of at most 253
+// characters, optionally after "http://" or "https://", without a port,
+// path, user or whitespace (the port is `traces_exporter_port`).
+Status CheckTracesExporterHost(std::string_view host);
 
 // restart_backoff_max must not be below restart_backoff_initial (each is
 // checked against kRestartBackoffRule on its own). InvalidArgument

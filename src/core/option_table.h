@@ -73,6 +73,9 @@ struct OptionRow {
   // Giving this flag also turns on the bool option of that key
   // (--port-monitoring implies --monitoring); YAML keys imply nothing.
   std::string_view flag_implies{};
+  // kName: a check of the text beyond "not empty"; its message follows the
+  // key's name.
+  Status (*check)(std::string_view text) = nullptr;
 };
 
 // Every row, in the order "allowed keys" messages list them.

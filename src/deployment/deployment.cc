@@ -368,6 +368,9 @@ Status Deployment::Impl::SpawnReplicas() {
         options_.log_format.empty() ? internal::CurrentLogFormat() : options_.log_format;
     spec.max_message_bytes = options_.max_message_bytes;
     spec.monitoring_port = options_.monitoring ? 0 : -1;
+    spec.tracing = options_.tracing;
+    spec.traces_exporter_host = options_.traces_exporter_host;
+    spec.traces_exporter_port = options_.traces_exporter_port;
     replica.env = options_.env;
     if (threads_per_replica) {
       for (const char* variable : internal::kThreadCountVariables) {

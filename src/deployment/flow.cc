@@ -103,10 +103,15 @@ Status Flow::Impl::Start() {
         internal::CheckIntOption(internal::kTimeoutDrainRule, "timeout_drain",
                                  options_.timeout_drain.count()),
         internal::CheckIntOption(internal::kTimeoutSendRule, "timeout_send",
-                                 options_.timeout_send.count())}) {
+                                 options_.timeout_send.count()),
+        internal::CheckIntOption(internal::kTracesExporterPortRule, "traces_exporter_port",
+                                 options_.traces_exporter_port)}) {
     if (!s.ok()) {
       return InvalidArgumentError(Where() + ": " + s.message());
     }
+  }
+  if (Status s = internal::CheckTracesExporterHost(options_.traces_exporter_host); !s.ok()) {
+    return InvalidArgumentError(Where() + ": traces_exporter_host: " + s.message());
   }
   std::vector<std::string> names;
   std::vector<std::vector<std::string>> needs;
@@ -119,6 +124,12 @@ Status Flow::Impl::Start() {
     // Steps are reached only through the Flow's gateway.
     step.deployment.host = "127.0.0.1";
     step.deployment.monitoring = step.deployment.monitoring || options_.monitoring;
+    // A Flow that traces has every step send its spans to the same collector.
+    if (options_.tracing && !step.deployment.tracing) {
+      step.deployment.tracing = true;
+      step.deployment.traces_exporter_host = options_.traces_exporter_host;
+      step.deployment.traces_exporter_port = options_.traces_exporter_port;
+    }
   }
   internal::FlowGraphResult graph = internal::ResolveFlowGraph(names, needs);
   if (graph.error) {

@@ -146,6 +146,13 @@ Value::List ExecutorArgs(const Topology& t, const Step& step) {
     args.push_back(Text("--port-monitoring"));
     args.push_back(Text(std::to_string(step.deployment.port_monitoring)));
   }
+  if (step.deployment.tracing) {
+    args.push_back(Text("--tracing"));
+    args.push_back(Text("--traces-exporter-host"));
+    args.push_back(Text(step.deployment.traces_exporter_host));
+    args.push_back(Text("--traces-exporter-port"));
+    args.push_back(Text(std::to_string(step.deployment.traces_exporter_port)));
+  }
   return args;
 }
 

@@ -313,6 +313,14 @@ StatusOr<Topology> LoadTopology(const std::string& path) {
     step.deployment.monitoring = true;
     step.deployment.port_monitoring = step.port == kMetricsPort ? kMetricsPort + 1 : kMetricsPort;
   }
+  // A Flow's `tracing` sends every step's spans to the Flow's collector.
+  for (Step& step : t.steps) {
+    if (!step.external && t.is_flow && t.gateway.tracing && !step.deployment.tracing) {
+      step.deployment.tracing = true;
+      step.deployment.traces_exporter_host = t.gateway.traces_exporter_host;
+      step.deployment.traces_exporter_port = t.gateway.traces_exporter_port;
+    }
+  }
   return t;
 }
 

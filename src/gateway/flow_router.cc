@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/grpc_options.h"
+#include "common/tracing.h"
 #include "gateway/request_merge.h"
 #include "jina/jina.pb.h"
 
@@ -104,6 +105,8 @@ class FlowRouter::Call final : public ForwardHandle {
   std::vector<std::optional<grpc::ByteBuffer>> ends;  // by step; set for ends
   std::size_t ends_left = 0;
   std::chrono::system_clock::time_point deadline;
+  // W3C trace context sent to every step; empty when none.
+  std::string traceparent;
   ForwardDone done;
   bool cancelled = false;
   bool finished = false;
@@ -130,6 +133,9 @@ void Launch(const std::shared_ptr<Graph>& graph, const std::shared_ptr<Call>& ca
       run.context = std::make_unique<grpc::ClientContext>();
       if (call->deadline != std::chrono::system_clock::time_point::max()) {
         run.context->set_deadline(call->deadline);
+      }
+      if (!call->traceparent.empty()) {
+        run.context->AddMetadata(kTraceparentKey, call->traceparent);
       }
       run.request = request;  // a reference-counted copy
     }
@@ -295,6 +301,9 @@ std::shared_ptr<ForwardHandle> FlowRouter::Forward(const grpc::ByteBuffer& reque
   auto call = std::make_shared<Call>();
   call->deadline = deadline;
   call->done = std::move(done);
+  if (const std::optional<TraceContext> trace = CurrentTraceContext()) {
+    call->traceparent = FormatTraceparent(*trace);
+  }
   call->runs.resize(steps.size());
   call->ends.resize(steps.size());
   call->ends_left = graph_->sinks;

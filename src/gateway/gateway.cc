@@ -27,6 +27,7 @@
 #include "common/metrics_server.h"
 #include "common/sanitizer_handoff.h"
 #include "common/tls.h"
+#include "common/tracing.h"
 #include "core/limits.h"
 #include "core/logging.h"
 #include "gateway/api_key.h"
@@ -156,6 +157,9 @@ class Gateway::Impl {
   // Null without monitoring. Shared with each request's completion, which
   // may in principle run after the gateway is gone.
   std::shared_ptr<GatewayMetrics> metrics_;
+  // Null without tracing; shared with each request's completion as
+  // metrics_ is.
+  std::shared_ptr<Tracer> tracer_;
   // Bytes of requests forwarded and not yet answered, and of replies not yet
   // written to their clients (kGatewayMessagesInFlight); shared with each
   // request's completion and each data call, as metrics_ is.
@@ -225,6 +229,9 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     if (auto it = metadata.find("__results_in_order__"); it != metadata.end()) {
       in_order_ = it->second == "true";
     }
+    if (auto it = metadata.find(kTraceparentKey); it != metadata.end()) {
+      trace_ = ParseTraceparent(std::string_view(it->second.data(), it->second.size()));
+    }
     StartReadLocked();
   }
 
@@ -267,6 +274,7 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     }
     // Forward may complete inline (no replica available): not under mutex_.
     lock.unlock();
+    const TraceContextScope trace_scope(trace_);
     std::shared_ptr<ForwardHandle> call = gateway_->Forward(
         request, context_->deadline(),
         [this, sequence](ForwardResult result) { OnForwardDone(sequence, std::move(result)); });
@@ -506,6 +514,9 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
   bool unary_ = false;
   bool in_order_ = false;
   int prefetch_ = kMaxPrefetch;
+  // The client's W3C trace context (`traceparent` metadata), for every
+  // request of the call; set in the constructor.
+  std::optional<TraceContext> trace_;
 
   std::mutex mutex_;
   grpc::ByteBuffer read_buffer_;
@@ -630,6 +641,10 @@ Status Gateway::Impl::Init() {
     };
     pool_ = std::make_shared<ReplicaPool>(std::move(pool));
     upstream_ = pool_;
+  }
+  if (options_.tracing.enabled) {
+    GANTRY_ASSIGN_OR_RETURN(
+        tracer_, Tracer::Create(options_.tracing, options_.deployment_name + "/gateway"));
   }
   if (options_.monitoring_port >= 0) {
     metrics_ = std::make_shared<GatewayMetrics>(
@@ -896,8 +911,41 @@ std::shared_ptr<ForwardHandle> Gateway::Impl::Refuse(const ForwardDone& done,
 std::shared_ptr<ForwardHandle> Gateway::Impl::Forward(const grpc::ByteBuffer& request,
                                                       Clock::time_point deadline,
                                                       ForwardDone done) {
-  if (metrics_ || options_.access_log) {
+  // The client's trace context, and once this gateway records a span, the
+  // span's: what the replicas' spans hang from.
+  std::optional<TraceContext> trace = CurrentTraceContext();
+  if (metrics_ || options_.access_log || tracer_) {
     RequestHeaderFields header = HeaderFieldsOf(request);
+    if (tracer_) {
+      SpanRecord span;
+      span.context = Tracer::NewSpanContext(trace);
+      if (trace) {
+        span.parent_span_id = trace->span_id;
+      }
+      span.name = "gateway " + PrintableForLog(header.exec_endpoint);
+      span.kind = SpanKind::kServer;
+      span.start = Clock::now();
+      span.string_attributes = {{"gantry.request_id", PrintableForLog(header.request_id)},
+                                {"gantry.endpoint", PrintableForLog(header.exec_endpoint)},
+                                {"gantry.deployment", options_.deployment_name}};
+      trace = span.context;
+      done = [tracer = tracer_, span = std::move(span),
+              done = std::move(done)](ForwardResult result) mutable {
+        span.end = Clock::now();
+        const grpc::StatusCode code = result.status.error_code();
+        span.int_attributes = {{"rpc.grpc.status_code", static_cast<std::int64_t>(code)}};
+        if (code != grpc::StatusCode::OK) {
+          span.error = true;
+          span.status_message = std::string(StatusCodeName(static_cast<StatusCode>(code))) + ": " +
+                                PrintableForLog(result.status.error_message(), 1024);
+        } else if (result.is_error) {
+          span.error = true;
+          span.status_message = "the executor answered with an error";
+        }
+        tracer->Record(std::move(span));
+        done(std::move(result));
+      };
+    }
     if (metrics_) {
       GatewayMetrics::Request measured = metrics_->Begin(header.exec_endpoint);
       done = [metrics = metrics_, measured, done = std::move(done)](ForwardResult result) {
@@ -963,6 +1011,7 @@ std::shared_ptr<ForwardHandle> Gateway::Impl::Forward(const grpc::ByteBuffer& re
       };
     }
   }
+  const TraceContextScope trace_scope(trace);
   return upstream_->Forward(request, deadline, std::move(done));
 }
 
@@ -987,6 +1036,9 @@ GatewayOptions GatewayOptionsOf(const DeploymentOptions& options) {
   gateway.timeout_send = options.timeout_send;
   gateway.cors = options.cors;
   gateway.access_log = options.access_log;
+  gateway.tracing = {.enabled = options.tracing,
+                     .exporter_host = options.traces_exporter_host,
+                     .exporter_port = options.traces_exporter_port};
   gateway.monitoring_port = options.monitoring ? options.port_monitoring : -1;
   gateway.liveness_period = options.liveness_period;
   gateway.liveness_timeout = options.liveness_timeout;

@@ -47,6 +47,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/tracing.h"
 #include "core/limits.h"
 #include "gateway/replica_pool.h"
 
@@ -97,6 +98,8 @@ struct GatewayOptions {
   bool cors = false;
   // One info line per forwarded request (core/logging.h LogAccess).
   bool access_log = false;
+  // OpenTelemetry spans of each request (common/tracing.h).
+  TracingOptions tracing{};
   // Liveness checks of the replicas (gateway/replica_pool.h); a threshold of
   // 0 turns them off.
   std::chrono::milliseconds liveness_period{1000};

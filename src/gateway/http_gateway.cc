@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/http_server.h"
+#include "common/tracing.h"
 #include "core/limits.h"
 #include "core/value_json.h"
 #include "gateway/api_key.h"
@@ -296,6 +297,9 @@ class HttpGateway::Impl {
         if (!post && route.needs_api_key && !Authorized(request, send)) {
           return;
         }
+        // A W3C `traceparent` header makes the gateway's span its child
+        // (the handler forwards on this thread).
+        const TraceContextScope trace_scope(ParseTraceparent(request.Header(kTraceparentKey)));
         registered.handle(request, request_id, send);
         return;
       }

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/call_slot.h"
+#include "common/tracing.h"
 #include "core/limits.h"
 #include "gateway/api_key.h"
 #include "gateway/kserve.h"
@@ -126,6 +127,12 @@ grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
   if (!data_request.ok()) {
     return ToGrpc(data_request.status().WithPrefix("model '" + request->model_name() + "'"));
   }
+  std::optional<TraceContext> trace;
+  if (auto it = context->client_metadata().find(kTraceparentKey);
+      it != context->client_metadata().end()) {
+    trace = ParseTraceparent(std::string_view(it->second.data(), it->second.size()));
+  }
+  const TraceContextScope trace_scope(trace);
   HttpForwardResult result = forward_(data_request->SerializeAsString(), context->deadline());
   if (result.grpc_code != 0) {
     return {static_cast<grpc::StatusCode>(result.grpc_code), result.grpc_message};

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/grpc_options.h"
+#include "common/tracing.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace gantry::internal {
@@ -168,6 +169,8 @@ class ReplicaPool::Call final : public ForwardHandle {
   void HandOver() { std::lock_guard lock(mutex_); }
 
   grpc::ByteBuffer request_;
+  // W3C trace context sent with each try; empty when none.
+  std::string traceparent_;
   // The client's deadline; time_point::max() when it set none.
   Clock::time_point client_deadline_ = Clock::time_point::max();
   // Whether the try in flight runs under timeout_send rather than the
@@ -491,6 +494,11 @@ std::shared_ptr<ForwardHandle> ReplicaPool::Forward(const grpc::ByteBuffer& requ
   call->request_ = request;
   call->client_deadline_ = deadline;
   call->done_ = std::move(done);
+  // The gateway's span (or the client's context) goes to whichever replica
+  // serves the request, on every try.
+  if (const std::optional<TraceContext> trace = CurrentTraceContext()) {
+    call->traceparent_ = FormatTraceparent(*trace);
+  }
   Attempt(call);
   return call;
 }
@@ -530,6 +538,9 @@ void ReplicaPool::Attempt(std::shared_ptr<Call> call) {
                                      "deployment '" + options_.deployment_name +
                                          "': the request was cancelled by its client"));
     return;
+  }
+  if (!call->traceparent_.empty()) {
+    context->AddMetadata(kTraceparentKey, call->traceparent_);
   }
   call->replica_ = *picked;
   Replica& replica = *replicas_[call->replica_];

@@ -341,7 +341,73 @@ bool RequestHandler::SetReplyDocs(jina::DataRequestProto* request, const DocList
 
 RequestHandler::Result RequestHandler::Handle(jina::DataRequestProto* request,
                                               std::int64_t max_message_bytes,
-                                              const std::function<bool()>& abandoned) {
+                                              const std::function<bool()>& abandoned,
+                                              std::string_view traceparent) {
+  if (tracer_ == nullptr) {
+    return HandleUntraced(request, max_message_bytes, abandoned, nullptr);
+  }
+  const std::optional<TraceContext> parent = ParseTraceparent(traceparent);
+  const auto start = std::chrono::system_clock::now();
+  const auto steady_start = std::chrono::steady_clock::now();
+  // Copied now: the handler may edit the request in place.
+  const std::string endpoint = request->header().exec_endpoint();
+  const std::string request_id = request->header().request_id();
+  HandleTimes times;
+  Result result = HandleUntraced(request, max_message_bytes, abandoned, &times);
+  const auto end = std::chrono::system_clock::now();
+  auto at = [&](std::chrono::steady_clock::time_point t) {
+    return start +
+           std::chrono::duration_cast<std::chrono::system_clock::duration>(t - steady_start);
+  };
+
+  SpanRecord executor;
+  executor.context = Tracer::NewSpanContext(parent);
+  if (parent) {
+    executor.parent_span_id = parent->span_id;
+  }
+  executor.name = "executor " + endpoint;
+  executor.kind = SpanKind::kServer;
+  executor.start = start;
+  executor.end = end;
+  executor.string_attributes = {{"gantry.request_id", PrintableForLog(request_id)},
+                                {"gantry.endpoint", PrintableForLog(endpoint)},
+                                {"gantry.executor", jtype_},
+                                {"gantry.replica", runtime_name_}};
+  executor.int_attributes = {{"gantry.docs", static_cast<std::int64_t>(times.docs)}};
+  if (!result.status.ok()) {
+    executor.error = true;
+    executor.status_message = PrintableForLog(result.status.ToString(), 1024);
+  } else if (result.is_error) {
+    executor.error = true;
+    executor.status_message = PrintableForLog(request->header().status().description(), 1024);
+  }
+  if (times.started != std::chrono::steady_clock::time_point{}) {
+    SpanRecord queue;
+    queue.context = Tracer::NewSpanContext(executor.context);
+    queue.parent_span_id = executor.context.span_id;
+    queue.name = "queue";
+    queue.start = start;
+    queue.end = at(times.started);
+    queue.string_attributes = {{"gantry.batched", times.batched ? "true" : "false"}};
+    SpanRecord handler;
+    handler.context = Tracer::NewSpanContext(executor.context);
+    handler.parent_span_id = executor.context.span_id;
+    handler.name = "handler " + times.handler;
+    handler.start = queue.end;
+    handler.end = at(times.handled);
+    handler.error = executor.error;
+    handler.status_message = executor.status_message;
+    tracer_->Record(std::move(queue));
+    tracer_->Record(std::move(handler));
+  }
+  tracer_->Record(std::move(executor));
+  return result;
+}
+
+RequestHandler::Result RequestHandler::HandleUntraced(jina::DataRequestProto* request,
+                                                      std::int64_t max_message_bytes,
+                                                      const std::function<bool()>& abandoned,
+                                                      HandleTimes* times) {
   const auto arrived = std::chrono::steady_clock::now();
   const RequestLogScope log_scope(request->header().request_id());
   Result result;
@@ -473,6 +539,13 @@ RequestHandler::Result RequestHandler::Handle(jina::DataRequestProto* request,
                           *priority, *queue_timeout);
   } else {
     outcome = Invoke(route, *docs, parameters, measured, &abandoned);
+  }
+  if (times != nullptr) {
+    times->handler = route.method_name;
+    times->started = outcome.started;
+    times->handled = std::chrono::steady_clock::now();
+    times->docs = doc_count;
+    times->batched = batching_.find(bound) != batching_.end();
   }
   if (measured != nullptr && outcome.started != std::chrono::steady_clock::time_point{}) {
     measured->queue->Observe(std::chrono::duration<double>(outcome.started - arrived).count());

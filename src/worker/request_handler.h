@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/tracing.h"
 #include "core/limits.h"
 #include "jina/jina.pb.h"
 #include "worker/batch_queue.h"
@@ -64,9 +65,12 @@ class RequestHandler {
   // becomes an error reply naming the executor, endpoint and size.
   // `abandoned`, if set, is asked once the handler could run (unbatched
   // endpoints): true skips it, as nobody waits for the answer any more.
+  // With a tracer attached, the request's spans (executor, queue, handler)
+  // are recorded as children of `traceparent` (the caller's W3C trace
+  // context; empty or malformed: a trace of their own).
   Result Handle(jina::DataRequestProto* request,
                 std::int64_t max_message_bytes = kDefaultMaxMessageBytes,
-                const std::function<bool()>& abandoned = {});
+                const std::function<bool()>& abandoned = {}, std::string_view traceparent = {});
 
   // Endpoints (with "_jina_dry_run_") and their JSON schemas, for
   // endpoint_discovery.
@@ -78,6 +82,9 @@ class RequestHandler {
   // Records every request from now on in `metrics` (which must outlive this
   // handler). Call before the first Handle.
   void AttachMetrics(WorkerMetrics* metrics) { metrics_ = metrics; }
+  // Records every request's spans with `tracer` (which must outlive this
+  // handler). Call before the first Handle.
+  void AttachTracer(Tracer* tracer) { tracer_ = tracer; }
   // The endpoints the executor's handlers are bound to.
   std::vector<std::string> Endpoints() const;
 
@@ -98,6 +105,17 @@ class RequestHandler {
 
  private:
   RequestHandler() = default;
+  // When the parts of one request happened, for its spans.
+  struct HandleTimes {
+    std::string handler;  // the handler's method name; empty when none ran
+    std::chrono::steady_clock::time_point started{};  // the handler began (unset: never)
+    std::chrono::steady_clock::time_point handled{};  // the handler's outcome came back
+    std::size_t docs = 0;
+    bool batched = false;
+  };
+  // Handle without spans; fills `times` when given.
+  Result HandleUntraced(jina::DataRequestProto* request, std::int64_t max_message_bytes,
+                        const std::function<bool()>& abandoned, HandleTimes* times);
   void SetError(jina::DataRequestProto* request, const std::string& exception_name,
                 const std::string& message) const;
   // Encodes `docs` as the reply's documents, or, when the reply would then
@@ -137,6 +155,7 @@ class RequestHandler {
   std::unique_ptr<Executor> executor_;  // guarded by executor_mutex_ for calls
   bool closed_ = false;                 // guarded by executor_mutex_
   WorkerMetrics* metrics_ = nullptr;    // set before serving
+  Tracer* tracer_ = nullptr;            // set before serving
   // Every handler call runs here (worker/handler_thread.h says why).
   // Declared last: it stops, after what is queued, before the executor goes.
   HandlerThread handler_thread_;

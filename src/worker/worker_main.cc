@@ -28,6 +28,7 @@
 #include "common/cpu_quota.h"
 #include "common/metrics_server.h"
 #include "common/port_file.h"
+#include "common/tracing.h"
 #include "core/deployment_rules.h"
 #include "core/limits.h"
 #include "core/logging.h"
@@ -79,6 +80,11 @@ std::string WorkerSpecToJson(const WorkerSpec& spec) {
   j["max_message_bytes"] = spec.max_message_bytes;
   j["monitoring_port"] = spec.monitoring_port;
   j["max_connection_age_seconds"] = spec.max_connection_age_seconds;
+  if (spec.tracing) {
+    j["tracing"] = true;
+    j["traces_exporter_host"] = spec.traces_exporter_host;
+    j["traces_exporter_port"] = spec.traces_exporter_port;
+  }
   return j.dump();
 }
 
@@ -108,6 +114,9 @@ StatusOr<WorkerSpec> WorkerSpecFromJson(std::string_view json) {
     spec.max_message_bytes = j.value("max_message_bytes", kDefaultMaxMessageBytes);
     spec.monitoring_port = j.value("monitoring_port", -1);
     spec.max_connection_age_seconds = j.value("max_connection_age_seconds", 0);
+    spec.tracing = j.value("tracing", false);
+    spec.traces_exporter_host = j.value("traces_exporter_host", spec.traces_exporter_host);
+    spec.traces_exporter_port = j.value("traces_exporter_port", spec.traces_exporter_port);
     GANTRY_RETURN_IF_ERROR(
         CheckIntOption(kMaxMessageBytesRule, "max_message_bytes", spec.max_message_bytes)
             .WithPrefix("worker spec"));
@@ -394,6 +403,18 @@ int RunWorker(const WorkerFlags& flags) {
     (*handler)->AttachMetrics(metrics.get());
     spdlog::info("metrics on {}:{}/metrics", spec->host, metrics_server->port());
   }
+  std::unique_ptr<Tracer> tracer;
+  if (spec->tracing) {
+    auto created = Tracer::Create({.enabled = true,
+                                   .exporter_host = spec->traces_exporter_host,
+                                   .exporter_port = spec->traces_exporter_port},
+                                  spec->runtime_name);
+    if (!created.ok()) {
+      return report_error(created.status().WithPrefix(spec->runtime_name));
+    }
+    tracer = std::move(created).value();
+    (*handler)->AttachTracer(tracer.get());
+  }
   auto server = WorkerServer::Start(handler->get(), spec->host, spec->port, spec->max_message_bytes,
                                     std::chrono::seconds(spec->max_connection_age_seconds));
   if (!server.ok()) {
@@ -428,6 +449,7 @@ int RunWorker(const WorkerFlags& flags) {
   spdlog::info("stopped");
   // The executor's destructor runs here; the server calls it no more.
   handler->reset();
+  tracer.reset();  // sends the spans still queued (a bounded wait)
 #if defined(__SANITIZE_ADDRESS__)
   return 0;  // LeakSanitizer checks at an ordinary exit
 #else

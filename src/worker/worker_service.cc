@@ -8,6 +8,7 @@
 
 #include "common/call_slot.h"
 #include "common/grpc_options.h"
+#include "common/tracing.h"
 #include "core/limits.h"
 #include "jina/jina.grpc.pb.h"
 #include "worker/reflection_service.h"
@@ -30,6 +31,14 @@ grpc::Status Busy(const char* method, const RequestHandler& handler) {
                       std::string(method) + ": replica " + handler.runtime_name() +
                           " is busy: it already holds " + std::to_string(kMaxWorkerCallsInFlight) +
                           " calls, the most it takes at once; retry later");
+}
+
+// The caller's W3C trace context (the gateway's span), "" when none.
+std::string_view TraceparentOf(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find(kTraceparentKey);
+  return it == metadata.end() ? std::string_view()
+                              : std::string_view(it->second.data(), it->second.size());
 }
 
 class SingleDataService final : public jina::JinaSingleDataRequestRPC::StreamedUnaryService {
@@ -61,7 +70,8 @@ class SingleDataService final : public jina::JinaSingleDataRequestRPC::StreamedU
                           "request " + request.header().request_id() +
                               " was cancelled or past its deadline before it started");
     }
-    RequestHandler::Result result = handler_->Handle(&request, max_message_bytes_, abandoned);
+    RequestHandler::Result result =
+        handler_->Handle(&request, max_message_bytes_, abandoned, TraceparentOf(*context));
     if (!result.status.ok()) {
       return ToGrpcStatus(result.status);
     }
@@ -110,7 +120,8 @@ class DataListService final : public jina::JinaDataRequestRPC::StreamedUnaryServ
         reply.mutable_data()->mutable_docs()->MergeFrom(other.data().docs());
       }
     }
-    RequestHandler::Result result = handler_->Handle(&reply, max_message_bytes_);
+    RequestHandler::Result result =
+        handler_->Handle(&reply, max_message_bytes_, {}, TraceparentOf(*context));
     if (!result.status.ok()) {
       return ToGrpcStatus(result.status);
     }
@@ -141,7 +152,7 @@ class StreamService final : public jina::JinaRPC::Service {
   // per-message status. An open stream holds its thread, so it counts as one
   // call for as long as it is open.
   grpc::Status Call(
-      grpc::ServerContext* /*context*/,
+      grpc::ServerContext* context,
       grpc::ServerReaderWriter<jina::DataRequestProto, jina::DataRequestProto>* stream) override {
     CallSlot slot(*calls_in_flight_, kMaxWorkerCallsInFlight);
     if (!slot.admitted()) {
@@ -149,7 +160,8 @@ class StreamService final : public jina::JinaRPC::Service {
     }
     jina::DataRequestProto request;
     while (stream->Read(&request)) {
-      RequestHandler::Result result = handler_->Handle(&request, max_message_bytes_);
+      RequestHandler::Result result =
+          handler_->Handle(&request, max_message_bytes_, {}, TraceparentOf(*context));
       if (!result.status.ok()) {
         return ToGrpcStatus(result.status);
       }

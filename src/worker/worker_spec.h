@@ -49,6 +49,11 @@ struct WorkerSpec {
   // gateway reaching the replicas through one DNS name resolves it again and
   // finds replicas started since. 0: never (replicas of a local Deployment).
   int max_connection_age_seconds = 0;
+  // OpenTelemetry spans of each request (common/tracing.h), sent to the
+  // OTLP collector at traces_exporter_host:traces_exporter_port.
+  bool tracing = false;
+  std::string traces_exporter_host = "localhost";
+  int traces_exporter_port = 4317;
 };
 
 std::string WorkerSpecToJson(const WorkerSpec& spec);

@@ -745,7 +745,8 @@ TEST(DeploymentConfigTest, RejectsUnknownKeys) {
       "restart_backoff_initial, restart_backoff_max, max_init_failures, min_ready, "
       "liveness_period, "
       "liveness_timeout, liveness_failure_threshold, timeout_drain, "
-      "timeout_send, monitoring, port_monitoring, monitoring_targets_file, volumes");
+      "timeout_send, monitoring, port_monitoring, monitoring_targets_file, tracing, "
+      "traces_exporter_host, traces_exporter_port, volumes");
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  uses_metas: {size: 1}\n"),
             "dep.yml:4:16: with.uses_metas.size: unknown key; allowed keys: name, description, "
             "workspace, url, keywords, libs");

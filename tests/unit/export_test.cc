@@ -373,6 +373,29 @@ TEST(ExportTest, LogFormatAndAccessLogReachEveryProcess) {
   EXPECT_EQ(ValueAfter(executor, "--log-format"), "json");
 }
 
+TEST(ExportTest, AFlowsTracingReachesItsGatewayAndEveryStep) {
+  TempDir dir;
+  WriteFile(
+      dir.File("flow.yml"),
+      "jtype: Flow\nwith: {name: search, tracing: true, traces_exporter_host: otel-collector, "
+      "traces_exporter_port: 4319}\nexecutors:\n  - {name: first, uses: NoOpExec}\n"
+      "  - {name: second, uses: NoOpExec, replicas: 2}\n");
+  auto written = ExportDockerCompose(dir.File("flow.yml"), dir.File("c.yml"));
+  ASSERT_TRUE(written.ok()) << written.status();
+  // The Flow's gateway reads the Flow's own YAML; each step's replicas take flags.
+  const YAML::Node flow = YAML::LoadFile(dir.File("c.gantry/flow.yml"))["with"];
+  EXPECT_TRUE(flow["tracing"].as<bool>());
+  EXPECT_EQ(flow["traces_exporter_host"].as<std::string>(), "otel-collector");
+  EXPECT_EQ(flow["traces_exporter_port"].as<int>(), 4319);
+  const YAML::Node services = YAML::LoadFile(dir.File("c.yml"))["services"];
+  for (const char* service : {"first", "second"}) {
+    const std::vector<std::string> args = Strings(services[service]["command"]);
+    EXPECT_NE(std::find(args.begin(), args.end(), "--tracing"), args.end()) << service;
+    EXPECT_EQ(ValueAfter(args, "--traces-exporter-host"), "otel-collector") << service;
+    EXPECT_EQ(ValueAfter(args, "--traces-exporter-port"), "4319") << service;
+  }
+}
+
 TEST(ExportKubernetesTest, MonitoringGetsFixedPortsAndScrapeAnnotations) {
   TempDir dir;
   WriteFile(dir.File("dep.yml"),

@@ -92,7 +92,8 @@ TEST(OptionTableTest, KeyListsFollowTheTable) {
               ::testing::ElementsAre("name", "port", "protocol", "host", "env", "access_log",
                                      "http_port", "max_message_bytes", "max_concurrent_requests",
                                      "max_client_batch_size", "api_key", "cors", "timeout_drain",
-                                     "timeout_send", "monitoring", "port_monitoring"));
+                                     "timeout_send", "monitoring", "port_monitoring", "tracing",
+                                     "traces_exporter_host", "traces_exporter_port"));
   EXPECT_EQ(DeploymentWithKeys().front(), "uses");
   EXPECT_EQ(DeploymentWithKeys().back(), "volumes");
   EXPECT_EQ(OptionText(OptionValue(std::int64_t{65536})), "65536");
