@@ -271,6 +271,21 @@ class Deployment {
   StatusOr<DocList> Post(std::string_view endpoint, const DocList& docs,
                          const PostOptions& options = {});
 
+  // Replaces the replicas one at a time with replicas of `options`: starts
+  // a new one, waits until it is ready, puts it in rotation in the old one's
+  // place, then stops the old one, which first finishes the requests it
+  // holds; requests keep being served throughout (with one replica too).
+  // `options` may change what replicas are made of (uses, uses_with,
+  // uses_metas, env, gpus, uses_dynamic_batching, volumes, log_level,
+  // timeout_ready and the restart settings); any other change (ports, TLS,
+  // models, the number of replicas, ...) is refused naming the key, as are
+  // options that do not validate, and the running replicas stay. A new
+  // replica that fails to start stops the rollout there: replicas before it
+  // run the new settings, the rest the old (the message says so). Blocks
+  // until done; one at a time (a second call meanwhile is refused); Stop()
+  // ends one in progress. `gantry deployment` does this on SIGHUP.
+  Status RollingRestart(DeploymentOptions options);
+
   // Blocks until SIGINT or SIGTERM arrives or Stop() is called.
   void Block();
   // Stops the gateway (new requests get UNAVAILABLE), lets requests in

@@ -135,6 +135,14 @@ class Flow {
   StatusOr<DocList> Post(std::string_view endpoint, const DocList& docs,
                          const PostOptions& options = {});
 
+  // Rolls every local step's replicas over to `options` one step after the
+  // other, each as Deployment::RollingRestart does (one replica at a time,
+  // no request lost). The Flow's own `with:` and its steps (names, needs,
+  // where external ones are) must stay as they are; a step's own settings
+  // follow Deployment::RollingRestart's rules. A refusal names the step and
+  // key. `gantry flow` does this on SIGHUP.
+  Status RollingRestart(FlowOptions options);
+
   // Blocks until SIGINT or SIGTERM arrives or Stop() is called.
   void Block();
   // Stops the gateway, lets requests in flight finish within

@@ -28,17 +28,20 @@
 #include <gantry/device.h>
 #include <gantry/export.h>
 #include <gantry/flow.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -224,10 +227,106 @@ struct LogFlags {
   std::string format;
 };
 
+// A Deployment's options as `gantry deployment` makes them: the YAML, then
+// the flags given over it, the API key from the environment, --log-level
+// and --log-format.
+gantry::StatusOr<gantry::DeploymentOptions> DeploymentOptionsOf(const std::string& uses,
+                                                                const LogFlags& log,
+                                                                const GivenOptions& given) {
+  auto options = gantry::LoadDeploymentConfig(uses);
+  if (!options.ok()) {
+    return options.status();
+  }
+  ApplyTableFlags(given, &OptionRow::deployment, *options);
+  ApiKeyFromEnvironment(options->api_key);
+  if (!log.level.empty()) {
+    options->log_level = log.level;
+  }
+  if (!log.format.empty()) {
+    options->log_format = log.format;
+  }
+  return options;
+}
+
+// While alive, SIGHUP makes `reload` run on a thread of its own (one
+// signal at a time; signals that arrive meanwhile run it once more).
+// Construct it before any other thread starts, so that every thread has
+// SIGHUP blocked and only this one takes it.
+// Thread safety: construct and destroy on one thread.
+class OnSighup {
+ public:
+  explicit OnSighup(std::function<void()> reload) {
+    sigemptyset(&hup_);
+    sigaddset(&hup_, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &hup_, nullptr);
+    thread_ = std::thread([this, reload = std::move(reload)] {
+      while (true) {
+        int signal_number = 0;
+        if (sigwait(&hup_, &signal_number) != 0 || stopping_.load()) {
+          return;
+        }
+        reload();
+      }
+    });
+  }
+  ~OnSighup() { Stop(); }
+  // Waits for a `reload` in progress; none runs after. Idempotent.
+  void Stop() {
+    if (!thread_.joinable()) {
+      return;
+    }
+    stopping_.store(true);
+    pthread_kill(thread_.native_handle(), SIGHUP);
+    thread_.join();
+  }
+  OnSighup(const OnSighup&) = delete;
+  OnSighup& operator=(const OnSighup&) = delete;
+
+ private:
+  sigset_t hup_{};
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+// Serves a Deployment or a Flow made of `options` as ServeUntilSignal does;
+// on SIGHUP, `reread` gives its options again (the YAML `uses` and the
+// flags) for a rolling restart, whose outcome is logged. `started` runs once
+// the service is up.
+template <typename Service, typename Options>
+int ServeAndRollOnSighup(Options options, const std::string& uses,
+                         const std::function<gantry::StatusOr<Options>()>& reread,
+                         const ListenFlags& listen,
+                         const std::function<void(Service&)>& started = {}) {
+  // Before the service's threads: they must leave SIGHUP to this one.
+  std::atomic<Service*> serving{nullptr};
+  OnSighup reload([&] {
+    Service* service = serving.load();
+    if (service == nullptr) {
+      spdlog::warn("SIGHUP: still starting; ignored");
+      return;
+    }
+    spdlog::info("SIGHUP: reading {} again for a rolling restart", uses);
+    gantry::StatusOr<Options> next = reread();
+    gantry::Status done =
+        next.ok() ? service->RollingRestart(std::move(next).value()) : next.status();
+    if (!done.ok()) {
+      spdlog::error("SIGHUP: {}; the running replicas stay", done.message());
+    }
+  });
+  Service service(std::move(options));
+  serving.store(&service);
+  if (started && service.ok()) {
+    started(service);
+  }
+  const int rc = ServeUntilSignal(service, listen);
+  reload.Stop();  // before the service goes
+  return rc;
+}
+
 int RunDeployment(const std::string& uses, const ListenFlags& listen, const LogFlags& log,
                   const GivenOptions& given) {
   gantry::internal::InitProcessLogger("gateway", log.level, log.format).IgnoreError();
-  auto options = gantry::LoadDeploymentConfig(uses);
+  auto options = DeploymentOptionsOf(uses, log, given);
   if (!options.ok()) {
     return Fail(options.status());
   }
@@ -235,38 +334,33 @@ int RunDeployment(const std::string& uses, const ListenFlags& listen, const LogF
     // The YAML's format for this process's lines too.
     gantry::internal::InitProcessLogger("gateway", log.level, options->log_format).IgnoreError();
   }
-  ApplyTableFlags(given, &OptionRow::deployment, *options);
-  ApiKeyFromEnvironment(options->api_key);
   if (gantry::Status s = CheckHttpPortFile(listen, options->http_port); !s.ok()) {
     return Fail(s);
   }
-  if (!log.level.empty()) {
-    options->log_level = log.level;
-  }
-  if (!log.format.empty()) {
-    options->log_format = log.format;
-  }
-  gantry::Deployment deployment(std::move(options).value());
-  if (deployment.ok() && deployment.monitoring_port() >= 0) {
-    for (const gantry::ReplicaInfo& replica : deployment.replicas()) {
-      spdlog::info("{} metrics on 127.0.0.1:{}/metrics", replica.name, replica.monitoring_port);
-    }
-  }
-  return ServeUntilSignal(deployment, listen);
+  return ServeAndRollOnSighup<gantry::Deployment, gantry::DeploymentOptions>(
+      std::move(options).value(), uses, [&] { return DeploymentOptionsOf(uses, log, given); },
+      listen,
+      [](gantry::Deployment& deployment) {
+        if (deployment.monitoring_port() >= 0) {
+          for (const gantry::ReplicaInfo& replica : deployment.replicas()) {
+            spdlog::info("{} metrics on 127.0.0.1:{}/metrics", replica.name,
+                         replica.monitoring_port);
+          }
+        }
+      });
 }
 
-int RunFlow(const std::string& uses, const ListenFlags& listen, const LogFlags& log,
-            const GivenOptions& given) {
-  gantry::internal::InitProcessLogger("gateway", log.level, log.format).IgnoreError();
+// A Flow's options as `gantry flow` makes them: the YAML, the flags given
+// over it, the API key from the environment, and --log-level and
+// --log-format for every step.
+gantry::StatusOr<gantry::FlowOptions> FlowOptionsOf(const std::string& uses, const LogFlags& log,
+                                                    const GivenOptions& given) {
   auto options = gantry::LoadFlowConfig(uses);
   if (!options.ok()) {
-    return Fail(options.status());
+    return options.status();
   }
   ApplyTableFlags(given, &OptionRow::flow, *options);
   ApiKeyFromEnvironment(options->api_key);
-  if (gantry::Status s = CheckHttpPortFile(listen, options->http_port); !s.ok()) {
-    return Fail(s);
-  }
   for (gantry::FlowStep& step : options->executors) {
     if (!log.level.empty()) {
       step.deployment.log_level = log.level;
@@ -275,8 +369,21 @@ int RunFlow(const std::string& uses, const ListenFlags& listen, const LogFlags& 
       step.deployment.log_format = log.format;
     }
   }
-  gantry::Flow flow(std::move(options).value());
-  return ServeUntilSignal(flow, listen);
+  return options;
+}
+
+int RunFlow(const std::string& uses, const ListenFlags& listen, const LogFlags& log,
+            const GivenOptions& given) {
+  gantry::internal::InitProcessLogger("gateway", log.level, log.format).IgnoreError();
+  auto options = FlowOptionsOf(uses, log, given);
+  if (!options.ok()) {
+    return Fail(options.status());
+  }
+  if (gantry::Status s = CheckHttpPortFile(listen, options->http_port); !s.ok()) {
+    return Fail(s);
+  }
+  return ServeAndRollOnSighup<gantry::Flow, gantry::FlowOptions>(
+      std::move(options).value(), uses, [&] { return FlowOptionsOf(uses, log, given); }, listen);
 }
 
 // `gantry executor`'s own flags.

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -27,6 +29,7 @@
 #include "common/tls.h"
 #include "core/deployment_rules.h"
 #include "core/logging.h"
+#include "core/option_table.h"
 #include "core/registry.h"
 #include "core/worker_mode.h"
 #include "deployment/child_process.h"
@@ -84,6 +87,9 @@ constexpr std::chrono::milliseconds kSuperviseInterval{50};
 // How long a worker that reported a failed start (or closed its status pipe)
 // may take to exit before it is killed.
 constexpr std::chrono::milliseconds kFailedStartExitGrace{2000};
+// How long a worker may take to finish its requests and exit once told to
+// stop (it gives calls in flight 5 s) before it is killed.
+constexpr std::chrono::milliseconds kWorkerStopGrace{8000};
 
 struct Replica {
   // Where the supervisor is with this replica.
@@ -104,6 +110,11 @@ struct Replica {
   std::string cuda_visible_devices;
   std::string placement;
   internal::WorkerSpec spec;
+  // What starts and cleans up its worker (a process or a container); a
+  // rolling restart may bring replicas of another image.
+  std::shared_ptr<internal::ReplicaLauncher> launcher;
+  // How long each start may take (timeout_ready).
+  std::chrono::milliseconds timeout_ready{0};
   // The worker's environment: the options' env plus its placement.
   std::map<std::string, std::string> env;
   ChildProcessPtr process;
@@ -164,6 +175,7 @@ class Deployment::Impl {
   Status Start();
   void Stop();
   void Block();
+  Status RollingRestart(DeploymentOptions next);
   std::shared_ptr<internal::Gateway> gateway() const { return front_.gateway(); }
 
   Status status_;
@@ -182,12 +194,31 @@ class Deployment::Impl {
   internal::PlacementPlan plan_;
 
  private:
-  Status Place();
+  // Start's checks and completions of `options` (the rules, the launcher's
+  // own checks, a `uses` executor file merged in, GPU placement), as a
+  // rolling restart makes them of its new options.
+  static Status Complete(DeploymentOptions& options,
+                         std::shared_ptr<internal::ReplicaLauncher>& launcher,
+                         internal::PlacementPlan& plan);
   Status Validate();
+  // Each replica's even share of the machine's cores, unless the user sized
+  // the thread pools or there is one replica.
+  static std::optional<int> ThreadsPerReplica(const DeploymentOptions& options);
+  // Replica `i` of `options`, configured, not started.
+  static Replica MakeReplica(int i, const DeploymentOptions& options,
+                             const internal::PlacementPlan& plan,
+                             std::optional<int> threads_per_replica,
+                             const std::shared_ptr<internal::ReplicaLauncher>& launcher);
   Status SpawnReplicas();
   // Spawns `replica`'s worker with its spec, env and fresh pipes.
   Status SpawnReplica(Replica& replica);
   Status AwaitReplicas();
+  // A rolling restart's new replica: waits until it reports ready (OK) or
+  // fails to start, is past its timeout_ready or the deployment stops.
+  Status AwaitReady(Replica& replica);
+  // Stops a replica taken out of replicas_: SIGTERM (it finishes the calls
+  // it holds), SIGKILL after kWorkerStopGrace, its container removed.
+  void Retire(Replica& replica);
 
   // The supervisor thread: restarts replicas whose process died (see
   // gantry/deployment.h). Runs from the end of Start until Stop.
@@ -207,7 +238,11 @@ class Deployment::Impl {
   void WriteMonitoringTargets(int gateway_monitoring_port) const;
 
   // Chosen by Validate: processes, or containers for uses: docker://IMAGE.
-  std::unique_ptr<internal::ReplicaLauncher> launcher_;
+  std::shared_ptr<internal::ReplicaLauncher> launcher_;
+  // Held for the whole of a rolling restart (one at a time; Stop waits for
+  // it after asking it to end with abort_rollout_).
+  std::mutex rollout_mutex_;
+  std::atomic<bool> abort_rollout_{false};
   std::thread supervisor_;
   // Written by StopSupervisor to wake the supervisor's poll.
   Pipe supervisor_wake_;
@@ -233,42 +268,42 @@ std::optional<TensorSignature> KServeSignatureOf(const Value::Dict& with) {
 
 }  // namespace
 
-Status Deployment::Impl::Validate() {
+Status Deployment::Impl::Validate() { return Complete(options_, launcher_, plan_); }
+
+Status Deployment::Impl::Complete(DeploymentOptions& options,
+                                  std::shared_ptr<internal::ReplicaLauncher>& launcher,
+                                  internal::PlacementPlan& plan) {
   // The rules live in core/deployment_rules.h, shared with the YAML loader.
-  GANTRY_RETURN_IF_ERROR(internal::ValidateDeploymentOptions(options_));
-  const std::string where = "deployment '" + options_.name + "'";
-  launcher_ = internal::ReplicaLauncher::For(options_);
-  GANTRY_RETURN_IF_ERROR(launcher_->CheckOptions(options_));
-  if (internal::KindOfUses(options_.uses) == internal::UsesKind::kExecutorFile) {
-    GANTRY_ASSIGN_OR_RETURN(ExecutorConfig config, LoadExecutorConfig(options_.uses));
-    internal::MergeExecutorConfig(std::move(config), options_);
+  GANTRY_RETURN_IF_ERROR(internal::ValidateDeploymentOptions(options));
+  launcher = internal::ReplicaLauncher::For(options);
+  GANTRY_RETURN_IF_ERROR(launcher->CheckOptions(options));
+  if (internal::KindOfUses(options.uses) == internal::UsesKind::kExecutorFile) {
+    GANTRY_ASSIGN_OR_RETURN(ExecutorConfig config, LoadExecutorConfig(options.uses));
+    internal::MergeExecutorConfig(std::move(config), options);
   }
   // After the merge: the file's dynamic_batching and with.device count too.
-  GANTRY_RETURN_IF_ERROR(internal::ValidateExecutorOptions(options_));
-  return Place();
-}
+  GANTRY_RETURN_IF_ERROR(internal::ValidateExecutorOptions(options));
 
-// Plans GPUs for every replica before anything is spawned, so a request the
-// machine cannot meet fails here with the visible GPUs named.
-Status Deployment::Impl::Place() {
+  // GPUs are planned for every replica before anything is spawned, so a
+  // request the machine cannot meet fails here with the visible GPUs named.
   internal::PlacementRequest request;
-  request.deployment = options_.name;
-  request.replicas = options_.replicas;
-  request.gpus = options_.gpus;
-  if (auto it = options_.uses_with.find("device"); it != options_.uses_with.end()) {
+  request.deployment = options.name;
+  request.replicas = options.replicas;
+  request.gpus = options.gpus;
+  if (auto it = options.uses_with.find("device"); it != options.uses_with.end()) {
     request.explicit_device = *it->second.AsText();
   }
-  if (auto it = options_.env.find("CUDA_VISIBLE_DEVICES"); it != options_.env.end()) {
+  if (auto it = options.env.find("CUDA_VISIBLE_DEVICES"); it != options.env.end()) {
     request.env_cuda_visible_devices = it->second;
   }
   if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES"); cvd != nullptr) {
     request.process_cuda_visible_devices = std::string(cvd);
   }
   internal::GpuInventory inventory = internal::DiscoverGpus();
-  spdlog::debug("deployment '{}': GPUs: {}", options_.name,
+  spdlog::debug("deployment '{}': GPUs: {}", options.name,
                 internal::DescribeVisibleGpus(inventory));
-  GANTRY_ASSIGN_OR_RETURN(plan_, internal::PlanPlacement(request, inventory));
-  for (const std::string& warning : plan_.warnings) {
+  GANTRY_ASSIGN_OR_RETURN(plan, internal::PlanPlacement(request, inventory));
+  for (const std::string& warning : plan.warnings) {
     spdlog::warn("{}", warning);
   }
   return OkStatus();
@@ -327,60 +362,75 @@ Status Deployment::Impl::Start() {
   return OkStatus();
 }
 
+std::optional<int> Deployment::Impl::ThreadsPerReplica(const DeploymentOptions& options) {
+  if (internal::ThreadPoolsSizedByUser(options.env) || options.replicas <= 1) {
+    return std::nullopt;
+  }
+  return internal::IntraOpThreadsPerReplica(internal::AvailableCpuCores(), options.replicas);
+}
+
+Replica Deployment::Impl::MakeReplica(int i, const DeploymentOptions& options,
+                                      const internal::PlacementPlan& plan,
+                                      std::optional<int> threads_per_replica,
+                                      const std::shared_ptr<internal::ReplicaLauncher>& launcher) {
+  Replica replica(options.restart_backoff_initial, options.restart_backoff_max,
+                  options.max_init_failures);
+  replica.name = options.name + "/rep-" + std::to_string(i);
+  replica.launcher = launcher;
+  replica.timeout_ready = options.timeout_ready;
+  internal::WorkerSpec& spec = replica.spec;
+  launcher->ConfigureWorker(options, spec);
+  spec.with = options.uses_with;
+  spec.metas = options.uses_metas;
+  auto metas_name = spec.metas.find("name");
+  spec.executor_name = metas_name != spec.metas.end() && metas_name->second.AsText()
+                           ? *metas_name->second.AsText()
+                           : options.name;
+  spec.runtime_name = replica.name;
+  spec.replica_id = i;
+  spec.replicas = options.replicas;
+  const internal::ReplicaPlacement& placement = plan.replicas[static_cast<std::size_t>(i)];
+  // The planner already took an explicit uses_with.device into account.
+  spec.device = placement.device;
+  spec.dynamic_batching = options.uses_dynamic_batching;
+  replica.device = spec.device;
+  replica.placement = placement.description;
+  spec.log_level = options.log_level;
+  // Unset: as this process logs, so one program's lines share a format.
+  spec.log_format = options.log_format.empty() ? internal::CurrentLogFormat() : options.log_format;
+  spec.max_message_bytes = options.max_message_bytes;
+  spec.monitoring_port = options.monitoring ? 0 : -1;
+  spec.tracing = options.tracing;
+  spec.traces_exporter_host = options.traces_exporter_host;
+  spec.traces_exporter_port = options.traces_exporter_port;
+  replica.env = options.env;
+  if (threads_per_replica) {
+    for (const char* variable : internal::kThreadCountVariables) {
+      replica.env[variable] = std::to_string(*threads_per_replica);
+    }
+  }
+  launcher->Environment(placement, replica.env);
+  replica.cuda_visible_devices = placement.cuda_visible_devices.value_or("");
+  return replica;
+}
+
 Status Deployment::Impl::SpawnReplicas() {
   replicas_.reserve(static_cast<std::size_t>(options_.replicas));
   // Replicas share this machine's cores. Unless the user sized the thread
   // pools (YAML env or this process's environment), each gets an even share;
   // one replica keeps its libraries' default (libtorch: one per physical core).
-  std::optional<int> threads_per_replica;
-  if (!internal::ThreadPoolsSizedByUser(options_.env) && options_.replicas > 1) {
-    const int cores = internal::AvailableCpuCores();
-    threads_per_replica = internal::IntraOpThreadsPerReplica(cores, options_.replicas);
+  const std::optional<int> threads_per_replica = ThreadsPerReplica(options_);
+  if (threads_per_replica) {
     spdlog::info(
         "deployment '{}': {} replicas share {} CPU cores: OMP_NUM_THREADS={} each (set "
         "OMP_NUM_THREADS in env to choose)",
-        options_.name, options_.replicas, cores, *threads_per_replica);
+        options_.name, options_.replicas, internal::AvailableCpuCores(), *threads_per_replica);
   }
   for (int i = 0; i < options_.replicas; ++i) {
-    Replica& replica = replicas_.emplace_back(
-        options_.restart_backoff_initial, options_.restart_backoff_max, options_.max_init_failures);
-    replica.name = options_.name + "/rep-" + std::to_string(i);
-    internal::WorkerSpec& spec = replica.spec;
-    launcher_->ConfigureWorker(options_, spec);
-    spec.with = options_.uses_with;
-    spec.metas = options_.uses_metas;
-    auto metas_name = spec.metas.find("name");
-    spec.executor_name = metas_name != spec.metas.end() && metas_name->second.AsText()
-                             ? *metas_name->second.AsText()
-                             : options_.name;
-    spec.runtime_name = replica.name;
-    spec.replica_id = i;
-    spec.replicas = options_.replicas;
-    const internal::ReplicaPlacement& placement = plan_.replicas[static_cast<std::size_t>(i)];
-    // The planner already took an explicit uses_with.device into account.
-    spec.device = placement.device;
-    spec.dynamic_batching = options_.uses_dynamic_batching;
-    replica.device = spec.device;
-    replica.placement = placement.description;
-    spec.log_level = options_.log_level;
-    // Unset: as this process logs, so one program's lines share a format.
-    spec.log_format =
-        options_.log_format.empty() ? internal::CurrentLogFormat() : options_.log_format;
-    spec.max_message_bytes = options_.max_message_bytes;
-    spec.monitoring_port = options_.monitoring ? 0 : -1;
-    spec.tracing = options_.tracing;
-    spec.traces_exporter_host = options_.traces_exporter_host;
-    spec.traces_exporter_port = options_.traces_exporter_port;
-    replica.env = options_.env;
-    if (threads_per_replica) {
-      for (const char* variable : internal::kThreadCountVariables) {
-        replica.env[variable] = std::to_string(*threads_per_replica);
-      }
-    }
-    launcher_->Environment(placement, replica.env);
-    replica.cuda_visible_devices = placement.cuda_visible_devices.value_or("");
+    Replica& replica =
+        replicas_.emplace_back(MakeReplica(i, options_, plan_, threads_per_replica, launcher_));
     GANTRY_RETURN_IF_ERROR(SpawnReplica(replica));
-    if (placement.cuda_visible_devices && !placement.cuda_visible_devices->empty()) {
+    if (!replica.cuda_visible_devices.empty()) {
       spdlog::info("{} placed on {}: CUDA_VISIBLE_DEVICES={} device={}", replica.name,
                    replica.placement, replica.cuda_visible_devices, replica.device);
     }
@@ -405,7 +455,7 @@ Status Deployment::Impl::SpawnReplica(Replica& replica) {
   launch.gpus = replica.cuda_visible_devices;
   launch.status_fd = status_pipe->write_fd;
   launch.lifeline_fd = lifeline->read_fd;
-  internal::LaunchCommand command = launcher_->Command(launch);
+  internal::LaunchCommand command = replica.launcher->Command(launch);
   replica.container = command.container;
   auto process = ChildProcess::Spawn(command.child);
   if (!process.ok()) {
@@ -419,7 +469,7 @@ Status Deployment::Impl::SpawnReplica(Replica& replica) {
   replica.lifeline = std::move(lifeline);
   replica.status_text.clear();
   replica.started_at = SteadyClock::now();
-  replica.deadline = replica.started_at + options_.timeout_ready;
+  replica.deadline = replica.started_at + replica.timeout_ready;
   replica.state = Replica::State::kStarting;
   spdlog::debug("spawned {} pid={} device={} placement={}", replica.name, replica.process->pid(),
                 replica.device, replica.placement);
@@ -640,8 +690,8 @@ void Deployment::Impl::Step(std::size_t index, bool readable, internal::Gateway&
                             : "it closed its status pipe before it was ready";
       } else if (now >= replica.deadline) {
         replica.status.reset();
-        replica.error = "it was not ready within " +
-                        std::to_string(options_.timeout_ready.count()) + " ms (timeout_ready)";
+        replica.error = "it was not ready within " + std::to_string(replica.timeout_ready.count()) +
+                        " ms (timeout_ready)";
         replica.process->Signal(SIGKILL);
       } else {
         return;
@@ -696,7 +746,7 @@ void Deployment::Impl::KillUnresponsive(const internal::UnresponsiveReplica& fou
   replica.process->Signal(SIGKILL);
   if (!replica.container.empty()) {
     // Killing `docker run` leaves its container running: remove it too.
-    if (Status removed = launcher_->CleanUp(replica.container); !removed.ok()) {
+    if (Status removed = replica.launcher->CleanUp(replica.container); !removed.ok()) {
       spdlog::warn("{}: {}", replica.name, removed.message());
     }
   }
@@ -743,6 +793,204 @@ void Deployment::Impl::OnExited(std::size_t index, internal::Gateway& gateway) {
   }
 }
 
+namespace {
+
+// What a rolling restart may change: what replicas are made of and how they
+// are started. Every other `with:` key is the gateway's (ports, TLS, caps,
+// models, metrics, tracing), or the replicas' number.
+constexpr std::string_view kRollingKeys[] = {"uses",
+                                             "uses_with",
+                                             "uses_metas",
+                                             "env",
+                                             "gpus",
+                                             "uses_dynamic_batching",
+                                             "volumes",
+                                             "log_level",
+                                             "timeout_ready",
+                                             "restart_backoff_initial",
+                                             "restart_backoff_max",
+                                             "max_init_failures"};
+
+// The first key `next` sets otherwise than `now` that a rolling restart
+// cannot change, or "".
+std::string_view FirstFixedKeyChanged(const DeploymentOptions& now, const DeploymentOptions& next) {
+  for (const internal::OptionRow& row : internal::OptionTable()) {
+    if (std::find(std::begin(kRollingKeys), std::end(kRollingKeys), row.key) !=
+        std::end(kRollingKeys)) {
+      continue;
+    }
+    if (row.deployment.present() ? row.deployment.get(now) != row.deployment.get(next)
+                                 : row.key == "models" && now.models != next.models) {
+      return row.key;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+Status Deployment::Impl::RollingRestart(DeploymentOptions next) {
+  const std::string where = "deployment '" + options_.name + "': rolling restart";
+  std::unique_lock rollout(rollout_mutex_, std::try_to_lock);
+  if (!rollout.owns_lock()) {
+    return FailedPreconditionError(where + ": one is already running");
+  }
+  if (!status_.ok()) {
+    return FailedPreconditionError(where + ": the deployment did not start: " + status_.message());
+  }
+  if (abort_rollout_.load()) {
+    return FailedPreconditionError(where + ": the deployment is stopping");
+  }
+  if (const std::string_view key = FirstFixedKeyChanged(options_, next); !key.empty()) {
+    return InvalidArgumentError(where + ": `" + std::string(key) +
+                                "` changed, and a rolling restart replaces replicas only (it may "
+                                "change uses, uses_with, uses_metas, env, gpus, "
+                                "uses_dynamic_batching, volumes, log_level, timeout_ready and the "
+                                "restart settings); stop and start the deployment to change it");
+  }
+  if (internal::IsDockerUses(next.uses) != internal::IsDockerUses(options_.uses)) {
+    return InvalidArgumentError(where +
+                                ": `uses` changed between a process and a container "
+                                "image; stop and start the deployment to change it");
+  }
+  std::shared_ptr<internal::ReplicaLauncher> launcher;
+  internal::PlacementPlan plan;
+  GANTRY_RETURN_IF_ERROR(Complete(next, launcher, plan).WithPrefix(where));
+  GANTRY_RETURN_IF_ERROR(launcher->Prepare(next).WithPrefix(where));
+  std::shared_ptr<internal::Gateway> gateway = this->gateway();
+  if (!gateway) {
+    return FailedPreconditionError(where + ": the deployment is stopped");
+  }
+
+  const auto began = SteadyClock::now();
+  const std::optional<int> threads_per_replica = ThreadsPerReplica(next);
+  spdlog::info("{}: replacing {} replicas one at a time", where, next.replicas);
+  for (int i = 0; i < next.replicas; ++i) {
+    Replica successor = MakeReplica(i, next, plan, threads_per_replica, launcher);
+    const std::string progress = i == 0
+                                     ? std::string("every replica still runs the old settings")
+                                     : std::to_string(i) + " of " + std::to_string(next.replicas) +
+                                           " replicas run the new settings, the others the old";
+    Status ready = SpawnReplica(successor);
+    if (ready.ok()) {
+      ready = AwaitReady(successor);
+    }
+    if (!ready.ok()) {
+      Retire(successor);
+      return Status(ready.code(), where + ": the new " + successor.name +
+                                      " did not start: " + ready.message() + "; " + progress);
+    }
+    Replica old(next.restart_backoff_initial, next.restart_backoff_max, next.max_init_failures);
+    std::shared_ptr<const internal::ReplicaLink> old_link;
+    {
+      std::lock_guard lock(replicas_mutex_);
+      old = std::move(replicas_[static_cast<std::size_t>(i)]);
+      replicas_[static_cast<std::size_t>(i)] = std::move(successor);
+      const Replica& placed = replicas_[static_cast<std::size_t>(i)];
+      old_link = gateway->ReplicaReplaced(static_cast<std::size_t>(i), AddressOf(placed));
+      WriteMonitoringTargets(gateway->monitoring_port());
+      spdlog::info("{}: {} (pid {}) in rotation in place of pid {}", where, placed.name,
+                   placed.process->pid(), old.process ? old.process->pid() : 0);
+    }
+    // No try goes to the old replica any more; those sent just before the
+    // swap finish first (a worker that is stopping refuses calls it has
+    // not started), up to timeout_drain.
+    const auto drain_until = SteadyClock::now() + options_.timeout_drain;
+    while (old_link && old_link->tries_in_flight() > 0 && SteadyClock::now() < drain_until &&
+           !abort_rollout_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    Retire(old);
+  }
+  {
+    // What replicas restarted from now on start from.
+    std::lock_guard lock(replicas_mutex_);
+    options_.uses = next.uses;
+    options_.uses_with = next.uses_with;
+    options_.uses_metas = next.uses_metas;
+    options_.env = next.env;
+    options_.gpus = next.gpus;
+    options_.uses_dynamic_batching = next.uses_dynamic_batching;
+    options_.volumes = next.volumes;
+    options_.log_level = next.log_level;
+    options_.timeout_ready = next.timeout_ready;
+    options_.restart_backoff_initial = next.restart_backoff_initial;
+    options_.restart_backoff_max = next.restart_backoff_max;
+    options_.max_init_failures = next.max_init_failures;
+    launcher_ = std::move(launcher);
+    plan_ = std::move(plan);
+  }
+  spdlog::info(
+      "{}: done, {} replicas replaced in {} ms", where, next.replicas,
+      std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - began).count());
+  return OkStatus();
+}
+
+Status Deployment::Impl::AwaitReady(Replica& replica) {
+  while (true) {
+    if (abort_rollout_.load()) {
+      return CancelledError("the deployment is stopping");
+    }
+    const SteadyClock::time_point now = SteadyClock::now();
+    if (now >= replica.deadline) {
+      return DeadlineExceededError("it was not ready within " +
+                                   std::to_string(replica.timeout_ready.count()) +
+                                   " ms (timeout_ready)");
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(replica.deadline - now);
+    pollfd fd{replica.status->read_fd, POLLIN, 0};
+    const int n = ::poll(&fd, 1, static_cast<int>(std::min<std::int64_t>(200, left.count() + 1)));
+    if (n < 0 && errno != EINTR) {
+      return InternalError(std::string("poll: ") + std::strerror(errno));
+    }
+    if (n <= 0) {
+      continue;
+    }
+    char buffer[4096];
+    const ssize_t got = ::read(replica.status->read_fd, buffer, sizeof(buffer));
+    if (got < 0 && errno == EINTR) {
+      continue;
+    }
+    if (got > 0) {
+      replica.status_text.append(buffer, static_cast<std::size_t>(got));
+      if (!ReadyLineComplete(replica.status_text)) {
+        continue;
+      }
+    }
+    // EOF or a whole line: the worker said all it will say.
+    replica.status.reset();
+    if (replica.status_text.starts_with("READY ")) {
+      ParseReady(replica.status_text, replica);
+      replica.state = Replica::State::kServing;
+      replica.policy.OnReady(SteadyClock::now());
+      spdlog::info("{} ready on 127.0.0.1:{} (pid {}, {}) after {} ms", replica.name, replica.port,
+                   replica.process->pid(), replica.device,
+                   std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() -
+                                                                         replica.started_at)
+                       .count());
+      return OkStatus();
+    }
+    if (replica.status_text.starts_with("ERROR ")) {
+      return FailedPreconditionError(replica.status_text.substr(6));
+    }
+    return InternalError("it closed its status pipe before it was ready");
+  }
+}
+
+void Deployment::Impl::Retire(Replica& replica) {
+  if (replica.process && replica.process->Running()) {
+    replica.process->Signal(SIGTERM);
+    replica.process->Terminate(kWorkerStopGrace);
+  }
+  replica.lifeline.reset();
+  replica.status.reset();
+  if (replica.launcher) {
+    if (Status removed = replica.launcher->CleanUp(replica.container); !removed.ok()) {
+      spdlog::warn("{}: {}", replica.name, removed.message());
+    }
+  }
+}
+
 void Deployment::Impl::StopSupervisor() {
   stop_supervising_.store(true);
   if (supervisor_wake_.write_fd >= 0) {
@@ -760,6 +1008,10 @@ void Deployment::Impl::Stop() {
     return;
   }
   stopped_ = true;
+  // A rolling restart in progress ends (its new replica, if not yet in
+  // rotation, is stopped) before anything else stops.
+  abort_rollout_.store(true);
+  { const std::lock_guard rollout(rollout_mutex_); }
   // No replica is restarted from here on.
   StopSupervisor();
   // From here on Post answers "stopped"; Posts already running keep their
@@ -786,8 +1038,8 @@ void Deployment::Impl::Stop() {
     }
     replica.lifeline.reset();
     replica.status.reset();
-    if (launcher_) {
-      if (Status removed = launcher_->CleanUp(replica.container); !removed.ok()) {
+    if (replica.launcher) {
+      if (Status removed = replica.launcher->CleanUp(replica.container); !removed.ok()) {
         spdlog::warn("{}: {}", replica.name, removed.message());
       }
     }
@@ -910,6 +1162,10 @@ StatusOr<DocList> Deployment::Post(std::string_view endpoint, const DocList& doc
 }
 
 void Deployment::Block() { impl_->Block(); }
+
+Status Deployment::RollingRestart(DeploymentOptions options) {
+  return impl_->RollingRestart(std::move(options));
+}
 
 void Deployment::Stop() { impl_->Stop(); }
 

@@ -31,6 +31,7 @@ class Flow::Impl {
 
   Status Start();
   void Stop();
+  Status RollingRestart(FlowOptions next);
   // Waits for SIGINT, SIGTERM or Stop(); for a Flow with no local step.
   void BlockOnSignals();
 
@@ -47,7 +48,14 @@ class Flow::Impl {
 
  private:
   std::string Where() const { return "flow '" + options_.name + "'"; }
-  void ShareCoresBetweenSteps();
+  void ShareCoresBetweenSteps(FlowOptions& options) const;
+  // What a step takes from the Flow: host 127.0.0.1 (reached through the
+  // Flow's gateway only), the Flow's monitoring and tracing.
+  static void GiveStepsTheFlowsSettings(FlowOptions& options);
+
+  // Held for a whole rolling restart; Stop waits for it (the steps' own
+  // Stop ends theirs).
+  std::mutex rollout_mutex_;
 
   std::mutex stop_mutex_;
   bool stopped_ = false;  // guarded by stop_mutex_
@@ -60,9 +68,9 @@ class Flow::Impl {
 // cores / (all local replicas) threads unless the user sized the pools for a
 // step or for this process. The steps then see the variables as set and
 // leave them alone.
-void Flow::Impl::ShareCoresBetweenSteps() {
+void Flow::Impl::ShareCoresBetweenSteps(FlowOptions& options) const {
   int replicas = 0;
-  for (const FlowStep& step : options_.executors) {
+  for (const FlowStep& step : options.executors) {
     if (step.external) {
       continue;
     }
@@ -80,13 +88,81 @@ void Flow::Impl::ShareCoresBetweenSteps() {
       "{}: {} replicas in all share {} CPU cores: OMP_NUM_THREADS={} each (set "
       "OMP_NUM_THREADS in a step's env to choose)",
       Where(), replicas, cores, threads);
-  for (FlowStep& step : options_.executors) {
+  for (FlowStep& step : options.executors) {
     if (!step.external) {
       for (const char* variable : internal::kThreadCountVariables) {
         step.deployment.env[variable] = std::to_string(threads);
       }
     }
   }
+}
+
+void Flow::Impl::GiveStepsTheFlowsSettings(FlowOptions& options) {
+  for (FlowStep& step : options.executors) {
+    if (step.external) {
+      continue;  // reached where it says it is
+    }
+    // Steps are reached only through the Flow's gateway.
+    step.deployment.host = "127.0.0.1";
+    step.deployment.monitoring = step.deployment.monitoring || options.monitoring;
+    // A Flow that traces has every step send its spans to the same collector.
+    if (options.tracing && !step.deployment.tracing) {
+      step.deployment.tracing = true;
+      step.deployment.traces_exporter_host = options.traces_exporter_host;
+      step.deployment.traces_exporter_port = options.traces_exporter_port;
+    }
+  }
+}
+
+Status Flow::Impl::RollingRestart(FlowOptions next) {
+  const std::string where = Where() + ": rolling restart";
+  std::unique_lock rollout(rollout_mutex_, std::try_to_lock);
+  if (!rollout.owns_lock()) {
+    return FailedPreconditionError(where + ": one is already running");
+  }
+  if (!status_.ok()) {
+    return FailedPreconditionError(where + ": the flow did not start: " + status_.message());
+  }
+  for (const internal::OptionRow& row : internal::OptionTable()) {
+    if (row.flow.present() && row.flow.get(options_) != row.flow.get(next)) {
+      return InvalidArgumentError(where + ": `with." + std::string(row.key) +
+                                  "` changed, and a rolling restart replaces the steps' replicas "
+                                  "only; stop and start the flow to change it");
+    }
+  }
+  if (next.executors.size() != options_.executors.size()) {
+    return InvalidArgumentError(where + ": the flow now has " +
+                                std::to_string(next.executors.size()) + " steps instead of " +
+                                std::to_string(options_.executors.size()) +
+                                "; stop and start the flow to change its steps");
+  }
+  for (std::size_t i = 0; i < next.executors.size(); ++i) {
+    const FlowStep& now = options_.executors[i];
+    const FlowStep& then = next.executors[i];
+    if (now.deployment.name != then.deployment.name || now.needs != then.needs ||
+        now.external != then.external ||
+        (now.external && (now.deployment.host != then.deployment.host ||
+                          now.deployment.port != then.deployment.port))) {
+      return InvalidArgumentError(where + ": executors[" + std::to_string(i) + "] ('" +
+                                  then.deployment.name +
+                                  "') is not the step it was (name, needs, or where an external "
+                                  "step is); stop and start the flow to change its steps");
+    }
+  }
+  GiveStepsTheFlowsSettings(next);
+  ShareCoresBetweenSteps(next);
+  for (std::size_t i = 0; i < steps_.size(); ++i) {
+    if (!steps_[i]) {
+      continue;  // external
+    }
+    if (Status s = steps_[i]->RollingRestart(std::move(next.executors[i].deployment)); !s.ok()) {
+      return Status(s.code(), where + ": step '" + options_.executors[i].deployment.name +
+                                  "': " + s.message() +
+                                  (i == 0 ? "" : "; the steps before it were rolled over"));
+    }
+  }
+  spdlog::info("{}: done, every step rolled over", where);
+  return OkStatus();
 }
 
 Status Flow::Impl::Start() {
@@ -115,22 +191,11 @@ Status Flow::Impl::Start() {
   }
   std::vector<std::string> names;
   std::vector<std::vector<std::string>> needs;
-  for (FlowStep& step : options_.executors) {
+  for (const FlowStep& step : options_.executors) {
     names.push_back(step.deployment.name);
     needs.push_back(step.needs);
-    if (step.external) {
-      continue;  // reached where it says it is
-    }
-    // Steps are reached only through the Flow's gateway.
-    step.deployment.host = "127.0.0.1";
-    step.deployment.monitoring = step.deployment.monitoring || options_.monitoring;
-    // A Flow that traces has every step send its spans to the same collector.
-    if (options_.tracing && !step.deployment.tracing) {
-      step.deployment.tracing = true;
-      step.deployment.traces_exporter_host = options_.traces_exporter_host;
-      step.deployment.traces_exporter_port = options_.traces_exporter_port;
-    }
   }
+  GiveStepsTheFlowsSettings(options_);
   internal::FlowGraphResult graph = internal::ResolveFlowGraph(names, needs);
   if (graph.error) {
     return InvalidArgumentError(Where() + ": " + graph.error->Path() + ": " + graph.error->message);
@@ -153,7 +218,7 @@ Status Flow::Impl::Start() {
                                   "]: " + s.message());
     }
   }
-  ShareCoresBetweenSteps();
+  ShareCoresBetweenSteps(options_);
   // The steps start at once (each loads its model in its own workers), as
   // Jina's do; Stop() stops those that started if another one failed.
   steps_.resize(options_.executors.size());
@@ -260,6 +325,8 @@ void Flow::Impl::Stop() {
       }
     }
   }
+  // A rolling restart ends once its step is stopped.
+  { const std::lock_guard rollout(rollout_mutex_); }
   front_.Release();
 }
 
@@ -338,5 +405,9 @@ void Flow::Block() {
 }
 
 void Flow::Stop() { impl_->Stop(); }
+
+Status Flow::RollingRestart(FlowOptions options) {
+  return impl_->RollingRestart(std::move(options));
+}
 
 }  // namespace gantry

@@ -1086,6 +1086,11 @@ void Gateway::ReplicaRestarted(std::size_t index, const std::string& address) {
   }
 }
 
+std::shared_ptr<const ReplicaLink> Gateway::ReplicaReplaced(std::size_t index,
+                                                            const std::string& address) {
+  return impl_->pool() ? impl_->pool()->ReplicaReplaced(index, address) : nullptr;
+}
+
 void Gateway::ReplicaGivenUp(std::size_t index, const std::string& why) {
   if (impl_->metrics()) {
     impl_->metrics()->ReplicaGivenUp(index);

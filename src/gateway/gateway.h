@@ -149,6 +149,11 @@ class Gateway {
   void ReplicaRestarting(std::size_t index);
   void ReplicaRestarted(std::size_t index, const std::string& address);
   void ReplicaGivenUp(std::size_t index, const std::string& why);
+  // A rolling restart put a new replica, ready, at `address` in its place:
+  // in rotation at once; calls in flight to the old one finish there.
+  // Returns the old replica's link (ReplicaPool::ReplicaReplaced), null
+  // without a pool.
+  std::shared_ptr<const ReplicaLink> ReplicaReplaced(std::size_t index, const std::string& address);
   // Replicas that failed their liveness checks since the last call, each
   // once (ReplicaPool::TakeUnresponsive); empty for a Flow's gateway.
   std::vector<UnresponsiveReplica> TakeUnresponsive();

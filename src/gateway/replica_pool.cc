@@ -130,6 +130,13 @@ struct ReplicaPool::Replica {
     std::lock_guard lock(mutex);
     return link;
   }
+  // The link for a try about to be sent, counted in its tries in flight
+  // under `mutex`: once the link is replaced, its count only falls.
+  std::shared_ptr<ReplicaLink> LinkForTry() const {
+    std::lock_guard lock(mutex);
+    link->tries_in_flight_.fetch_add(1);
+    return link;
+  }
   std::string Describe() const { return Describe(*CurrentLink()); }
   std::string Describe(const ReplicaLink& on) const { return name + " (" + on.address() + ")"; }
 };
@@ -356,6 +363,23 @@ void ReplicaPool::ReplicaRestarted(std::size_t index, const std::string& address
   probe_wake_.notify_all();
 }
 
+std::shared_ptr<const ReplicaLink> ReplicaPool::ReplicaReplaced(std::size_t index,
+                                                                const std::string& address) {
+  Replica& replica = *replicas_.at(index);
+  std::shared_ptr<ReplicaLink> link = options_.links(address);
+  std::shared_ptr<ReplicaLink> old;
+  {
+    std::lock_guard lock(replica.mutex);
+    old = std::exchange(replica.link, std::move(link));
+    replica.down = false;
+    replica.given_up.clear();
+    replica.missed_checks = 0;
+    replica.available.store(true);
+  }
+  RotationChanged();
+  return old;
+}
+
 void ReplicaPool::ReplicaGivenUp(std::size_t index, const std::string& why) {
   Replica& replica = *replicas_.at(index);
   {
@@ -544,7 +568,7 @@ void ReplicaPool::Attempt(std::shared_ptr<Call> call) {
   }
   call->replica_ = *picked;
   Replica& replica = *replicas_[call->replica_];
-  call->link_ = replica.CurrentLink();
+  call->link_ = replica.LinkForTry();
   replica.in_flight.fetch_add(1);
   Clock::time_point deadline = call->client_deadline_;
   call->send_timeout_bound_ = false;
@@ -567,6 +591,7 @@ void ReplicaPool::OnAttemptDone(std::shared_ptr<Call> call, ForwardResult result
   call->HandOver();
   Replica& replica = *replicas_[call->replica_];
   replica.in_flight.fetch_sub(1);
+  call->link_->tries_in_flight_.fetch_sub(1);
   const std::string where = "deployment '" + options_.deployment_name + "': ";
   const std::string described = replica.Describe(*call->link_);
   grpc::Status status = std::move(result.status);

@@ -88,6 +88,13 @@ class ReplicaLink {
   // One health check bounded by `timeout`: true when it answered SERVING.
   // `status` is the check's gRPC status (OK when it answered at all).
   virtual bool Check(std::chrono::milliseconds timeout, grpc::Status* status) = 0;
+
+  // Tries the pool sent on this link that are not done yet.
+  int tries_in_flight() const { return tries_in_flight_.load(); }
+
+ private:
+  friend class ReplicaPool;
+  std::atomic<int> tries_in_flight_{0};
 };
 using ReplicaLinkFactory = std::function<std::shared_ptr<ReplicaLink>(const std::string& address)>;
 
@@ -172,6 +179,11 @@ class ReplicaPool final : public Upstream {
   void ReplicaDown(std::size_t index, const std::string& why);
   void ReplicaRestarted(std::size_t index, const std::string& address);
   void ReplicaGivenUp(std::size_t index, const std::string& why);
+  // A rolling restart's new replica, ready, at `address`: in rotation at
+  // once (it answered its start-up, so no probe is awaited). Returns the old
+  // link: tries already sent on it finish there, and no new one is, so once
+  // its tries_in_flight() is 0 the old replica may stop.
+  std::shared_ptr<const ReplicaLink> ReplicaReplaced(std::size_t index, const std::string& address);
 
   // Defined in replica_pool.cc.
   struct Replica;
