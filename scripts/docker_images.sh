@@ -2,17 +2,20 @@
 # Builds Gantry's container images from docker/Dockerfile, FROM the base
 # image that scripts/docker_base_image.sh makes from the Debian mirror:
 #   gantry:cpu    gantry and gantry-worker with libtorch's CPU libraries only
+#   gantry:dev    the CPU build's compilers, Gantry's headers, libraries and
+#                 CMake package under /opt/gantry: what `gantry new` projects
+#                 build their plugin in, to serve it FROM gantry:cpu
 #   gantry:cuda   the same linked with libtorch_cuda and the torch wheel's
 #                 nvidia-* libraries (run it with --gpus)
 # then lints the Dockerfile with hadolint and prints each image's size.
 #
-#   scripts/docker_images.sh [--cpu-only]        (root: dockerd, debootstrap)
+#   scripts/docker_images.sh [--cpu-only]   (cpu and dev only; root: dockerd, debootstrap)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-targets=(cpu cuda)
+targets=(cpu dev cuda)
 while (($#)); do
   case "$1" in
-    --cpu-only) targets=(cpu); shift ;;
+    --cpu-only) targets=(cpu dev); shift ;;
     *) echo "docker_images: unknown argument $1" >&2; exit 2 ;;
   esac
 done

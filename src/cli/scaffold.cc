@@ -103,13 +103,30 @@ metas:
 )";
 
 constexpr const char* kDockerfile =
-    R"(# Builds {{Name}} against a Gantry image (gantry installed under /opt/gantry).
-FROM gantry:latest
+    R"(# {{Name}} as an image of its own: the plugin is compiled in Gantry's
+# development image and served by the stock gantry-worker of Gantry's CPU
+# image; both come from one Gantry build (scripts/docker_images.sh makes
+# gantry:dev and gantry:cpu), so the plugin finds Gantry's symbols there.
+#   docker build -t {{name}} .
+#   docker run --rm -p 8080:8080 {{name}}
+ARG GANTRY_DEV_IMAGE=gantry:dev
+ARG GANTRY_IMAGE=gantry:cpu
+
+FROM ${GANTRY_DEV_IMAGE} AS build
+WORKDIR /project
+COPY CMakeLists.txt executor.cc main.cc ./
+RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+ && cmake --build build --target {{name}}
+
+FROM ${GANTRY_IMAGE}
 WORKDIR /app
-COPY . /app
-RUN cmake -S . -B build -DCMAKE_PREFIX_PATH=/opt/gantry && cmake --build build -j
-EXPOSE 12345
-ENTRYPOINT ["gantry", "executor", "--uses", "executor.yml", "--port", "12345"]
+COPY executor.yml ./
+COPY --from=build /project/build/lib{{name}}.so build/
+# What a container replica of this image runs (a Deployment's
+# `uses: docker://{{name}}`).
+ENV GANTRY_EXECUTOR=/app/executor.yml
+EXPOSE 8080
+CMD ["executor", "--uses", "/app/executor.yml", "--port", "8080"]
 )";
 
 constexpr const char* kReadme = R"(# {{Name}}
@@ -124,6 +141,12 @@ A Gantry executor, created by `gantry new {{Name}}`.
 This gives `build/lib{{name}}.so` (a plugin) and `build/{{name}}_server` (a program).
 
 ## Serve
+
+In a container (needs Gantry's images `gantry:dev` and `gantry:cpu`, made by
+Gantry's `scripts/docker_images.sh --cpu-only`):
+
+    docker build -t {{name}} .
+    docker run --rm -p 8080:8080 {{name}}
 
 As a plugin, with the stock worker:
 
