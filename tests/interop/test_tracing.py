@@ -20,6 +20,7 @@ has jina, grpcio and opentelemetry-proto). Every `gantry` process runs on
   * A bad `traces_exporter_host` or `traces_exporter_port` is refused naming
     the key, the file and the line.
 """
+import json
 import os
 import secrets
 import subprocess
@@ -67,6 +68,18 @@ class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
     def stop(self):
         self.server.stop(grace=None)
 
+    def gateway_span(self, request_id, timeout=20):
+        """The gateway's span of the request with this id, or None (bounded wait)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                for service, span in self.spans:
+                    if service.endswith("/gateway") and span.name.startswith("gateway") and \
+                            attributes(span).get("gantry.request_id") == request_id:
+                        return span
+            time.sleep(0.1)
+        return None
+
     def trace(self, trace_id, want, timeout=20):
         """The spans of one trace, once `want(spans)` holds (bounded wait)."""
         deadline = time.monotonic() + timeout
@@ -109,9 +122,19 @@ def deployment_yaml(tmp, receiver_port, host="127.0.0.1", extra=""):
                  f"    metas:\n      libs: [{PLUGIN}]\n")
 
 
+def post_traced(port, endpoint, parent_id, sampled=True):
+    """POSTs one document to /post with a traceparent of a new trace whose
+    parent span is `parent_id`: (HTTP status, the trace id's bytes)."""
+    trace_id = secrets.token_hex(16)
+    status = post_with_traceparent(
+        port, "/post", {"data": [{"text": "x"}], "execEndpoint": endpoint},
+        f"00-{trace_id}-{parent_id}-{'01' if sampled else '00'}")
+    return status, bytes.fromhex(trace_id)
+
+
 def post_with_traceparent(port, path, body, traceparent):
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}", data=__import__("json").dumps(body).encode(),
+        f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json", "traceparent": traceparent})
     try:
         with urllib.request.urlopen(request, timeout=60) as reply:
@@ -164,15 +187,7 @@ class Tracing(unittest.TestCase):
         self.assertEqual(len(reply), 1)
         request_id = reply[0].header.request_id
         # The client's SDK batches its own spans: wait for the gateway's first.
-        deadline = time.monotonic() + 20
-        gateway = None
-        while gateway is None and time.monotonic() < deadline:
-            with self.receiver.lock:
-                for service, span in self.receiver.spans:
-                    if service == "traced/gateway" and \
-                            attributes(span).get("gantry.request_id") == request_id:
-                        gateway = span
-            time.sleep(0.1)
+        gateway = self.receiver.gateway_span(request_id)
         self.assertIsNotNone(gateway, "no gateway span for request " + request_id)
         self.assertEqual(gateway.name, "gateway /encode")
         self.assertEqual(gateway.kind, SERVER)
@@ -191,13 +206,10 @@ class Tracing(unittest.TestCase):
     def test_http_traceparent_joins_the_trace_and_errors_mark_the_spans(self):
         yaml = deployment_yaml(self.tmp.name, self.receiver.port)
         gantry = self.start(["deployment", "--uses", yaml], "deployment", http=True)
-        trace_id, parent_id = secrets.token_hex(16), secrets.token_hex(8)
-        status = post_with_traceparent(
-            gantry.http_port, "/post", {"data": [{"text": "x"}], "execEndpoint": "/encode"},
-            f"00-{trace_id}-{parent_id}-01")
+        parent_id = secrets.token_hex(8)
+        status, trace_id = post_traced(gantry.http_port, "/encode", parent_id)
         self.assertEqual(status, 200)
-        spans = self.receiver.trace(bytes.fromhex(trace_id),
-                                    lambda spans: len(spans) >= 4)
+        spans = self.receiver.trace(trace_id, lambda spans: len(spans) >= 4)
         gateways = named(spans, "gateway /encode")
         self.assertEqual(len(gateways), 1, [x.name for _, x in spans])
         service, gateway = gateways[0]
@@ -206,12 +218,9 @@ class Tracing(unittest.TestCase):
         self.assert_replica_spans(spans, gateway, "/encode")
 
         # A handler that throws: the replica's and the gateway's spans say so.
-        trace_id = secrets.token_hex(16)
-        status = post_with_traceparent(
-            gantry.http_port, "/post", {"data": [{"text": "x"}], "execEndpoint": "/fail"},
-            f"00-{trace_id}-{parent_id}-01")
+        status, trace_id = post_traced(gantry.http_port, "/fail", parent_id)
         self.assertNotEqual(status, 200)
-        spans = self.receiver.trace(bytes.fromhex(trace_id), lambda spans: len(spans) >= 4)
+        spans = self.receiver.trace(trace_id, lambda spans: len(spans) >= 4)
         gateway = named(spans, "gateway /fail")[0][1]
         executor = self.assert_replica_spans(spans, gateway, "/fail")
         self.assertEqual(executor.status.code, STATUS_ERROR)
@@ -223,14 +232,7 @@ class Tracing(unittest.TestCase):
                               {"data": [{"text": "y"}], "execEndpoint": "/encode",
                                "header": {"requestId": "no-parent-1"}})
         self.assertEqual(status, 200)
-        deadline = time.monotonic() + 20
-        root = None
-        while root is None and time.monotonic() < deadline:
-            with self.receiver.lock:
-                root = next((span for _, span in self.receiver.spans
-                             if attributes(span).get("gantry.request_id") == "no-parent-1"
-                             and span.name.startswith("gateway")), None)
-            time.sleep(0.1)
+        root = self.receiver.gateway_span("no-parent-1")
         self.assertIsNotNone(root)
         self.assertEqual(root.parent_span_id, b"")
         spans = self.receiver.trace(root.trace_id, lambda spans: len(spans) >= 4)
@@ -238,14 +240,10 @@ class Tracing(unittest.TestCase):
 
         # A traceparent with the sampled flag off: nothing is recorded, and the
         # request is served.
-        trace_id = secrets.token_hex(16)
-        status = post_with_traceparent(
-            gantry.http_port, "/post", {"data": [{"text": "x"}], "execEndpoint": "/encode"},
-            f"00-{trace_id}-{parent_id}-00")
+        status, trace_id = post_traced(gantry.http_port, "/encode", parent_id, sampled=False)
         self.assertEqual(status, 200)
         time.sleep(1.5)  # two of the exporters' flush intervals
-        self.assertEqual(self.receiver.trace(bytes.fromhex(trace_id), lambda s: False,
-                                             timeout=0), [])
+        self.assertEqual(self.receiver.trace(trace_id, lambda s: False, timeout=0), [])
 
     def test_a_flows_steps_hang_from_the_flow_gateway(self):
         flow = write(self.tmp.name, "flow.yml",
@@ -256,13 +254,10 @@ class Tracing(unittest.TestCase):
                      "  - {name: first, uses: NoOpExec}\n"
                      "  - {name: second, uses: NoOpExec}\n")
         gantry = self.start(["flow", "--uses", flow], "flow", http=True)
-        trace_id, parent_id = secrets.token_hex(16), secrets.token_hex(8)
-        status = post_with_traceparent(
-            gantry.http_port, "/post", {"data": [{"text": "x"}], "execEndpoint": "/encode"},
-            f"00-{trace_id}-{parent_id}-01")
+        parent_id = secrets.token_hex(8)
+        status, trace_id = post_traced(gantry.http_port, "/encode", parent_id)
         self.assertEqual(status, 200)
-        spans = self.receiver.trace(bytes.fromhex(trace_id),
-                                    lambda spans: len(named(spans, "handler")) >= 2)
+        spans = self.receiver.trace(trace_id, lambda spans: len(named(spans, "handler")) >= 2)
         flow_gateway = [span for service, span in spans if service == "traced_flow/gateway"]
         self.assertEqual(len(flow_gateway), 1, [(s, x.name) for s, x in spans])
         self.assertEqual(flow_gateway[0].parent_span_id, bytes.fromhex(parent_id))
