@@ -866,6 +866,10 @@ Status Deployment::Impl::RollingRestart(DeploymentOptions next) {
   const std::optional<int> threads_per_replica = ThreadsPerReplica(next);
   spdlog::info("{}: replacing {} replicas one at a time", where, next.replicas);
   for (int i = 0; i < next.replicas; ++i) {
+    if (abort_rollout_.load()) {
+      return CancelledError(where + ": the deployment is stopping; " + std::to_string(i) + " of " +
+                            std::to_string(next.replicas) + " replicas were replaced");
+    }
     Replica successor = MakeReplica(i, next, plan, threads_per_replica, launcher);
     const std::string progress = i == 0
                                      ? std::string("every replica still runs the old settings")

@@ -44,7 +44,7 @@ fi
 
 step "docker build (gantry:dev builds the plugin, gantry:cpu serves it)"
 start=$(date +%s)
-docker build -q -t "$tag" "$tmp/hello" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; echo "FAIL: docker build"; exit 1; }
+docker build --no-cache -q -t "$tag" "$tmp/hello" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; echo "FAIL: docker build"; exit 1; }
 echo "built in $(($(date +%s) - start)) s"
 
 step "docker run, port 8080 published on 127.0.0.1"
