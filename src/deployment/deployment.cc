@@ -216,8 +216,9 @@ class Deployment::Impl {
   // A rolling restart's new replica: waits until it reports ready (OK) or
   // fails to start, is past its timeout_ready or the deployment stops.
   Status AwaitReady(Replica& replica);
-  // Stops a replica taken out of replicas_: SIGTERM (it finishes the calls
-  // it holds), SIGKILL after kWorkerStopGrace, its container removed.
+  // Stops a replica taken out of replicas_: a serving one with SIGTERM (it
+  // finishes the calls it holds; SIGKILL after kWorkerStopGrace), any other
+  // with SIGKILL; its container removed.
   void Retire(Replica& replica);
 
   // The supervisor thread: restarts replicas whose process died (see
@@ -983,8 +984,15 @@ Status Deployment::Impl::AwaitReady(Replica& replica) {
 
 void Deployment::Impl::Retire(Replica& replica) {
   if (replica.process && replica.process->Running()) {
-    replica.process->Signal(SIGTERM);
-    replica.process->Terminate(kWorkerStopGrace);
+    if (replica.state == Replica::State::kServing) {
+      replica.process->Signal(SIGTERM);
+      replica.process->Terminate(kWorkerStopGrace);
+    } else {
+      // Not serving (still starting): nothing to finish, and a worker takes
+      // SIGTERM only once it is up.
+      replica.process->Signal(SIGKILL);
+      replica.process->WaitFor(kFailedStartExitGrace);
+    }
   }
   replica.lifeline.reset();
   replica.status.reset();
