@@ -189,7 +189,8 @@ class RollingRestart(unittest.TestCase):
             return ("jtype: Flow\nwith:\n  name: rolling_flow\n" + extra + "executors:\n"
                     f"  - {{name: first, uses: InteropExec, replicas: 2, uses_with: {{scale: {scale}}}, "
                     f"uses_metas: {{libs: [{PLUGIN}]}}}}\n"
-                    "  - {name: second, uses: NoOpExec}\n")
+                    f"  - {{name: second, uses: InteropExec, uses_with: {{scale: {scale}}}, "
+                    f"uses_metas: {{libs: [{PLUGIN}]}}}}\n")
         self.write(flow_text(1))
         gantry = GantryProcess(["flow", "--uses", self.yaml], self.tmp.name, "flow", http=True)
         self.addCleanup(gantry.stop)

@@ -251,8 +251,8 @@ class Tracing(unittest.TestCase):
                      "  traces_exporter_host: 127.0.0.1\n"
                      f"  traces_exporter_port: {self.receiver.port}\n"
                      "executors:\n"
-                     "  - {name: first, uses: NoOpExec}\n"
-                     "  - {name: second, uses: NoOpExec}\n")
+                     f"  - {{name: first, uses: InteropExec, uses_metas: {{libs: [{PLUGIN}]}}}}\n"
+                     f"  - {{name: second, uses: InteropExec, uses_metas: {{libs: [{PLUGIN}]}}}}\n")
         gantry = self.start(["flow", "--uses", flow], "flow", http=True)
         parent_id = secrets.token_hex(8)
         status, trace_id = post_traced(gantry.http_port, "/encode", parent_id)
