@@ -159,6 +159,8 @@ class SentenceEmbedder {
   std::int64_t max_batch_tokens() const {
     return max_batch_tokens_ > 0 ? max_batch_tokens_ : batch_size_ * max_seq_length_;
   }
+  // The max_batch_tokens option as given; 0 when not set.
+  std::int64_t max_batch_tokens_option() const { return max_batch_tokens_; }
   // Documents the forward pass starting at a row of `length` tokens (the
   // longest left, rows go longest first) takes, out of `left`: at most
   // batch_size, and as many as fit max_batch_tokens once padded; at least 1.

@@ -135,6 +135,31 @@ void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
   }
 }
 
+StatusOr<BatchTokens> SentenceEncoder::CountTokens(const DocList& docs,
+                                                   const Parameters& parameters) const {
+  BatchTokens tokens;
+  if (embedder_->max_batch_tokens_option() <= 0) {
+    return tokens;
+  }
+  std::vector<std::string_view> texts;
+  texts.reserve(docs.size());
+  for (const Doc& doc : docs) {
+    texts.push_back(doc.text());
+  }
+  try {
+    const std::vector<std::vector<std::int64_t>> ids = embedder_->Tokenize(
+        texts, Prompt(parameters), sentence_encoder::ReadTruncation(parameters, auto_truncate_));
+    tokens.per_document.reserve(ids.size());
+    for (const std::vector<std::int64_t>& row : ids) {
+      tokens.per_document.push_back(static_cast<std::int64_t>(row.size()));
+    }
+  } catch (const std::invalid_argument& e) {
+    return InvalidArgumentError(e.what());
+  }
+  tokens.budget = embedder_->max_batch_tokens();
+  return tokens;
+}
+
 void SentenceEncoder::Tokenize(DocList& docs, const Parameters& parameters) {
   const std::optional<bool> add_special_tokens =
       sentence_encoder::ReadBoolParameter(parameters, "add_special_tokens");

@@ -29,7 +29,9 @@
 //   max_batch_tokens  tokens one forward pass holds, padding included (TEI's
 //                   name): long inputs go fewer to a pass, and an input over
 //                   it is refused (std::length_error, HTTP 413) naming the
-//                   document (default: batch_size rows of max_seq_length)
+//                   document (default: batch_size rows of max_seq_length);
+//                   with dynamic batching, requests are merged only while
+//                   their padded tokens fit it
 //   auto_truncate   cut inputs over max_seq_length when a request does not say
 //                   (default true); request parameters `truncate` and
 //                   `truncation_direction` ("right"/"left") override it, and an
@@ -77,6 +79,13 @@ class SentenceEncoder final : public Executor {
   // Throws std::invalid_argument for texts that are not valid UTF-8 and for
   // a prompt the model does not have.
   void Encode(DocList& docs, const Parameters& parameters);
+
+  GANTRY_BATCH_TOKENS(Encode, CountTokens);
+  // With `max_batch_tokens` set: each text's tokens as Encode will count
+  // them, and that budget, so that dynamically batched requests close by
+  // tokens; without it, no budget and no tokenizing. INVALID_ARGUMENT where
+  // Encode would throw std::invalid_argument.
+  StatusOr<BatchTokens> CountTokens(const DocList& docs, const Parameters& parameters) const;
 
   GANTRY_REQUESTS(Tokenize, "/tokenize");
   // Throws std::invalid_argument as Encode, std::length_error past

@@ -15,9 +15,18 @@
 // in a Deployment's `with:`, keyed by endpoint ("/encode") or handler name
 // ("Encode"); endpoint keys win over handler names, YAML over the macro.
 //
-// Thread safety: value type.
+// Batches close by tokens too when the handler has a token counter
+// (GANTRY_BATCH_TOKENS, gantry/executor.h) that gives a budget: a handler
+// call then holds at most `budget` padded tokens (its documents times the
+// longest of them), TEI's max_batch_tokens, whatever preferred_batch_size
+// allows.
+//
+// Thread safety: value types.
 #ifndef GANTRY_BATCHING_H_
 #define GANTRY_BATCHING_H_
+
+#include <cstdint>
+#include <vector>
 
 namespace gantry {
 
@@ -64,6 +73,18 @@ struct DynamicBatching {
   // False turns batching off for this endpoint (Jina's use_dynamic_batching),
   // e.g. to override the macro from YAML.
   bool enabled = true;
+};
+
+// What a token counter (GANTRY_BATCH_TOKENS) says of one request, before it
+// is queued.
+struct BatchTokens {
+  // The most padded tokens (documents times the longest of them) one
+  // handler call may hold. 0: no budget; per_document may then be empty.
+  std::int64_t budget = 0;
+  // Each document's tokens, in order, as the handler will count them. A
+  // document over the budget goes through a call of its own, where the
+  // handler may refuse it.
+  std::vector<std::int64_t> per_document;
 };
 
 }  // namespace gantry

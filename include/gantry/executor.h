@@ -45,6 +45,14 @@
 // Validators run on the worker's gRPC threads, concurrently with each other
 // and with handlers: they must only read what the constructor set.
 //
+// A batched handler may count tokens, so that its batches close by tokens
+// as well as by documents (text-embeddings-inference's max_batch_tokens),
+// under the same threading rule as validators:
+//
+//     GANTRY_BATCH_TOKENS(Encode, CountTokens);
+//     gantry::StatusOr<gantry::BatchTokens> CountTokens(
+//         const gantry::DocList& docs, const gantry::Parameters& parameters) const;
+//
 // A handler returns void or gantry::Status and takes `DocList&`, optionally
 // followed by `const Parameters&`; it edits the documents in place. It may
 // throw: the exception becomes an error reply naming executor, endpoint and
@@ -129,6 +137,11 @@ struct Route {
   // Set by GANTRY_VALIDATE: checks one request's documents before they are
   // queued; empty when the handler has none.
   std::function<Status(const Executor&, const DocList&, const Parameters&)> validate{};
+  // Set by GANTRY_BATCH_TOKENS: counts one request's tokens before it is
+  // queued, so that dynamic batching closes calls by tokens; empty when the
+  // handler has none.
+  std::function<StatusOr<BatchTokens>(const Executor&, const DocList&, const Parameters&)>
+      count_tokens{};
 };
 
 template <typename T>
@@ -195,6 +208,24 @@ class RouteCollector {
         route.validate = [](const Executor& executor, const DocList& docs,
                             const Parameters& parameters) -> Status {
           return (static_cast<const T&>(executor).*kValidator)(docs, parameters);
+        };
+      }
+    }
+  }
+
+  // Attaches the const member `kCounter` to the handler `method_name`.
+  template <auto kCounter>
+  void SetTokenCounter(std::string_view method_name) {
+    static_assert(std::is_same_v<decltype(kCounter), StatusOr<BatchTokens> (T::*)(
+                                                         const DocList&, const Parameters&) const>,
+                  "GANTRY_BATCH_TOKENS: a token counter must be declared as "
+                  "`gantry::StatusOr<gantry::BatchTokens> Name(const gantry::DocList& docs, "
+                  "const gantry::Parameters& parameters) const`");
+    for (Route& route : *routes_) {
+      if (route.method_name == method_name) {
+        route.count_tokens = [](const Executor& executor, const DocList& docs,
+                                const Parameters& parameters) -> StatusOr<BatchTokens> {
+          return (static_cast<const T&>(executor).*kCounter)(docs, parameters);
         };
       }
     }
@@ -375,6 +406,22 @@ bool IsExecutorRegistered(std::string_view name);
   }                                                                                                \
   inline static const ::gantry::internal::BatchingHook<GantrySelf> gantry_validate_hook_##method { \
     &GantrySelf::GantryValidate_##method                                                           \
+  }
+
+// Beside a dynamically batched handler's GANTRY_REQUESTS line: `counter`, a
+// const member `StatusOr<BatchTokens> counter(const DocList&, const
+// Parameters&) const`, counts each request's tokens on its own thread
+// before it is queued; its batches then close before their padded tokens
+// pass the counter's budget (gantry/batching.h). An error it returns is the
+// request's reply. Unbatched handlers ignore it.
+#define GANTRY_BATCH_TOKENS(method, counter)                                                       \
+  static void GantryBatchTokens_##method(::gantry::internal::RouteCollector<GantrySelf>& routes) { \
+    static_cast<void>(&GantrySelf::method); /* names a member handler */                           \
+    routes.template SetTokenCounter<&GantrySelf::counter>(#method);                                \
+  }                                                                                                \
+  inline static const ::gantry::internal::BatchingHook<GantrySelf>                                 \
+      gantry_batch_tokens_hook_##method {                                                          \
+    &GantrySelf::GantryBatchTokens_##method                                                        \
   }
 
 // In one .cc file per executor: adds the type to the registry at start-up

@@ -30,6 +30,18 @@ std::size_t CallSize(const DynamicBatching& config, std::size_t queued) {
   return std::max<std::size_t>(size, 1);
 }
 
+// Whether `docs` documents with the longest of `longest` tokens overflow a
+// call's `budget` (0: none).
+bool OverBudget(std::int64_t budget, std::int64_t longest, std::size_t docs) {
+  return budget > 0 && longest > 0 && longest > budget / static_cast<std::int64_t>(docs);
+}
+
+// Whether they fill it: one more document that long would not fit, so
+// waiting for company gains nothing.
+bool FillBudget(std::int64_t budget, std::int64_t longest, std::size_t docs) {
+  return OverBudget(budget, longest, docs + 1);
+}
+
 }  // namespace
 
 BatchQueueSet::BatchQueueSet(BatchQueueLimits limits) : limits_(limits) {}
@@ -84,12 +96,16 @@ bool BatchQueueSet::EvictOneIdleLocked() {
 HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching& config,
                                    const std::function<BatchInvoke()>& make_invoke,
                                    const std::string& where, DocList& docs, int priority,
-                                   int queue_timeout_ms) {
+                                   int queue_timeout_ms, const BatchTokens* tokens) {
   if (docs.empty()) {
     return {};
   }
   Pending pending;
   pending.docs = &docs;
+  if (tokens != nullptr && tokens->budget > 0 && tokens->per_document.size() == docs.size()) {
+    pending.tokens = &tokens->per_document;
+    pending.longest = *std::max_element(tokens->per_document.begin(), tokens->per_document.end());
+  }
   std::unique_lock lock(mutex_);
   if (stopping_) {
     return {.status = UnavailableError("the executor is shutting down"),
@@ -113,7 +129,7 @@ HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching
       alone.invoke = make_invoke();
       alone.where = where;
       std::deque<Pending*> batch{&pending};
-      Flush(alone, batch);
+      Flush(alone, batch, pending.tokens != nullptr ? tokens->budget : 0);
       return std::move(pending.outcome);
     }
     auto queue = std::make_unique<Queue>();
@@ -149,6 +165,10 @@ HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching
   }
   queue.pending.push_back(&pending);
   queue.queued_docs += docs.size();
+  if (pending.tokens != nullptr) {
+    queue.token_budget = tokens->budget;
+    queue.queued_longest = std::max(queue.queued_longest, pending.longest);
+  }
   ++queue.users;
   wake_.notify_all();
   if (queue_timeout_ms < 0) {
@@ -203,6 +223,12 @@ void BatchQueueSet::WithdrawLocked(Queue& queue, Pending& pending) {
   const bool was_oldest = it == queue.pending.begin();
   queue.pending.erase(it);
   queue.queued_docs -= pending.docs->size();
+  if (pending.longest >= queue.queued_longest) {
+    queue.queued_longest = 0;
+    for (const Pending* left : queue.pending) {
+      queue.queued_longest = std::max(queue.queued_longest, left->longest);
+    }
+  }
   if (was_oldest && !queue.pending.empty()) {
     // The batch timer runs from the oldest request still queued.
     queue.first_arrival = queue.pending.front()->arrived;
@@ -227,7 +253,8 @@ BatchQueueSet::Queue* BatchQueueSet::PickLocked(Clock::time_point now,
       const auto preferred =
           static_cast<std::size_t>(std::max(1, queue.config.preferred_batch_size));
       // Stopping flushes at once: shutdown drains what is queued.
-      if (stopping_ || queue.queued_docs >= preferred || now >= queue.deadline) {
+      if (stopping_ || queue.queued_docs >= preferred || now >= queue.deadline ||
+          FillBudget(queue.token_budget, queue.queued_longest, queue.queued_docs)) {
         if (before(due, queue)) {
           due = &queue;
         }
@@ -253,6 +280,37 @@ BatchQueueSet::Queue* BatchQueueSet::PickLocked(Clock::time_point now,
   return Urgency(most_urgent->priority) < Urgency(due->priority) ? most_urgent : due;
 }
 
+std::deque<BatchQueueSet::Pending*> BatchQueueSet::TakeCallLocked(Queue& queue) {
+  const std::size_t call_size = CallSize(queue.config, queue.queued_docs);
+  std::deque<Pending*> batch;
+  std::size_t taken_docs = 0;
+  std::int64_t longest = 0;
+  while (!queue.pending.empty()) {
+    Pending* next = queue.pending.front();
+    const std::size_t docs = taken_docs + next->docs->size();
+    // The first request always goes (Flush spreads it over calls); later
+    // ones while the call has room, by documents and by padded tokens.
+    if (!batch.empty() &&
+        (taken_docs >= call_size ||
+         OverBudget(queue.token_budget, std::max(longest, next->longest), docs))) {
+      break;
+    }
+    queue.pending.pop_front();
+    next->taken = true;  // its call starts: a queue timeout no longer withdraws it
+    taken_docs = docs;
+    longest = std::max(longest, next->longest);
+    batch.push_back(next);
+  }
+  queue.queued_docs -= taken_docs;
+  if (longest >= queue.queued_longest) {
+    queue.queued_longest = 0;
+    for (const Pending* left : queue.pending) {
+      queue.queued_longest = std::max(queue.queued_longest, left->longest);
+    }
+  }
+  return batch;
+}
+
 void BatchQueueSet::Run() {
   std::unique_lock lock(mutex_);
   while (true) {
@@ -263,24 +321,15 @@ void BatchQueueSet::Run() {
       // One handler call's worth of requests (all of them with flush_all),
       // so that between calls a more urgent or older queue is looked at
       // again; what stays is due at once, as it was when picked.
-      const std::size_t call_size = CallSize(ready->config, ready->queued_docs);
-      std::deque<Pending*> batch;
-      std::size_t taken_docs = 0;
-      while (!ready->pending.empty() && (batch.empty() || taken_docs < call_size)) {
-        Pending* pending = ready->pending.front();
-        ready->pending.pop_front();
-        pending->taken = true;  // its call starts: a queue timeout no longer withdraws it
-        taken_docs += pending->docs->size();
-        batch.push_back(pending);
-      }
-      ready->queued_docs -= taken_docs;
+      std::deque<Pending*> batch = TakeCallLocked(*ready);
+      const std::int64_t token_budget = ready->token_budget;
       if (!ready->pending.empty()) {
         ready->first_arrival = ready->pending.front()->arrived;
         ready->deadline = std::min(ready->deadline, now);
       }
       // `ready` stays alive: its callers wait, so users > 0.
       lock.unlock();
-      Flush(*ready, batch);
+      Flush(*ready, batch, token_budget);
       lock.lock();
       for (Pending* pending : batch) {
         pending->done = true;
@@ -301,20 +350,32 @@ void BatchQueueSet::Run() {
 
 // Runs outside the lock: new requests queue up meanwhile and start the next
 // batch's timer.
-void BatchQueueSet::Flush(Queue& queue, std::deque<Pending*>& batch) {
+void BatchQueueSet::Flush(Queue& queue, std::deque<Pending*>& batch, std::int64_t token_budget) {
   const DynamicBatching& config = queue.config;
   // All documents in arrival order, each with the request it came from.
   std::vector<Doc> all;
   std::vector<std::size_t> owner;
+  std::vector<std::int64_t> tokens;  // per document; 0 without a count
   for (std::size_t r = 0; r < batch.size(); ++r) {
-    for (Doc& doc : batch[r]->docs->docs()) {
-      all.push_back(std::move(doc));
+    std::vector<Doc>& docs = batch[r]->docs->docs();
+    for (std::size_t d = 0; d < docs.size(); ++d) {
+      all.push_back(std::move(docs[d]));
       owner.push_back(r);
+      tokens.push_back(batch[r]->tokens != nullptr ? (*batch[r]->tokens)[d] : 0);
     }
   }
   const std::size_t chunk = CallSize(config, all.size());
-  for (std::size_t begin = 0; begin < all.size(); begin += chunk) {
-    const std::size_t end = std::min(all.size(), begin + chunk);
+  for (std::size_t begin = 0, end = 0; begin < all.size(); begin = end) {
+    // At most `chunk` documents, and as many as fit the token budget; at
+    // least one.
+    std::int64_t longest = tokens[begin];
+    for (end = begin + 1; end < all.size() && end - begin < chunk; ++end) {
+      const std::int64_t wider = std::max(longest, tokens[end]);
+      if (OverBudget(token_budget, wider, end - begin + 1)) {
+        break;
+      }
+      longest = wider;
+    }
     DocList call(std::vector<Doc>(std::make_move_iterator(all.begin() + begin),
                                   std::make_move_iterator(all.begin() + end)));
     HandlerOutcome outcome = queue.invoke(call);

@@ -6,6 +6,13 @@
 // preferred_batch_size documents wait or `timeout_ms` after the first one
 // arrived, then hands each caller its own documents back, in order.
 //
+// With a token budget (requests pushed with BatchTokens), a call also holds
+// at most `budget` padded tokens (documents times the longest): the flusher
+// takes requests while they fit, a queue whose waiting requests fill the
+// budget is due at once, and a request too large for one call is spread
+// over several, as it is by documents. A document over the budget goes
+// through a call of its own.
+//
 // A client chooses the parameters, so it chooses how many queues exist: the
 // queues of one BatchQueueSet share a single flusher thread, at most
 // `max_queues` of them exist at once, and a queue nobody used for
@@ -49,6 +56,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace gantry::internal {
 
@@ -101,9 +109,12 @@ class BatchQueueSet {
   // `queue_timeout_ms` >= 0 is this request's own queue timeout (0: none)
   // instead of the queue's config.queue_timeout_ms. Past it, the queue's
   // timeout_action rejects the request or moves it to the back of the queue.
+  // `tokens`, when it has a budget, holds one count per document of `docs`
+  // and must outlive the call; the queue's budget is the latest request's.
   HandlerOutcome Push(const std::string& key, const DynamicBatching& config,
                       const std::function<BatchInvoke()>& make_invoke, const std::string& where,
-                      DocList& docs, int priority = 0, int queue_timeout_ms = -1);
+                      DocList& docs, int priority = 0, int queue_timeout_ms = -1,
+                      const BatchTokens* tokens = nullptr);
 
   // Runs everything queued through the handler, then refuses new pushes
   // and joins the flusher. Idempotent.
@@ -122,6 +133,9 @@ class BatchQueueSet {
   // every request still queued (see HandlerThread::Task).
   struct Pending {
     DocList* docs = nullptr;
+    // One count per document, or null without a token budget.
+    const std::vector<std::int64_t>* tokens = nullptr;
+    std::int64_t longest = 0;  // the most tokens of any of its documents
     HandlerOutcome outcome;
     std::chrono::steady_clock::time_point arrived{};
     bool taken = false;               // in a batch being flushed; guarded by mutex_
@@ -134,6 +148,10 @@ class BatchQueueSet {
     std::string where;
     std::deque<Pending*> pending;
     std::size_t queued_docs = 0;
+    // Padded tokens one call may hold (0: no budget), and the longest
+    // document waiting, for the due rule.
+    std::int64_t token_budget = 0;
+    std::int64_t queued_longest = 0;
     // 1 the most urgent; 0 (no priorities) sorts after every level.
     int priority = 0;
     // When the oldest queued request must go, whatever the batch size.
@@ -150,10 +168,13 @@ class BatchQueueSet {
                     std::chrono::steady_clock::time_point& next_wake);
   // Takes `pending` out of `queue` after its queue timeout; under mutex_.
   void WithdrawLocked(Queue& queue, Pending& pending);
+  // Takes one handler call's worth of requests off the front of `queue`.
+  static std::deque<Pending*> TakeCallLocked(Queue& queue);
   // Frees the least recently used queue nobody waits on; false if none.
   bool EvictOneIdleLocked();
-  // Runs `batch` of `queue` through its handler, outside the lock.
-  void Flush(Queue& queue, std::deque<Pending*>& batch);
+  // Runs `batch` of `queue` through its handler, outside the lock, in calls
+  // of at most `token_budget` padded tokens (0: no budget).
+  void Flush(Queue& queue, std::deque<Pending*>& batch, std::int64_t token_budget);
 
   const BatchQueueLimits limits_;
   mutable std::mutex mutex_;

@@ -299,6 +299,32 @@ StatusOr<int> RequestQueueTimeout(const DynamicBatching& config, Parameters& par
   return config.queue_timeout_ms > 0 ? std::min(own, config.queue_timeout_ms) : own;
 }
 
+// The handler's token counter on one request (no budget without one),
+// checked: one count per document, none negative.
+StatusOr<BatchTokens> CountTokens(const Route& route, const Executor& executor, const DocList& docs,
+                                  const Parameters& parameters) {
+  if (!route.count_tokens) {
+    return BatchTokens{};
+  }
+  StatusOr<BatchTokens> tokens = InternalError("no count");
+  try {
+    tokens = route.count_tokens(executor, docs, parameters);
+  } catch (const std::exception& e) {
+    return InternalError(std::string("token counter threw: ") + e.what());
+  }
+  if (!tokens.ok() || tokens->budget <= 0) {
+    return tokens;
+  }
+  const std::vector<std::int64_t>& counts = tokens->per_document;
+  if (counts.size() != docs.size() ||
+      std::any_of(counts.begin(), counts.end(), [](std::int64_t n) { return n < 0; })) {
+    return InternalError("token counter of '" + route.method_name + "' returned " +
+                         std::to_string(counts.size()) + " counts for " +
+                         std::to_string(docs.size()) + " documents, or a negative count");
+  }
+  return tokens;
+}
+
 }  // namespace
 
 // Jina keys its queues by endpoint and json.dumps(parameters,
@@ -307,7 +333,8 @@ HandlerOutcome RequestHandler::PushBatched(const std::string& endpoint,
                                            const DynamicBatching& batching, std::size_t route_index,
                                            const Parameters& parameters, const std::string& where,
                                            DocList& docs, WorkerMetrics::Endpoint* measured,
-                                           int priority, int queue_timeout_ms) {
+                                           int priority, int queue_timeout_ms,
+                                           const BatchTokens* tokens) {
   std::string key = endpoint + '\n' + ValueDictToJson(parameters.values());
   const Route* route = &routes_[route_index];
   auto make_invoke = [this, route, &parameters, measured] {
@@ -315,7 +342,7 @@ HandlerOutcome RequestHandler::PushBatched(const std::string& endpoint,
       return Invoke(*route, batch, parameters, measured);
     });
   };
-  return queues_.Push(key, batching, make_invoke, where, docs, priority, queue_timeout_ms);
+  return queues_.Push(key, batching, make_invoke, where, docs, priority, queue_timeout_ms, tokens);
 }
 
 bool RequestHandler::SetReplyDocs(jina::DataRequestProto* request, const DocList& docs,
@@ -535,8 +562,15 @@ RequestHandler::Result RequestHandler::HandleUntraced(jina::DataRequestProto* re
       failed("invalid_argument");
       return result;
     }
+    StatusOr<BatchTokens> tokens = CountTokens(route, *executor_, *docs, parameters);
+    if (!tokens.ok()) {
+      result.status = tokens.status().WithPrefix(where);
+      failed(tokens.status().code() == StatusCode::kInvalidArgument ? "invalid_argument"
+                                                                    : "validator");
+      return result;
+    }
     outcome = PushBatched(bound, batching->second, it->second, parameters, where, *docs, measured,
-                          *priority, *queue_timeout);
+                          *priority, *queue_timeout, &*tokens);
   } else {
     outcome = Invoke(route, *docs, parameters, measured, &abandoned);
   }

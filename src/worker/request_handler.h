@@ -138,7 +138,8 @@ class RequestHandler {
   HandlerOutcome PushBatched(const std::string& endpoint, const DynamicBatching& batching,
                              std::size_t route_index, const Parameters& parameters,
                              const std::string& where, DocList& docs,
-                             WorkerMetrics::Endpoint* measured, int priority, int queue_timeout_ms);
+                             WorkerMetrics::Endpoint* measured, int priority, int queue_timeout_ms,
+                             const BatchTokens* tokens);
 
   std::string jtype_;
   std::string executor_name_;

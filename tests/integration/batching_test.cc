@@ -137,6 +137,66 @@ TEST(BatchingIntegrationTest, GpuOnlyBatchingMergesOnCudaReplicasOnly) {
   EXPECT_EQ(HandlerCalls(off, "/gpu", 16).size(), 16u);
 }
 
+// GANTRY_BATCH_TOKENS through a real worker: concurrent requests of 1 to 6
+// words share calls only while their padded words fit the budget, each
+// caller gets its own document back, and a request the counter refuses
+// fails alone with the counter's message.
+TEST(BatchingIntegrationTest, BatchesCloseByTokensAcrossRequests) {
+  Deployment dep({.uses = "BatchCountExec"});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  constexpr int kPosts = 24;
+  constexpr std::int64_t kBudget = 24;
+  struct Words {
+    Status status;
+    std::string sent;
+    std::string text;
+    std::int64_t call = -1;
+    std::int64_t batch = 0;
+    std::int64_t padded = 0;
+  };
+  std::vector<Words> replies(kPosts);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kPosts; ++i) {
+    threads.emplace_back([&, i] {
+      Words& reply = replies[static_cast<std::size_t>(i)];
+      for (int w = 0; w <= i % 6; ++w) {
+        reply.sent += (w == 0 ? "" : " ") + std::string("w") + std::to_string(i);
+      }
+      auto result = dep.Post(
+          "/words", DocList{Doc(reply.sent)},
+          {.request_size = 1, .parameters = Parameters(Value::Dict{{"budget", Value(kBudget)}})});
+      reply.status = result.status();
+      if (result.ok() && result->size() == 1) {
+        const Doc& doc = (*result)[0];
+        reply.text = std::string(doc.text());
+        reply.call = *doc.tags().at("call").AsInt();
+        reply.batch = *doc.tags().at("batch").AsInt();
+        reply.padded = *doc.tags().at("padded").AsInt();
+      }
+    });
+  }
+  testing::JoinWithin(threads, std::chrono::seconds(60), "24 concurrent Posts");
+  std::set<std::int64_t> calls;
+  for (const Words& reply : replies) {
+    ASSERT_TRUE(reply.status.ok()) << reply.status;
+    EXPECT_EQ(reply.text, "seen:" + reply.sent);
+    EXPECT_LE(reply.padded, kBudget) << "a call of " << reply.batch << " documents";
+    calls.insert(reply.call);
+  }
+  // 24 documents of 3.5 words on average fit about 5 calls; merged at all,
+  // never one call each.
+  RecordProperty("handler_calls", static_cast<int>(calls.size()));
+  EXPECT_LT(calls.size(), 18u);
+
+  auto refused = dep.Post("/words", DocList{Doc("uncountable")},
+                          {.parameters = Parameters(Value::Dict{{"budget", Value(kBudget)}})});
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("cannot be counted"));
+  auto after = dep.Post("/words", DocList{Doc("still serving")});
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ((*after)[0].text(), "seen:still serving");
+}
+
 TEST(BatchingIntegrationTest, UnknownBatchingKeyFailsTheStart) {
   Deployment dep({.uses = "BatchCountExec",
                   .uses_dynamic_batching = {{"/nope", {.preferred_batch_size = 2}}}});

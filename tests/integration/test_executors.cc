@@ -4,11 +4,13 @@
 #include <gantry/executor.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 
 namespace gantry_test {
@@ -216,7 +218,40 @@ class BatchCountExec final : public gantry::Executor {
     Tag(docs);
   }
 
+  // Batched by tokens: a document's tokens are its words, the budget the
+  // request's `budget` parameter; each document is tagged with its call's
+  // padded tokens. A text "uncountable" makes the counter refuse the request.
+  GANTRY_REQUESTS(Words, "/words");
+  GANTRY_DYNAMIC_BATCHING(Words, {.preferred_batch_size = 64, .timeout_ms = 500});
+  GANTRY_BATCH_TOKENS(Words, CountWords);
+  void Words(gantry::DocList& docs) {
+    std::int64_t longest = 0;
+    for (const gantry::Doc& doc : docs) {
+      longest = std::max(longest, WordsOf(doc.text()));
+    }
+    for (gantry::Doc& doc : docs) {
+      doc.mutable_tags()["padded"] =
+          gantry::Value(longest * static_cast<std::int64_t>(docs.size()));
+    }
+    Tag(docs);
+  }
+  gantry::StatusOr<gantry::BatchTokens> CountWords(const gantry::DocList& docs,
+                                                   const gantry::Parameters& parameters) const {
+    gantry::BatchTokens tokens{
+        .budget = static_cast<std::int64_t>(parameters.GetNumber("budget", 0)), .per_document = {}};
+    for (const gantry::Doc& doc : docs) {
+      if (doc.text() == "uncountable") {
+        return gantry::InvalidArgumentError("document '" + doc.id() + "' cannot be counted");
+      }
+      tokens.per_document.push_back(WordsOf(doc.text()));
+    }
+    return tokens;
+  }
+
  private:
+  static std::int64_t WordsOf(std::string_view text) {
+    return 1 + std::count(text.begin(), text.end(), ' ');
+  }
   void Tag(gantry::DocList& docs) {
     ++calls_;
     for (gantry::Doc& doc : docs) {

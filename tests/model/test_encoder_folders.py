@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import unittest
 
 import numpy as np
@@ -169,6 +170,39 @@ class PoolingParity(unittest.TestCase):
             status, reply = http_post(gantry.http_port, "/embed", {"inputs": ["a dog", "x"]})
             self.assertEqual(status, 200, reply)
             np.testing.assert_allclose(reply, reference.encode(["a dog", "x"]), atol=1e-4)
+        finally:
+            gantry.stop()
+
+    def test_batched_requests_share_passes_within_the_token_budget(self):
+        # Dynamic batching with max_batch_tokens: concurrent requests are merged
+        # only while their padded tokens fit (the worker's batcher counts them
+        # before queueing); every caller still gets its own, exact vectors.
+        folder = os.path.join(self.tmp.name, "batched")
+        reference = make_st(self.base, folder, "mean", True)
+        gantry = serve(self.tmp.name, "batched", folder,
+                       "    max_batch_tokens: 40\n"
+                       "  uses_dynamic_batching:\n"
+                       "    /encode: {preferred_batch_size: 64, timeout: 200}\n")
+        try:
+            texts = TEXTS * 4
+            want = reference.encode(texts, convert_to_numpy=True)
+            replies = [None] * len(texts)
+
+            def post(i):
+                replies[i] = http_post(gantry.http_port, "/encode",
+                                       {"data": [{"text": texts[i]}]})
+
+            threads = [threading.Thread(target=post, args=(i,)) for i in range(len(texts))]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+                self.assertFalse(thread.is_alive(), "a post did not come back in 60 s")
+            for i, (status, reply) in enumerate(replies):
+                self.assertEqual(status, 200, reply)
+                got = np.array(reply["data"][0]["embedding"], dtype=np.float32)
+                np.testing.assert_allclose(got, want[i], atol=1e-4, rtol=1e-4,
+                                           err_msg=texts[i])
         finally:
             gantry.stop()
 
