@@ -286,6 +286,14 @@ class Deployment {
   // ends one in progress. `gantry deployment` does this on SIGHUP.
   Status RollingRestart(DeploymentOptions options);
 
+  // Re-reads the gateway's TLS certificate, key and client CA from the
+  // paths in `tls` (a certificate renewed in place), for gRPC and HTTP:
+  // connections made from about a second on get them, open ones keep
+  // theirs. A file that does not load is an error naming it, and the
+  // certificates in use stay. `gantry deployment` does this on SIGHUP,
+  // before the rolling restart. FAILED_PRECONDITION without TLS.
+  Status ReloadTls();
+
   // Blocks until SIGINT or SIGTERM arrives or Stop() is called.
   void Block();
   // Stops the gateway (new requests get UNAVAILABLE), lets requests in

@@ -305,6 +305,15 @@ int ServeAndRollOnSighup(Options options, const std::string& uses,
       spdlog::warn("SIGHUP: still starting; ignored");
       return;
     }
+    if constexpr (requires { service->ReloadTls(); }) {
+      // FAILED_PRECONDITION: no TLS to reload.
+      const gantry::Status certificates = service->ReloadTls();
+      if (certificates.ok()) {
+        spdlog::info("SIGHUP: TLS certificate and key read again");
+      } else if (certificates.code() != gantry::StatusCode::kFailedPrecondition) {
+        spdlog::error("SIGHUP: {}; the certificates in use stay", certificates.message());
+      }
+    }
     spdlog::info("SIGHUP: reading {} again for a rolling restart", uses);
     gantry::StatusOr<Options> next = reread();
     gantry::Status done =
@@ -526,10 +535,28 @@ int RunGateway(const std::string& addresses, const std::string& host, const List
     }
     rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
   }
+  // Before the gateway's threads, which must leave SIGHUP to this one.
+  std::atomic<gantry::internal::Gateway*> serving{nullptr};
+  OnSighup reload([&] {
+    gantry::internal::Gateway* gateway = serving.load();
+    if (gateway == nullptr) {
+      spdlog::warn("SIGHUP: still starting; ignored");
+      return;
+    }
+    const gantry::Status certificates = gateway->ReloadTls();
+    if (certificates.ok()) {
+      spdlog::info("SIGHUP: TLS certificate and key read again");
+    } else if (certificates.code() == gantry::StatusCode::kFailedPrecondition) {
+      spdlog::info("SIGHUP: nothing to reload (no TLS)");
+    } else {
+      spdlog::error("SIGHUP: {}; the certificates in use stay", certificates.message());
+    }
+  });
   auto gateway = gantry::internal::Gateway::Start(std::move(options));
   if (!gateway.ok()) {
     return Fail(gateway.status());
   }
+  serving.store(gateway->get());
   spdlog::info("ready and listening on {}:{}", host, (*gateway)->port());
   if ((*gateway)->http_port() >= 0) {
     spdlog::info("HTTP gateway on {}:{}", host, (*gateway)->http_port());
@@ -546,6 +573,7 @@ int RunGateway(const std::string& addresses, const std::string& host, const List
   sigwait(&set, &signal_number);
   spdlog::info("received {}; draining requests in flight (up to {} ms)", strsignal(signal_number),
                timeout_drain.count());
+  reload.Stop();  // before the gateway goes
   (*gateway)->Shutdown(timeout_drain);
   return 0;
 }

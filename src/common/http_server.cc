@@ -160,7 +160,15 @@ class HttpServer::Core {
 
   const HttpServerOptions& options() const { return options_; }
   int port() const { return port_; }
-  asio::ssl::context* ssl() { return ssl_ ? &*ssl_ : nullptr; }
+  // The TLS context new connections take (null without TLS); a connection
+  // keeps the one it started with across a ReloadTls.
+  std::shared_ptr<asio::ssl::context> ssl() {
+    std::lock_guard lock(ssl_mutex_);
+    return ssl_;
+  }
+  bool tls() const { return options_.tls.enabled(); }
+  // A new context from options().tls's files, for connections from now on.
+  Status ReloadTls();
 
   std::size_t open_connections() {
     std::lock_guard lock(mutex_);
@@ -229,7 +237,8 @@ class HttpServer::Core {
                                          ? options_.max_body_bytes_in_flight
                                          : 16 * options_.max_body_bytes;
   std::atomic<std::uint64_t> refused_connections_{0};
-  std::optional<asio::ssl::context> ssl_;
+  std::mutex ssl_mutex_;
+  std::shared_ptr<asio::ssl::context> ssl_;  // guarded by ssl_mutex_
   int port_ = 0;
   // Declared after what sessions reach, so it is destroyed before them.
   asio::io_context io_;
@@ -269,7 +278,8 @@ namespace {
 template <class Stream>
 class Session final : public SessionBase, public std::enable_shared_from_this<Session<Stream>> {
  public:
-  Session(HttpServer::Core* core, tcp::socket socket) : core_(core), stream_(MakeStream(socket)) {}
+  Session(HttpServer::Core* core, tcp::socket socket)
+      : core_(core), ssl_(core->ssl()), stream_(MakeStream(socket)) {}
   ~Session() override {
     ReleaseBody();
     core_->Forget(this);
@@ -318,7 +328,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
  private:
   Stream MakeStream(tcp::socket& socket) {
     if constexpr (std::is_same_v<Stream, TlsStream>) {
-      return Stream(std::move(socket), *core_->ssl());
+      return Stream(std::move(socket), *ssl_);
     } else {
       return Stream(std::move(socket));
     }
@@ -560,6 +570,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   }
 
   HttpServer::Core* core_;  // outlives every session (see Core::io_)
+  // The TLS context this connection started with (null without TLS).
+  const std::shared_ptr<asio::ssl::context> ssl_;
   Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -575,6 +587,18 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
 
 }  // namespace
 
+Status HttpServer::Core::ReloadTls() {
+  GANTRY_RETURN_IF_ERROR(LoadServerTls(options_.tls).status());
+  auto context = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
+  std::string error;
+  if (!ConfigureSslContext(*context->native_handle(), options_.tls, &error)) {
+    return InvalidArgumentError(options_.name + ": " + error);
+  }
+  std::lock_guard lock(ssl_mutex_);
+  ssl_ = std::move(context);
+  return OkStatus();
+}
+
 Status HttpServer::Core::Listen() {
   const std::string address = options_.host + ":" + std::to_string(options_.port);
   if (options_.port < 0 || options_.port > 65535) {
@@ -582,12 +606,7 @@ Status HttpServer::Core::Listen() {
                                 " is not 0 to 65535");
   }
   if (options_.tls.enabled()) {
-    GANTRY_RETURN_IF_ERROR(LoadServerTls(options_.tls).status());
-    ssl_.emplace(asio::ssl::context::tls_server);
-    std::string error;
-    if (!ConfigureSslContext(*ssl_->native_handle(), options_.tls, &error)) {
-      return InvalidArgumentError(options_.name + ": " + error);
-    }
+    GANTRY_RETURN_IF_ERROR(ReloadTls());
   }
   beast::error_code ec;
   tcp::resolver resolver(io_);
@@ -652,7 +671,7 @@ void HttpServer::Core::Accept() {
     beast::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
     std::shared_ptr<SessionBase> session;
-    if (ssl_) {
+    if (tls()) {
       session = std::make_shared<Session<TlsStream>>(this, std::move(socket));
     } else {
       session = std::make_shared<Session<PlainStream>>(this, std::move(socket));
@@ -740,6 +759,13 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions option
 int HttpServer::port() const { return core_->port(); }
 
 std::size_t HttpServer::open_connections() const { return core_->open_connections(); }
+
+Status HttpServer::ReloadTls() {
+  if (!core_->tls()) {
+    return FailedPreconditionError(core_->options().name + " serves no TLS");
+  }
+  return core_->ReloadTls();
+}
 
 void HttpServer::Shutdown(std::chrono::milliseconds grace) { core_->Shutdown(grace); }
 

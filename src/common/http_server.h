@@ -109,6 +109,10 @@ class HttpServer {
   int port() const;
   // Connections open now (for tests and metrics).
   std::size_t open_connections() const;
+  // Re-reads the TLS files (a certificate renewed in place): connections
+  // accepted from now on use them, open ones keep theirs. On an error
+  // naming the file the old ones stay. FAILED_PRECONDITION without TLS.
+  Status ReloadTls();
   // Stops accepting, closes idle connections, waits up to `grace` for the
   // requests being answered, then stops. Idempotent.
   void Shutdown(std::chrono::milliseconds grace = std::chrono::seconds(30));

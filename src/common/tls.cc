@@ -1,15 +1,23 @@
 #include "common/tls.h"
 
+#include <fcntl.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string_view>
+#include <system_error>
+#include <utility>
 
 #include "core/deployment_rules.h"
 
@@ -158,6 +166,113 @@ StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     ssl.pem_private_key = std::move(files.private_key);
   }
   return grpc::SslCredentials(ssl);
+}
+
+namespace {
+
+// Writes `text` to `path`, readable by this user only (it may be a key).
+Status WritePrivateFile(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return InternalError("cannot write '" + path + "': " + std::strerror(errno));
+  }
+  std::size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      const int error = errno;
+      ::close(fd);
+      return InternalError("cannot write '" + path + "': " + std::strerror(error));
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ReloadableServerCredentials>> ReloadableServerCredentials::Create(
+    ServerTlsOptions options) {
+  GANTRY_ASSIGN_OR_RETURN(ServerTlsFiles files, LoadServerTls(options));
+  std::error_code ec;
+  std::string pattern = (std::filesystem::temp_directory_path(ec) / "gantry-tls-XXXXXX").string();
+  if (ec || ::mkdtemp(pattern.data()) == nullptr) {
+    return InternalError("cannot make a folder for the gateway's TLS files under " + pattern +
+                         ": " + (ec ? ec.message() : std::strerror(errno)));
+  }
+  std::unique_ptr<ReloadableServerCredentials> self(
+      new ReloadableServerCredentials(std::move(options), pattern));
+  {
+    std::lock_guard lock(self->mutex_);
+    GANTRY_RETURN_IF_ERROR(self->Install(files));
+  }
+  const std::string current = self->dir_ + "/current/";
+  const bool mutual = !files.client_ca.empty();
+  // The watcher reads the files once here, then every kRefreshSeconds.
+  self->provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      current + "key.pem", current + "cert.pem", mutual ? current + "ca.pem" : std::string(),
+      kRefreshSeconds);
+  grpc::experimental::TlsServerCredentialsOptions tls(self->provider_);
+  tls.watch_identity_key_cert_pairs();
+  if (mutual) {
+    tls.watch_root_certs();
+    tls.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    tls.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  self->credentials_ = grpc::experimental::TlsServerCredentials(tls);
+  if (!self->credentials_) {
+    return InternalError("gRPC refused the TLS server credentials");
+  }
+  return self;
+}
+
+ReloadableServerCredentials::~ReloadableServerCredentials() {
+  credentials_.reset();
+  provider_.reset();  // stops the watcher before its files go
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+Status ReloadableServerCredentials::Reload() {
+  GANTRY_ASSIGN_OR_RETURN(ServerTlsFiles files, LoadServerTls(options_));
+  if (files.client_ca.empty() != options_.client_ca_file.empty()) {
+    return InternalError("the client CA cannot be added or removed by a reload");
+  }
+  std::lock_guard lock(mutex_);
+  return Install(files);
+}
+
+Status ReloadableServerCredentials::Install(const ServerTlsFiles& files) {
+  const int next = generation_ + 1;
+  const std::string folder = dir_ + "/gen-" + std::to_string(next);
+  if (::mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST) {
+    return InternalError("cannot make '" + folder + "': " + std::strerror(errno));
+  }
+  GANTRY_RETURN_IF_ERROR(WritePrivateFile(folder + "/key.pem", files.private_key));
+  GANTRY_RETURN_IF_ERROR(WritePrivateFile(folder + "/cert.pem", files.cert_chain));
+  if (!files.client_ca.empty()) {
+    GANTRY_RETURN_IF_ERROR(WritePrivateFile(folder + "/ca.pem", files.client_ca));
+  }
+  // One rename moves key, certificate and CA together; the watcher reads
+  // them by path through `current`.
+  const std::string link = dir_ + "/current.new";
+  ::unlink(link.c_str());
+  if (::symlink(("gen-" + std::to_string(next)).c_str(), link.c_str()) != 0 ||
+      ::rename(link.c_str(), (dir_ + "/current").c_str()) != 0) {
+    return InternalError("cannot switch '" + dir_ +
+                         "/current' to the new TLS files: " + std::strerror(errno));
+  }
+  // The generation before the last may still be mid-read by the watcher
+  // only if a reload came within one refresh; the one before that cannot.
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_ + "/gen-" + std::to_string(next - 2), ignored);
+  generation_ = next;
+  return OkStatus();
 }
 
 }  // namespace gantry::internal

@@ -1179,6 +1179,18 @@ Status Deployment::RollingRestart(DeploymentOptions options) {
   return impl_->RollingRestart(std::move(options));
 }
 
+Status Deployment::ReloadTls() {
+  const std::string what = "deployment '" + impl_->options_.name + "'";
+  if (!impl_->options_.tls.enabled()) {
+    return FailedPreconditionError(what + " serves no TLS");
+  }
+  std::shared_ptr<internal::Gateway> gateway = impl_->gateway();
+  if (!impl_->status_.ok() || gateway == nullptr) {
+    return UnavailableError(what + " is not serving");
+  }
+  return gateway->ReloadTls().WithPrefix(what);
+}
+
 void Deployment::Stop() { impl_->Stop(); }
 
 }  // namespace gantry

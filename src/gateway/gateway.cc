@@ -113,6 +113,13 @@ class Gateway::Impl {
   ReplicaPool* pool() const { return pool_.get(); }
   GatewayMetrics* metrics() const { return metrics_.get(); }
   void Shutdown(std::chrono::milliseconds grace);
+  Status ReloadTls() {
+    if (!tls_credentials_) {
+      return FailedPreconditionError("the gateway serves no TLS");
+    }
+    GANTRY_RETURN_IF_ERROR(tls_credentials_->Reload());
+    return http_ ? http_->ReloadTls() : OkStatus();
+  }
 
   // Called by each data call's reactor when it starts: false once the
   // gateway is draining (the call is then refused). A registered reactor
@@ -152,6 +159,8 @@ class Gateway::Impl {
   std::unique_ptr<InfoService> info_service_;
   std::unique_ptr<ReflectionService> reflection_service_;
   std::unique_ptr<KServeService> kserve_service_;
+  // Null without TLS; outlives server_, which reads its files.
+  std::unique_ptr<ReloadableServerCredentials> tls_credentials_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpGateway> http_;
   // Null without monitoring. Shared with each request's completion, which
@@ -686,8 +695,11 @@ Status Gateway::Impl::Init() {
   quota.SetMaxThreads(kMaxKServeCallsInFlight + kSpareServerThreads);
   builder.SetResourceQuota(quota);
   std::string address = JoinHostPort(options_.host, options_.port);
-  GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                          MakeServerCredentials(options_.tls));
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (options_.tls.enabled()) {
+    GANTRY_ASSIGN_OR_RETURN(tls_credentials_, ReloadableServerCredentials::Create(options_.tls));
+    credentials = tls_credentials_->credentials();
+  }
   builder.AddListeningPort(address, credentials, &port_);
   builder.RegisterService(dry_run_service_.get());
   builder.RegisterService(info_service_.get());
@@ -1067,6 +1079,8 @@ std::vector<ReplicaState> Gateway::ReplicaStates() const {
 }
 
 void Gateway::Shutdown(std::chrono::milliseconds grace) { impl_->Shutdown(grace); }
+
+Status Gateway::ReloadTls() { return impl_->ReloadTls(); }
 
 void Gateway::ReplicaDown(std::size_t index, const std::string& why) {
   if (impl_->pool()) {

@@ -142,6 +142,12 @@ class Gateway {
   // Stops accepting requests (UNAVAILABLE), waits up to `grace` for those
   // in flight to be answered, then cancels the rest. Idempotent.
   void Shutdown(std::chrono::milliseconds grace);
+  // Re-reads the TLS certificate, key and client CA from their paths (a
+  // certificate renewed in place) for gRPC and HTTP alike: new connections
+  // get them within ReloadableServerCredentials::kRefreshSeconds, open ones
+  // keep theirs. On an error naming the file the old ones stay.
+  // FAILED_PRECONDITION without TLS.
+  Status ReloadTls();
 
   // From the Deployment's supervisor; `index` follows `replica_addresses`.
   void ReplicaDown(std::size_t index, const std::string& why);

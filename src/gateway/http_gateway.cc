@@ -241,6 +241,10 @@ class HttpGateway::Impl {
   }
 
   int port() const { return server_ ? server_->port() : -1; }
+  Status ReloadTls() {
+    return server_ ? server_->ReloadTls()
+                   : FailedPreconditionError("the HTTP gateway is not serving");
+  }
 
  private:
   // Every answer goes out through here, so CORS headers are never missed.
@@ -1159,5 +1163,7 @@ StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(HttpGatewayOptions opt
 int HttpGateway::port() const { return impl_->port(); }
 
 void HttpGateway::Shutdown(std::chrono::milliseconds grace) { impl_->Shutdown(grace); }
+
+Status HttpGateway::ReloadTls() { return impl_->ReloadTls(); }
 
 }  // namespace gantry::internal

@@ -117,6 +117,8 @@ class HttpGateway {
   // Stops listening, waits up to `grace` for the requests being answered.
   // Idempotent.
   void Shutdown(std::chrono::milliseconds grace = std::chrono::seconds(30));
+  // HttpServer::ReloadTls.
+  Status ReloadTls();
 
   class Impl;
 

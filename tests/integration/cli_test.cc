@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "deployment/child_process.h"
@@ -468,6 +469,31 @@ TEST(CliTest, PingFailsForNothingListening) {
   EXPECT_THAT(out, HasSubstr("is not ready"));
 }
 
+// Renews `pki`'s server certificate in place (one signed by other_ca),
+// sends SIGHUP to `cli`, and expects new connections to `address` to get it
+// within a bounded wait, the log to say so, and clients of the old CA to be
+// refused from then on.
+void ExpectSighupServesTheRenewedCertificate(ChildProcess& cli, const testing::TestPki& pki,
+                                             const std::string& address, const std::string& log) {
+  std::filesystem::copy_file(pki.renewed_server_cert, pki.server_cert,
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(pki.renewed_server_key, pki.server_key,
+                             std::filesystem::copy_options::overwrite_existing);
+  cli.Signal(SIGHUP);
+  int renewed_code = -1;
+  std::string renewed_out;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (renewed_code != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::tie(renewed_code, renewed_out) =
+        RunCli({"ping", address, "--timeout", "1000", "--tls", "--ssl-cafile", pki.other_ca});
+  }
+  EXPECT_EQ(renewed_code, 0) << renewed_out << testing::ReadFile(log);
+  EXPECT_THAT(testing::ReadFile(log), HasSubstr("SIGHUP: TLS certificate and key read again"));
+  auto [old_code, old_out] =
+      RunCli({"ping", address, "--timeout", "1000", "--tls", "--ssl-cafile", pki.ca});
+  EXPECT_EQ(old_code, 1) << old_out;
+}
+
 TEST(CliTest, DeploymentServesTlsFromYamlAndPingUsesIt) {
   testing::TempDir dir;
   std::string error;
@@ -498,10 +524,53 @@ TEST(CliTest, DeploymentServesTlsFromYamlAndPingUsesIt) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->size(), 5u);
 
+  // A certificate renewed in place is served after SIGHUP.
+  ExpectSighupServesTheRenewedCertificate(*cli, *pki, address, dir.File("cli.log"));
+
   cli->Signal(SIGTERM);
   ASSERT_TRUE(cli->WaitFor(std::chrono::seconds(30)));
   EXPECT_TRUE(WIFEXITED(*cli->exit_status()) && WEXITSTATUS(*cli->exit_status()) == 0)
       << ChildProcess::DescribeWaitStatus(*cli->exit_status());
+}
+
+// `gantry gateway` (what exports run) re-reads its certificate on SIGHUP too.
+TEST(CliTest, GatewayServesARenewedCertificateAfterSighup) {
+  testing::TempDir dir;
+  std::string error;
+  std::optional<testing::TestPki> pki = testing::MakeTestPki(dir, &error);
+  ASSERT_TRUE(pki.has_value()) << error;
+  std::string executor_port_file = dir.File("executor.port");
+  ChildProcessPtr executor =
+      StartCli({"executor", "--uses", testing::SourceDir() + "/examples/seed/executor.yml",
+                "--port", "0", "--port-file", executor_port_file},
+               dir.File("executor.log"));
+  ASSERT_NE(executor, nullptr);
+  auto executor_port = testing::WaitForFile(executor_port_file, kReadyTimeout);
+  ASSERT_TRUE(executor_port.has_value()) << testing::ReadFile(dir.File("executor.log"));
+  std::string gateway_port_file = dir.File("gateway.port");
+  ChildProcessPtr gateway = StartCli(
+      {"gateway", "--replica-addresses", "127.0.0.1:" + std::to_string(std::stoi(*executor_port)),
+       "--port", "0", "--port-file", gateway_port_file, "--ssl-certfile", pki->server_cert,
+       "--ssl-keyfile", pki->server_key},
+      dir.File("gateway.log"));
+  ASSERT_NE(gateway, nullptr);
+  auto gateway_port = testing::WaitForFile(gateway_port_file, kReadyTimeout);
+  ASSERT_TRUE(gateway_port.has_value()) << testing::ReadFile(dir.File("gateway.log"));
+  const std::string address = "127.0.0.1:" + std::to_string(std::stoi(*gateway_port));
+  int code = -1;
+  std::string out;
+  const auto deadline = std::chrono::steady_clock::now() + kReadyTimeout;
+  while (code != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::tie(code, out) =
+        RunCli({"ping", address, "--timeout", "1000", "--tls", "--ssl-cafile", pki->ca});
+  }
+  ASSERT_EQ(code, 0) << out << testing::ReadFile(dir.File("gateway.log"));
+
+  ExpectSighupServesTheRenewedCertificate(*gateway, *pki, address, dir.File("gateway.log"));
+  Client client(address, {.tls = {.enabled = true, .ca_file = pki->other_ca}});
+  auto result = client.Post("/encode", MakeDocs(3), {.timeout = std::chrono::seconds(30)});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->size(), 3u);
 }
 
 TEST(CliTest, BadTlsFlagsAreReportedNamingFileAndFlag) {

@@ -8,9 +8,11 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "testutil/testutil.h"
 
@@ -155,6 +157,66 @@ TEST_F(TlsTest, HttpsServesClientsTrustingTheCaOnly) {
   plain.set_read_timeout(kCallTimeout);
   auto plain_res = plain.Get("/status");
   EXPECT_FALSE(plain_res && plain_res->status == 200);
+}
+
+// A certificate renewed in place (here by one another CA signed, so that
+// clients tell which they got): after ReloadTls, new connections get it
+// over gRPC and HTTPS; a file that does not load is an error naming it, and
+// the certificate in use stays.
+TEST_F(TlsTest, ReloadTlsServesARenewedCertificateToNewConnections) {
+  StartDeployment(/*require_client_cert=*/false);
+  Client before = MakeClient({.enabled = true, .ca_file = pki_->ca});
+  ASSERT_TRUE(PostThree(before).ok());
+
+  std::filesystem::copy_file(pki_->renewed_server_cert, pki_->server_cert,
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(pki_->renewed_server_key, pki_->server_key,
+                             std::filesystem::copy_options::overwrite_existing);
+  ASSERT_TRUE(dep_->ReloadTls().ok());
+  // gRPC's file watcher picks the new files up within a second or two.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  StatusOr<DocList> renewed = UnavailableError("not tried");
+  while (std::chrono::steady_clock::now() < deadline) {
+    Client client = MakeClient({.enabled = true, .ca_file = pki_->other_ca});
+    renewed = PostThree(client);
+    if (renewed.ok()) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_TRUE(renewed.ok()) << "no new connection got the renewed certificate: "
+                            << renewed.status();
+  Client old_ca = MakeClient({.enabled = true, .ca_file = pki_->ca});
+  EXPECT_FALSE(PostThree(old_ca).ok()) << "a new connection still got the old certificate";
+  // HTTPS takes it at once.
+  auto https = HttpsClient(pki_->other_ca, "", "");
+  auto res = https->Post("/echo", R"({"data": [{"text": "hi"}]})", "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200) << res->body;
+  auto https_old = HttpsClient(pki_->ca, "", "");
+  EXPECT_FALSE(https_old->Get("/status"));
+
+  // A broken key: refused by name, the renewed certificate stays in use.
+  testing::WriteFile(pki_->server_key, "not a key\n");
+  const Status broken = dep_->ReloadTls();
+  EXPECT_EQ(broken.code(), StatusCode::kInvalidArgument) << broken;
+  EXPECT_THAT(broken.message(), HasSubstr(pki_->server_key));
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // past a watcher refresh
+  Client still = MakeClient({.enabled = true, .ca_file = pki_->other_ca});
+  StatusOr<DocList> served = PostThree(still);
+  EXPECT_TRUE(served.ok()) << served.status();
+  auto https_still = HttpsClient(pki_->other_ca, "", "");
+  auto still_res = https_still->Get("/status");
+  ASSERT_TRUE(still_res) << httplib::to_string(still_res.error());
+  EXPECT_EQ(still_res->status, 200);
+}
+
+TEST_F(TlsTest, ReloadTlsWithoutTlsIsAFailedPrecondition) {
+  Deployment plain({.uses = "EchoExec"});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const Status status = plain.ReloadTls();
+  EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(status.message(), HasSubstr("serves no TLS"));
 }
 
 TEST_F(TlsTest, HttpsWithMutualTlsNeedsAClientCertificate) {

@@ -203,6 +203,9 @@ std::optional<TestPki> MakeTestPki(const TempDir& dir, std::string* error) {
       !make_leaf("server", "ca",
                  "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
                  "subjectAltName=IP:127.0.0.1,DNS:localhost\n") ||
+      !make_leaf("renewed-server", "other-ca",
+                 "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+                 "subjectAltName=IP:127.0.0.1,DNS:localhost\n") ||
       !make_leaf("client", "client-ca",
                  "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n")) {
     return std::nullopt;
@@ -211,6 +214,8 @@ std::optional<TestPki> MakeTestPki(const TempDir& dir, std::string* error) {
                  .server_cert = dir.File("server.pem"),
                  .server_key = dir.File("server.key"),
                  .other_ca = dir.File("other-ca.pem"),
+                 .renewed_server_cert = dir.File("renewed-server.pem"),
+                 .renewed_server_key = dir.File("renewed-server.key"),
                  .client_ca = dir.File("client-ca.pem"),
                  .client_cert = dir.File("client.pem"),
                  .client_key = dir.File("client.key")};

@@ -78,7 +78,9 @@ void JoinWithin(std::vector<std::thread>& threads, std::chrono::milliseconds tim
 
 // Certificates for TLS tests, made by the `openssl` command in `dir`: a CA
 // and a server certificate it signed (for 127.0.0.1 and localhost), an
-// unrelated CA, and a client CA with a client certificate it signed. All
+// unrelated CA and a server certificate for the same names it signed (a
+// renewal, for reload tests), and a client CA with a client certificate it
+// signed. All
 // PEM, keys unencrypted; valid for a day. nullopt (with the reason in
 // `error`) when openssl is missing or fails; every openssl run is bounded.
 struct TestPki {
@@ -86,6 +88,8 @@ struct TestPki {
   std::string server_cert;
   std::string server_key;
   std::string other_ca;
+  std::string renewed_server_cert;  // signed by other_ca
+  std::string renewed_server_key;
   std::string client_ca;
   std::string client_cert;
   std::string client_key;
