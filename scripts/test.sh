@@ -3,9 +3,11 @@
 # environments the parity and interoperability tests compare against, a
 # format check, the include-layer check, the build, clang-tidy, every ctest label, a short run of
 # each libFuzzer target, the ASan+UBSan build of the torch-free targets with
-# their tests, and the TSan build with the unit and integration tests.
+# their tests, an ASan+UBSan build of the libtorch targets (SentenceEncoder,
+# the torch helpers, the encoder deployment on the real model) with theirs,
+# and the TSan build with the unit and integration tests.
 #
-#   scripts/test.sh            (GANTRY_SKIP_SANITIZE=1 skips both sanitizer passes)
+#   scripts/test.sh            (GANTRY_SKIP_SANITIZE=1 skips the sanitizer passes)
 #
 # A peer a test compares against (the Jina venv, the model, the parity venv)
 # that is missing fails the run (GANTRY_REQUIRE_PEERS=1); only tests labelled
@@ -54,6 +56,18 @@ if [[ "${GANTRY_SKIP_SANITIZE:-0}" != 1 ]]; then
   # Not the `docker` tests: their servers run the image's binaries, not these.
   ASAN_OPTIONS=detect_leaks=1 ctest --test-dir "$root/build-asan" -j 2 --output-on-failure --timeout 300 \
     -LE docker
+
+  # The model path under ASan+UBSan: our code instrumented, the wheel's
+  # libtorch not (ASan needs no rebuild of it; its allocations go through
+  # the interposed malloc all the same). Only the targets of the `torch`
+  # tests are built, and no suppression has been needed: LeakSanitizer
+  # finds nothing to report at the exit of these programs and workers.
+  step "ASan+UBSan build and tests (libtorch targets)"
+  GANTRY_BUILD_DIR="$root/build-asan-torch" \
+    GANTRY_BUILD_TARGETS="sentence_encoder_test gantry_torch_tests encoder_deployment_test gantry_worker encode_10k" \
+    scripts/build.sh -DGANTRY_SANITIZE="address;undefined" -DGANTRY_BUILD_BENCH=OFF
+  ASAN_OPTIONS=detect_leaks=1 ctest --test-dir "$root/build-asan-torch" -L torch -LE gpu -j 2 \
+    --output-on-failure --timeout 600
 
   # Left out: two tests whose point is a wall-clock bound (a 200 ms deadline
   # the handler must have started within; an error "well under a second"),
