@@ -189,6 +189,7 @@ HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching
       WithdrawLocked(queue, pending);
       queue.pending.push_back(&pending);
       queue.queued_docs += docs.size();
+      queue.queued_longest = std::max(queue.queued_longest, pending.longest);
     }
     pending.done_cv.wait(lock, [&] { return pending.done; });
     pending.outcome.delayed = true;
