@@ -1,27 +1,34 @@
 #!/usr/bin/env bash
-# Soak test: a 2-replica `gantry deployment` (MyGPUExec on CPU, from YAML)
-# under mixed load for SECONDS: good requests, bad ones, and a SIGKILL of
-# replica rep-1 every KILL_EVERY seconds (bench/soak/soak.cc). Reports
-# requests served, errors by code, respawn times and the RSS of every process
-# at start, every 30 s and at the end; then stops the deployment with SIGTERM
-# and checks that it exits 0 with no worker left behind.
+# Soak test: a 2-replica `gantry deployment` of SoakExec (bench/soak, a
+# torch-free plugin) under mixed load for SECONDS: good requests, bad ones,
+# and every FAULT_EVERY seconds a fault, in turn: SIGKILL of replica rep-1,
+# SIGSTOP of it (hung: the liveness probe must replace it), a poison request
+# (crashes the replica serving it), SIGHUP (a rolling restart of both
+# replicas) (bench/soak/soak.cc). Reports requests served, errors by code,
+# repair times and the RSS of every process at start, every 30 s and at the
+# end; then stops the deployment with SIGTERM and checks that it exits 0
+# with no worker left behind.
 #
-#   scripts/soak.sh [SECONDS=600] [KILL_EVERY=20] [THREADS=4]
+#   scripts/soak.sh [SECONDS=600] [FAULT_EVERY=20] [THREADS=4] [FAULTS=kill,stall,poison,rolling]
 #
 # THREADS: client threads posting good requests (each keeps one in flight).
 #
-# Needs a build with bin/gantry, bin/gantry-worker and bin/gantry_soak
-# (cmake --build build --target gantry_cli gantry_worker gantry_soak);
-# GANTRY_BUILD_DIR picks the build (default build/).
+# Needs a build with bin/gantry, bin/gantry-worker, bin/gantry_soak and
+# lib/libgantry_soak_plugin.so (cmake --build build --target gantry_cli
+# gantry_worker gantry_soak gantry_soak_plugin); GANTRY_BUILD_DIR picks the
+# build (default build/).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${GANTRY_BUILD_DIR:-${root}/build}"
 seconds="${1:-600}"
-kill_every="${2:-20}"
+fault_every="${2:-20}"
 threads="${3:-4}"
-for program in gantry gantry-worker gantry_soak; do
-  if [[ ! -x "${build}/bin/${program}" ]]; then
-    echo "soak: ${build}/bin/${program} is missing; build it first" >&2
+faults="${4:-kill,stall,poison,rolling}"
+plugin="${build}/lib/libgantry_soak_plugin.so"
+for program in "${build}/bin/gantry" "${build}/bin/gantry-worker" "${build}/bin/gantry_soak" \
+  "${plugin}"; do
+  if [[ ! -e "${program}" ]]; then
+    echo "soak: ${program} is missing; build it first" >&2
     exit 2
   fi
 done
@@ -40,8 +47,8 @@ trap cleanup EXIT
 cat >"${work}/deployment.yml" <<EOF
 jtype: Deployment
 with:
-  uses: ${root}/examples/seed/executor.yml
-  uses_with: {device: cpu}
+  uses: SoakExec
+  uses_metas: {libs: [${plugin}]}
   name: soak
   replicas: 2
   port: 0
@@ -50,6 +57,9 @@ with:
   restart_backoff_max: 5000
   max_init_failures: 3
   timeout_drain: 10000
+  liveness_period: 1000
+  liveness_timeout: 1000
+  liveness_failure_threshold: 3
   log_level: warning
 EOF
 
@@ -71,7 +81,8 @@ port="$(cat "${work}/port")"
 
 status=0
 "${build}/bin/gantry_soak" --address "127.0.0.1:${port}" --gateway-pid "${cli_pid}" \
-  --seconds "${seconds}" --kill-every "${kill_every}" --threads "${threads}" || status=$?
+  --seconds "${seconds}" --fault-every "${fault_every}" --faults "${faults}" \
+  --threads "${threads}" || status=$?
 
 workers="$(pgrep -P "${cli_pid}" || true)"
 start_ns=$(date +%s%N)

@@ -1,20 +1,25 @@
 // gantry_soak: keeps a running 2-replica deployment (the `gantry deployment`
 // process named by --gateway-pid) under mixed load for --seconds: good
 // requests, bad ones (unknown endpoint, over max_message_bytes, a 1 ms
-// deadline, undecodable bytes) and a SIGKILL of replica rep-1 every
-// --kill-every seconds. It reports requests served, errors by code, how long
-// each killed replica took to be replaced, and the RSS of every process
-// (gateway, the never-killed rep-0, the current rep-1) at start, every
+// deadline, undecodable bytes), and every --fault-every seconds a fault, in
+// turn: a SIGKILL of replica rep-1, a SIGSTOP of it (a hung replica, for the
+// gateway's liveness probe), a poison request (a document that ends the
+// replica serving it, SoakExec's "poison"), and a SIGHUP to the CLI (a
+// rolling restart of both replicas). It reports requests served, errors by
+// code, how long each fault took to be repaired, and the RSS of every
+// process (the gateway and the current replicas) at start, every
 // --sample-every seconds, and at the end. scripts/soak.sh runs it.
 //
-// Exit status: 0 when every good request succeeded and every killed replica
-// was replaced; 1 otherwise; 2 on bad arguments.
+// Exit status: 0 when every good request succeeded, every fault asked for
+// happened and was repaired within its bound, and no poison request was
+// served; 1 otherwise; 2 on bad arguments.
 #include <gantry/client.h>
 #include <gantry/document.h>
 #include <gantry/status.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -39,13 +44,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Ms = std::chrono::milliseconds;
 
+// What the fault loop does every --fault-every seconds, in turn.
+enum class Fault { kKill, kStall, kPoison, kRolling };
+
 struct Options {
   std::string address;
   pid_t gateway_pid = 0;
   int seconds = 600;
-  int kill_every_s = 20;
+  int fault_every_s = 20;
   int sample_every_s = 30;
   int good_threads = 4;
+  std::vector<Fault> faults{Fault::kKill, Fault::kStall, Fault::kPoison, Fault::kRolling};
 };
 
 // ---- /proc ------------------------------------------------------------------
@@ -94,6 +103,27 @@ pid_t ReplicaPid(pid_t parent, const std::string& replica) {
     }
   }
   return 0;
+}
+
+// Seconds since process `pid` started, or -1 when it is gone.
+double ProcessAgeSeconds(pid_t pid) {
+  const std::string stat = ReadWhole("/proc/" + std::to_string(pid) + "/stat");
+  const std::size_t close = stat.rfind(')');
+  if (close == std::string::npos) {
+    return -1;
+  }
+  // Fields after "(comm)": state is field 3, starttime field 22.
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22; ++i) {
+    if (!(fields >> field)) {
+      return -1;
+    }
+  }
+  const double started =
+      std::strtod(field.c_str(), nullptr) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  const double uptime = std::strtod(ReadWhole("/proc/uptime").c_str(), nullptr);
+  return uptime - started;
 }
 
 // ---- counters ---------------------------------------------------------------
@@ -215,6 +245,104 @@ void BadLoop(const Options& options, Clock::time_point until, Tally& bad) {
   }
 }
 
+// ---- faults -----------------------------------------------------------------
+
+const char* FaultName(Fault fault) {
+  switch (fault) {
+    case Fault::kKill:
+      return "kill";
+    case Fault::kStall:
+      return "stall";
+    case Fault::kPoison:
+      return "poison";
+    case Fault::kRolling:
+      return "rolling";
+  }
+  return "?";
+}
+
+// How long a fault may take to be repaired before the soak fails it.
+Ms RepairBound(Fault fault) {
+  return fault == Fault::kRolling ? Ms(120000) : fault == Fault::kStall ? Ms(30000) : Ms(15000);
+}
+
+// Waits until `done()` or `bound` passes; the milliseconds it took, or -1.
+template <typename Done>
+double WaitUntil(Clock::time_point since, Ms bound, const Done& done) {
+  while (Clock::now() < since + bound) {
+    if (done()) {
+      return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+    }
+    std::this_thread::sleep_for(Ms(10));
+  }
+  return -1;
+}
+
+// One fault against the deployment whose CLI is `gateway_pid`, then the
+// wait for its repair; the milliseconds the repair took, or -1. `poison`
+// gets the poison request's own outcome.
+double InjectFault(Fault fault, const Options& options, std::string* poison) {
+  const pid_t parent = options.gateway_pid;
+  // Faults hit replicas that have finished starting (a replica that hangs
+  // while it starts is timeout_ready's to catch, not the liveness probe's):
+  // both up for kSettledSeconds, waited for at most 60 s.
+  constexpr double kSettledSeconds = 5;
+  WaitUntil(Clock::now(), Ms(60000), [&] {
+    const pid_t first = ReplicaPid(parent, "rep-0");
+    const pid_t second = ReplicaPid(parent, "rep-1");
+    return first != 0 && second != 0 && ProcessAgeSeconds(first) >= kSettledSeconds &&
+           ProcessAgeSeconds(second) >= kSettledSeconds;
+  });
+  const pid_t rep0 = ReplicaPid(parent, "rep-0");
+  const pid_t rep1 = ReplicaPid(parent, "rep-1");
+  const auto since = Clock::now();
+  const auto replaced = [&](const char* replica, pid_t old) {
+    return [=] {
+      const pid_t now = ReplicaPid(parent, replica);
+      return now != 0 && now != old;
+    };
+  };
+  switch (fault) {
+    case Fault::kKill:
+      if (rep1 == 0 || ::kill(rep1, SIGKILL) != 0) {
+        return -1;
+      }
+      return WaitUntil(since, RepairBound(fault), replaced("rep-1", rep1));
+    case Fault::kStall: {
+      // Alive and silent: only the gateway's liveness probe can tell.
+      if (rep1 == 0 || ::kill(rep1, SIGSTOP) != 0) {
+        return -1;
+      }
+      const double took = WaitUntil(since, RepairBound(fault), replaced("rep-1", rep1));
+      if (took < 0) {
+        ::kill(rep1, SIGCONT);  // never leave it stopped
+      }
+      return took;
+    }
+    case Fault::kPoison: {
+      // Crashes the replica it reaches, and the one it is retried on.
+      gantry::Client client(options.address);
+      const gantry::Status status =
+          client.Post("/encode", {gantry::Doc("poison")}, {.timeout = Ms(30000)}).status();
+      *poison = status.ok() ? "OK" : CodeOf(status);
+      return WaitUntil(since, RepairBound(fault), [&] {
+        const bool both = ReplicaPid(parent, "rep-0") != 0 && ReplicaPid(parent, "rep-1") != 0;
+        return both && (ReplicaPid(parent, "rep-0") != rep0 || ReplicaPid(parent, "rep-1") != rep1);
+      });
+    }
+    case Fault::kRolling: {
+      // `gantry deployment` re-reads its YAML and replaces both replicas.
+      if (::kill(parent, SIGHUP) != 0) {
+        return -1;
+      }
+      const auto first = replaced("rep-0", rep0);
+      const auto second = replaced("rep-1", rep1);
+      return WaitUntil(since, RepairBound(fault), [&] { return first() && second(); });
+    }
+  }
+  return -1;
+}
+
 // ---- report -----------------------------------------------------------------
 
 struct RssRow {
@@ -222,35 +350,55 @@ struct RssRow {
   std::int64_t gateway;
   std::int64_t rep0;
   std::int64_t rep1;
+  pid_t rep0_pid;
   pid_t rep1_pid;
 };
 
 void PrintRow(const RssRow& row) {
-  std::printf("  t=%6.0f s  gateway %7lld KiB  rep-0 %7lld KiB  rep-1 (pid %d) %7lld KiB\n",
-              row.at_s, static_cast<long long>(row.gateway), static_cast<long long>(row.rep0),
-              row.rep1_pid, static_cast<long long>(row.rep1));
+  std::printf(
+      "  t=%6.0f s  gateway %7lld KiB  rep-0 (pid %d) %7lld KiB  rep-1 (pid %d) %7lld KiB\n",
+      row.at_s, static_cast<long long>(row.gateway), row.rep0_pid, static_cast<long long>(row.rep0),
+      row.rep1_pid, static_cast<long long>(row.rep1));
   std::fflush(stdout);
 }
 
+// The largest of `pick` over the rows with at_s in [from, to).
+template <typename Pick>
+std::int64_t MaxOver(const std::vector<RssRow>& rows, double from, double to, const Pick& pick) {
+  std::int64_t most = -1;
+  for (const RssRow& row : rows) {
+    if (row.at_s >= from && row.at_s < to) {
+      most = std::max(most, pick(row));
+    }
+  }
+  return most;
+}
+
 int Run(const Options& options) {
-  const pid_t rep0 = ReplicaPid(options.gateway_pid, "rep-0");
-  pid_t rep1 = ReplicaPid(options.gateway_pid, "rep-1");
-  if (rep0 == 0 || rep1 == 0) {
+  if (ReplicaPid(options.gateway_pid, "rep-0") == 0 ||
+      ReplicaPid(options.gateway_pid, "rep-1") == 0) {
     std::fprintf(stderr, "gantry_soak: no rep-0 / rep-1 child of pid %d\n", options.gateway_pid);
     return 1;
   }
   const auto start = Clock::now();
   const auto until = start + std::chrono::seconds(options.seconds);
   auto row_now = [&] {
-    pid_t current = ReplicaPid(options.gateway_pid, "rep-1");
+    const pid_t rep0 = ReplicaPid(options.gateway_pid, "rep-0");
+    const pid_t rep1 = ReplicaPid(options.gateway_pid, "rep-1");
     return RssRow{std::chrono::duration<double>(Clock::now() - start).count(),
-                  RssKib(options.gateway_pid), RssKib(rep0), current ? RssKib(current) : -1,
-                  current};
+                  RssKib(options.gateway_pid),
+                  rep0 != 0 ? RssKib(rep0) : -1,
+                  rep1 != 0 ? RssKib(rep1) : -1,
+                  rep0,
+                  rep1};
   };
-  std::printf(
-      "soak: %d s against %s; gateway pid %d, rep-0 pid %d (never killed), rep-1 "
-      "killed every %d s\nRSS:\n",
-      options.seconds, options.address.c_str(), options.gateway_pid, rep0, options.kill_every_s);
+  std::string fault_names;
+  for (const Fault fault : options.faults) {
+    fault_names += (fault_names.empty() ? "" : ", ") + std::string(FaultName(fault));
+  }
+  std::printf("soak: %d s against %s; gateway pid %d; a fault every %d s, in turn: %s\nRSS:\n",
+              options.seconds, options.address.c_str(), options.gateway_pid, options.fault_every_s,
+              fault_names.c_str());
   std::vector<RssRow> rows{row_now()};
   PrintRow(rows.back());
 
@@ -263,11 +411,12 @@ int Run(const Options& options) {
   }
   threads.emplace_back([&] { BadLoop(options, until, bad); });
 
-  // Killer and sampler, on this thread.
-  std::vector<double> respawn_ms;
-  int kills = 0;
-  int not_replaced = 0;
-  auto next_kill = start + std::chrono::seconds(options.kill_every_s);
+  // Faults and samples, on this thread.
+  std::map<std::string, std::vector<double>> repaired_ms;
+  std::map<std::string, int> not_repaired;
+  Tally poison_outcomes;
+  std::size_t next_fault_index = 0;
+  auto next_fault = start + std::chrono::seconds(options.fault_every_s);
   auto next_sample = start + std::chrono::seconds(options.sample_every_s);
   while (Clock::now() < until) {
     std::this_thread::sleep_for(Ms(100));
@@ -276,30 +425,21 @@ int Run(const Options& options) {
       PrintRow(rows.back());
       next_sample += std::chrono::seconds(options.sample_every_s);
     }
-    if (Clock::now() >= next_kill && Clock::now() + Ms(15000) < until) {
-      next_kill += std::chrono::seconds(options.kill_every_s);
-      rep1 = ReplicaPid(options.gateway_pid, "rep-1");
-      if (rep1 == 0 || ::kill(rep1, SIGKILL) != 0) {
-        ++not_replaced;
-        continue;
+    const Fault fault = options.faults[next_fault_index % options.faults.size()];
+    if (Clock::now() >= next_fault && Clock::now() + RepairBound(fault) < until) {
+      ++next_fault_index;
+      std::string poison;
+      const double took = InjectFault(fault, options, &poison);
+      if (!poison.empty()) {
+        poison_outcomes.Add(poison);
       }
-      ++kills;
-      const auto killed_at = Clock::now();
-      pid_t successor = 0;
-      while (Clock::now() < killed_at + Ms(15000)) {
-        successor = ReplicaPid(options.gateway_pid, "rep-1");
-        if (successor != 0 && successor != rep1) {
-          break;
-        }
-        std::this_thread::sleep_for(Ms(10));
-      }
-      if (successor == 0 || successor == rep1) {
-        ++not_replaced;
+      if (took < 0) {
+        ++not_repaired[FaultName(fault)];
       } else {
-        // A new process; the gateway takes it back once its health check passes.
-        respawn_ms.push_back(
-            std::chrono::duration<double, std::milli>(Clock::now() - killed_at).count());
+        repaired_ms[FaultName(fault)].push_back(took);
       }
+      // The next fault comes a period after this one was repaired.
+      next_fault = Clock::now() + std::chrono::seconds(options.fault_every_s);
     }
   }
   for (std::thread& thread : threads) {
@@ -326,32 +466,52 @@ int Run(const Options& options) {
   for (const auto& [key, count] : bad.counts()) {
     std::printf("  %-40s %lld\n", key.c_str(), static_cast<long long>(count));
   }
-  std::printf("replica kills: %d, replaced: %zu, not replaced within 15 s: %d\n", kills,
-              respawn_ms.size(), not_replaced);
-  if (!respawn_ms.empty()) {
-    std::sort(respawn_ms.begin(), respawn_ms.end());
-    std::printf("  kill -> new rep-1 process: min %.0f ms, median %.0f ms, max %.0f ms\n",
-                respawn_ms.front(), respawn_ms[respawn_ms.size() / 2], respawn_ms.back());
+  std::printf("faults (repair: a new process in the replica's place; rolling: both replaced):\n");
+  int failed_repairs = 0;
+  for (const Fault fault : options.faults) {
+    const std::string name = FaultName(fault);
+    std::vector<double>& took = repaired_ms[name];
+    std::sort(took.begin(), took.end());
+    failed_repairs += not_repaired[name];
+    std::printf("  %-8s repaired %zu, not within %lld s: %d", name.c_str(), took.size(),
+                static_cast<long long>(RepairBound(fault).count() / 1000), not_repaired[name]);
+    if (!took.empty()) {
+      std::printf("; min %.0f ms, median %.0f ms, max %.0f ms", took.front(), took[took.size() / 2],
+                  took.back());
+    }
+    std::printf("\n");
   }
-  // Flatness: the first sample after warm-up against the last one.
-  const RssRow& first = rows.size() > 2 ? rows[1] : rows.front();
+  bool poison_served = false;
+  for (const auto& [code, count] : poison_outcomes.counts()) {
+    std::printf("  poison request answered %s: %lld\n", code.c_str(),
+                static_cast<long long>(count));
+    poison_served = poison_served || code == "OK";
+  }
+  // Flatness over the second half: the gateway (never restarted) and the
+  // largest replica of any incarnation, against the first half's.
+  const double half = seconds / 2;
+  auto gateway = [](const RssRow& row) { return row.gateway; };
+  auto replica = [](const RssRow& row) { return std::max(row.rep0, row.rep1); };
   const RssRow& last = rows.back();
-  auto change = [](std::int64_t a, std::int64_t b) {
-    return a > 0 ? 100.0 * static_cast<double>(b - a) / static_cast<double>(a) : 0.0;
-  };
   std::printf(
-      "RSS start -> end: gateway %lld -> %lld KiB, rep-0 %lld -> %lld KiB, rep-1 (current "
-      "incarnation) %lld KiB\n",
-      static_cast<long long>(rows.front().gateway), static_cast<long long>(last.gateway),
-      static_cast<long long>(rows.front().rep0), static_cast<long long>(last.rep0),
-      static_cast<long long>(last.rep1));
-  std::printf(
-      "RSS after warm-up (t=%.0f s) -> end: gateway %+lld KiB (%+.1f%%), rep-0 %+lld KiB "
-      "(%+.1f%%)\n",
-      first.at_s, static_cast<long long>(last.gateway - first.gateway),
-      change(first.gateway, last.gateway), static_cast<long long>(last.rep0 - first.rep0),
-      change(first.rep0, last.rep0));
-  const bool passed = good_failed == 0 && good_ok > 0 && not_replaced == 0;
+      "RSS, largest in the first half -> second half: gateway %lld -> %lld KiB (end %lld), "
+      "replicas %lld -> %lld KiB\n",
+      static_cast<long long>(MaxOver(rows, 1, half, gateway)),
+      static_cast<long long>(MaxOver(rows, half, seconds + 1, gateway)),
+      static_cast<long long>(last.gateway), static_cast<long long>(MaxOver(rows, 1, half, replica)),
+      static_cast<long long>(MaxOver(rows, half, seconds + 1, replica)));
+  // Each fault asked for must have happened: a run too short for one proves
+  // nothing about it.
+  bool every_fault_ran = true;
+  for (const Fault fault : options.faults) {
+    const std::string name = FaultName(fault);
+    if (repaired_ms[name].empty() && not_repaired[name] == 0) {
+      std::printf("  %s never ran: the run is too short for it\n", name.c_str());
+      every_fault_ran = false;
+    }
+  }
+  const bool passed =
+      good_failed == 0 && good_ok > 0 && failed_repairs == 0 && !poison_served && every_fault_ran;
   std::printf("soak %s\n", passed ? "PASSED" : "FAILED");
   return passed ? 0 : 1;
 }
@@ -359,7 +519,8 @@ int Run(const Options& options) {
 int Usage() {
   std::fprintf(stderr,
                "usage: gantry_soak --address H:P --gateway-pid PID [--seconds N] "
-               "[--kill-every N] [--sample-every N] [--threads N]\n");
+               "[--fault-every N] [--faults kill,stall,poison,rolling] [--sample-every N] "
+               "[--threads N]\n");
   return 2;
 }
 
@@ -378,8 +539,24 @@ int main(int argc, char** argv) {
       options.gateway_pid = static_cast<pid_t>(std::atoi(value.c_str()));
     } else if (flag == "--seconds") {
       options.seconds = std::atoi(value.c_str());
-    } else if (flag == "--kill-every") {
-      options.kill_every_s = std::atoi(value.c_str());
+    } else if (flag == "--fault-every" || flag == "--kill-every") {
+      options.fault_every_s = std::atoi(value.c_str());
+    } else if (flag == "--faults") {
+      options.faults.clear();
+      std::istringstream names(value);
+      std::string name;
+      while (std::getline(names, name, ',')) {
+        const std::map<std::string, gantry_bench::Fault> known = {
+            {"kill", gantry_bench::Fault::kKill},
+            {"stall", gantry_bench::Fault::kStall},
+            {"poison", gantry_bench::Fault::kPoison},
+            {"rolling", gantry_bench::Fault::kRolling}};
+        auto it = known.find(name);
+        if (it == known.end()) {
+          return gantry_bench::Usage();
+        }
+        options.faults.push_back(it->second);
+      }
     } else if (flag == "--sample-every") {
       options.sample_every_s = std::atoi(value.c_str());
     } else if (flag == "--threads") {
@@ -389,8 +566,8 @@ int main(int argc, char** argv) {
     }
   }
   if (options.address.empty() || options.gateway_pid <= 0 || options.seconds <= 0 ||
-      options.kill_every_s <= 0 || options.sample_every_s <= 0 || options.good_threads <= 0 ||
-      argc % 2 == 0) {
+      options.fault_every_s <= 0 || options.faults.empty() || options.sample_every_s <= 0 ||
+      options.good_threads <= 0 || argc % 2 == 0) {
     return gantry_bench::Usage();
   }
   return gantry_bench::Run(options);
