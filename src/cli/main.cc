@@ -288,6 +288,16 @@ class OnSighup {
   std::thread thread_;
 };
 
+// What a SIGHUP's certificate reload came to, in the log; FAILED_PRECONDITION
+// is a server without TLS, nothing to say.
+void LogCertificateReload(const gantry::Status& certificates) {
+  if (certificates.ok()) {
+    spdlog::info("SIGHUP: TLS certificate and key read again");
+  } else if (certificates.code() != gantry::StatusCode::kFailedPrecondition) {
+    spdlog::error("SIGHUP: {}; the certificates in use stay", certificates.message());
+  }
+}
+
 // Serves a Deployment or a Flow made of `options` as ServeUntilSignal does;
 // on SIGHUP, `reread` gives its options again (the YAML `uses` and the
 // flags) for a rolling restart, whose outcome is logged. `started` runs once
@@ -306,13 +316,7 @@ int ServeAndRollOnSighup(Options options, const std::string& uses,
       return;
     }
     if constexpr (requires { service->ReloadTls(); }) {
-      // FAILED_PRECONDITION: no TLS to reload.
-      const gantry::Status certificates = service->ReloadTls();
-      if (certificates.ok()) {
-        spdlog::info("SIGHUP: TLS certificate and key read again");
-      } else if (certificates.code() != gantry::StatusCode::kFailedPrecondition) {
-        spdlog::error("SIGHUP: {}; the certificates in use stay", certificates.message());
-      }
+      LogCertificateReload(service->ReloadTls());
     }
     spdlog::info("SIGHUP: reading {} again for a rolling restart", uses);
     gantry::StatusOr<Options> next = reread();
@@ -543,14 +547,7 @@ int RunGateway(const std::string& addresses, const std::string& host, const List
       spdlog::warn("SIGHUP: still starting; ignored");
       return;
     }
-    const gantry::Status certificates = gateway->ReloadTls();
-    if (certificates.ok()) {
-      spdlog::info("SIGHUP: TLS certificate and key read again");
-    } else if (certificates.code() == gantry::StatusCode::kFailedPrecondition) {
-      spdlog::info("SIGHUP: nothing to reload (no TLS)");
-    } else {
-      spdlog::error("SIGHUP: {}; the certificates in use stay", certificates.message());
-    }
+    LogCertificateReload(gateway->ReloadTls());
   });
   auto gateway = gantry::internal::Gateway::Start(std::move(options));
   if (!gateway.ok()) {

@@ -78,6 +78,13 @@ std::uint64_t BatchQueueSet::overflow_requests() const {
   return overflow_;
 }
 
+void BatchQueueSet::RecomputeLongest(Queue& queue) {
+  queue.queued_longest = 0;
+  for (const Pending* left : queue.pending) {
+    queue.queued_longest = std::max(queue.queued_longest, left->longest);
+  }
+}
+
 bool BatchQueueSet::EvictOneIdleLocked() {
   auto victim = queues_.end();
   for (auto it = queues_.begin(); it != queues_.end(); ++it) {
@@ -225,10 +232,7 @@ void BatchQueueSet::WithdrawLocked(Queue& queue, Pending& pending) {
   queue.pending.erase(it);
   queue.queued_docs -= pending.docs->size();
   if (pending.longest >= queue.queued_longest) {
-    queue.queued_longest = 0;
-    for (const Pending* left : queue.pending) {
-      queue.queued_longest = std::max(queue.queued_longest, left->longest);
-    }
+    RecomputeLongest(queue);
   }
   if (was_oldest && !queue.pending.empty()) {
     // The batch timer runs from the oldest request still queued.
@@ -304,10 +308,7 @@ std::deque<BatchQueueSet::Pending*> BatchQueueSet::TakeCallLocked(Queue& queue) 
   }
   queue.queued_docs -= taken_docs;
   if (longest >= queue.queued_longest) {
-    queue.queued_longest = 0;
-    for (const Pending* left : queue.pending) {
-      queue.queued_longest = std::max(queue.queued_longest, left->longest);
-    }
+    RecomputeLongest(queue);
   }
   return batch;
 }

@@ -170,6 +170,8 @@ class BatchQueueSet {
   void WithdrawLocked(Queue& queue, Pending& pending);
   // Takes one handler call's worth of requests off the front of `queue`.
   static std::deque<Pending*> TakeCallLocked(Queue& queue);
+  // Sets queue.queued_longest from the requests still waiting; under mutex_.
+  static void RecomputeLongest(Queue& queue);
   // Frees the least recently used queue nobody waits on; false if none.
   bool EvictOneIdleLocked();
   // Runs `batch` of `queue` through its handler, outside the lock, in calls
