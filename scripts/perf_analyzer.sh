@@ -14,6 +14,7 @@ binary="${dir}/bin/perf_analyzer"
 if [[ ! -x "${binary}" ]]; then
   [[ -x "${venv}/bin/python" ]] || "${root}/scripts/clients_venv.sh" >&2
   tmp="$(mktemp -d)"
+  # Removed by hand below too: the exec at the end skips an EXIT trap.
   trap 'rm -rf "${tmp}"' EXIT
   "${venv}/bin/python" -m pip download --quiet --no-deps --only-binary=:all: -d "${tmp}" \
     'tritonclient==2.41.0' 'nvidia-cuda-runtime-cu12==12.9.79' >&2
@@ -24,6 +25,8 @@ if [[ ! -x "${binary}" ]]; then
   cp "${tmp}"/cu/nvidia/cuda_runtime/lib/libcudart.so.12 "${dir}/lib/"
   chmod +x "${binary}.tmp"
   mv "${binary}.tmp" "${binary}"
+  rm -rf "${tmp}"
+  trap - EXIT
 fi
 export LD_LIBRARY_PATH="${dir}/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 exec "${binary}" "$@"

@@ -9,6 +9,11 @@
 #
 #   scripts/test.sh            (GANTRY_SKIP_SANITIZE=1 skips the sanitizer passes)
 #
+# Each sanitizer build (2-4 GiB each) is deleted once its tests pass, so the
+# run needs the room of one of them at a time beside build/ and the venvs
+# (GANTRY_KEEP_BUILDS=1 keeps them; ccache makes the next build cheap either
+# way). Each step prints the disk space left, for the run that runs out.
+#
 # A peer a test compares against (the Jina venv, the model, the parity venv)
 # that is missing fails the run (GANTRY_REQUIRE_PEERS=1); only tests labelled
 # `gpu` skip, with their reason, on a machine without CUDA.
@@ -16,7 +21,16 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 start=$(date +%s)
-step() { echo; echo "=== [$(( $(date +%s) - start ))s] $*"; }
+step() {
+  echo
+  echo "=== [$(( $(date +%s) - start ))s] $* ($(df -h --output=avail "$root" | tail -1 | tr -d ' ') free)"
+}
+# A sanitizer build whose tests passed: gone, unless GANTRY_KEEP_BUILDS=1.
+drop_build() {
+  if [[ "${GANTRY_KEEP_BUILDS:-0}" != 1 ]]; then
+    rm -rf "$1"
+  fi
+}
 
 export GANTRY_REQUIRE_PEERS=1
 
@@ -56,6 +70,7 @@ if [[ "${GANTRY_SKIP_SANITIZE:-0}" != 1 ]]; then
   # Not the `docker` tests: their servers run the image's binaries, not these.
   ASAN_OPTIONS=detect_leaks=1 ctest --test-dir "$root/build-asan" -j 2 --output-on-failure --timeout 300 \
     -LE docker
+  drop_build "$root/build-asan"
 
   # The model path under ASan+UBSan: our code instrumented, the wheel's
   # libtorch not (ASan needs no rebuild of it; its allocations go through
@@ -68,6 +83,7 @@ if [[ "${GANTRY_SKIP_SANITIZE:-0}" != 1 ]]; then
     scripts/build.sh -DGANTRY_SANITIZE="address;undefined" -DGANTRY_BUILD_BENCH=OFF
   ASAN_OPTIONS=detect_leaks=1 ctest --test-dir "$root/build-asan-torch" -L torch -LE gpu -j 2 \
     --output-on-failure --timeout 600
+  drop_build "$root/build-asan-torch"
 
   # Left out: two tests whose point is a wall-clock bound (a 200 ms deadline
   # the handler must have started within; an error "well under a second"),
@@ -84,5 +100,6 @@ if [[ "${GANTRY_SKIP_SANITIZE:-0}" != 1 ]]; then
   # tsan.supp's entries for it cannot match. The longest history keeps them.
   TSAN_OPTIONS="$tsan_options history_size=7" \
     ctest --test-dir "$root/build-tsan" -R "^HostileInputTest.AFlood" --output-on-failure --timeout 600
+  drop_build "$root/build-tsan"
 fi
 step "done"

@@ -401,7 +401,12 @@ class SwaggerUiInChromium(unittest.TestCase):
         for argument in ("--headless=new", "--no-sandbox", "--disable-gpu",
                          "--disable-dev-shm-usage", "--window-size=1400,2400"):
             options.add_argument(argument)
-        self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        # --disable-dev-shm-usage puts Chromium's shared memory under TMPDIR,
+        # a folder it leaves behind: this test's own, removed with it.
+        profile = tempfile.TemporaryDirectory()
+        self.addCleanup(profile.cleanup)
+        service = Service(CHROMEDRIVER, env={**os.environ, "TMPDIR": profile.name})
+        self.driver = webdriver.Chrome(service=service, options=options)
         self.addCleanup(self.driver.quit)
         self.driver.set_page_load_timeout(60)
         self.wait = WebDriverWait(self.driver, 60)
