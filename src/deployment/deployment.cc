@@ -90,6 +90,11 @@ constexpr std::chrono::milliseconds kFailedStartExitGrace{2000};
 // How long a worker may take to finish its requests and exit once told to
 // stop (it gives calls in flight 5 s) before it is killed.
 constexpr std::chrono::milliseconds kWorkerStopGrace{8000};
+// How long a request waits at the gateway for a replica being restarted
+// when none is in rotation (a crash of every replica at once, a poison
+// request's two victims), before it fails with UNAVAILABLE; never past its
+// deadline. Long enough for a worker to load a model again.
+constexpr std::chrono::milliseconds kHoldWhileRestarting{30000};
 
 struct Replica {
   // Where the supervisor is with this replica.
@@ -329,6 +334,7 @@ Status Deployment::Impl::Start() {
 
   internal::GatewayOptions gateway_options = internal::GatewayOptionsOf(options_);
   gateway_options.signature = KServeSignatureOf(options_.uses_with);
+  gateway_options.hold_while_restarting = kHoldWhileRestarting;
   for (const Replica& replica : replicas_) {
     // Empty: still starting (min_ready); the pool keeps it out of rotation
     // until the supervisor reports its address.
@@ -768,12 +774,15 @@ void Deployment::Impl::OnExited(std::size_t index, internal::Gateway& gateway) {
             ? "it stopped answering its liveness checks and was killed: its process " + how
             : "its process " + how;
     replica.killed_unresponsive = false;
-    gateway.ReplicaDown(index, replica.error);
   } else if (replica.error.starts_with("it closed its status pipe") && !how.empty()) {
     replica.error += ": its process " + how;
   }
   replica.lifeline.reset();
   std::optional<std::chrono::milliseconds> delay = replica.policy.OnExit(now, during_init);
+  if (!during_init) {
+    // With when it comes back: requests wait for it only if that is soon.
+    gateway.ReplicaDown(index, replica.error, delay);
+  }
   if (!delay) {
     replica.state = Replica::State::kFailed;
     replica.error =

@@ -144,7 +144,8 @@ void Launch(const std::shared_ptr<Graph>& graph, const std::shared_ptr<Call>& ca
     done({grpc::Status(grpc::StatusCode::CANCELLED,
                        "flow step '" + step.name + "': the request was cancelled by its client"),
           {},
-          false});
+          false,
+          {}});
     return;
   }
   if (!run.context) {
@@ -244,7 +245,8 @@ void OnStepDone(const std::shared_ptr<Graph>& graph, const std::shared_ptr<Call>
                            "flow step '" + graph->steps[next]->name +
                                "': merging the replies of its needs: " + merged.status().message()),
               {},
-              false});
+              false,
+              {}});
     }
   }
 }

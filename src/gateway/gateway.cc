@@ -642,6 +642,7 @@ Status Gateway::Impl::Init() {
     pool.liveness_period = options_.liveness_period;
     pool.liveness_timeout = options_.liveness_timeout;
     pool.liveness_failure_threshold = options_.liveness_failure_threshold;
+    pool.hold_while_restarting = options_.hold_while_restarting;
     // metrics_ is set below, before the pool's threads start.
     pool.on_unresponsive = [this](std::size_t index) {
       if (metrics_) {
@@ -1082,15 +1083,19 @@ void Gateway::Shutdown(std::chrono::milliseconds grace) { impl_->Shutdown(grace)
 
 Status Gateway::ReloadTls() { return impl_->ReloadTls(); }
 
-void Gateway::ReplicaDown(std::size_t index, const std::string& why) {
+void Gateway::ReplicaDown(std::size_t index, const std::string& why,
+                          std::optional<std::chrono::milliseconds> restart_in) {
   if (impl_->pool()) {
-    impl_->pool()->ReplicaDown(index, why);
+    impl_->pool()->ReplicaDown(index, why, restart_in);
   }
 }
 
 void Gateway::ReplicaRestarting(std::size_t index) {
   if (impl_->metrics()) {
     impl_->metrics()->ReplicaRestarted(index);
+  }
+  if (impl_->pool()) {
+    impl_->pool()->ReplicaStarting(index);
   }
 }
 

@@ -105,6 +105,10 @@ struct GatewayOptions {
   std::chrono::milliseconds liveness_period{1000};
   std::chrono::milliseconds liveness_timeout{1000};
   int liveness_failure_threshold = 3;
+  // How long a request waits for a replica coming back when none is in
+  // rotation (gateway/replica_pool.h); zero: it fails at once. Set by a
+  // Deployment, whose supervisor restarts its replicas.
+  std::chrono::milliseconds hold_while_restarting{0};
   // Prometheus metrics (gateway/gateway_metrics.h) on this HTTP port of
   // `host`: -1 for none, 0 for any free port.
   int monitoring_port = -1;
@@ -150,7 +154,10 @@ class Gateway {
   Status ReloadTls();
 
   // From the Deployment's supervisor; `index` follows `replica_addresses`.
-  void ReplicaDown(std::size_t index, const std::string& why);
+  // `restart_in`: when the supervisor starts it again (none: it does not
+  // know yet, or will not).
+  void ReplicaDown(std::size_t index, const std::string& why,
+                   std::optional<std::chrono::milliseconds> restart_in = std::nullopt);
   // Its process is being started again (counted in the metrics).
   void ReplicaRestarting(std::size_t index);
   void ReplicaRestarted(std::size_t index, const std::string& address);

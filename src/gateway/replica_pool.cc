@@ -76,6 +76,8 @@ class GrpcReplicaLink final : public ReplicaLink {
                           auto it = trailers.find("is-error");
                           result.is_error = it != trailers.end() && it->second == "true";
                           result.reply = call->reply;
+                        } else {
+                          result.peer = context->peer();
                         }
                       }
                       result.status = std::move(status);
@@ -123,6 +125,8 @@ struct ReplicaPool::Replica {
   bool down = false;  // guarded by mutex
   // Non-empty once the supervisor gave the replica up: why.
   std::string given_up;  // guarded by mutex
+  // While down: when the supervisor starts it again, if it said.
+  std::optional<Clock::time_point> restart_at;  // guarded by mutex
   // Liveness checks of the current link in a row that got no answer.
   int missed_checks = 0;  // guarded by mutex
 
@@ -188,8 +192,13 @@ class ReplicaPool::Call final : public ForwardHandle {
   // The link the try in flight was sent on.
   std::shared_ptr<ReplicaLink> link_;
   // Replicas that dropped the connection in the middle of this request, as
-  // "name (address)".
+  // "name (address)", and the servers they were on (empty when unknown).
   std::vector<std::string> killed_;
+  std::vector<std::string> killed_peers_;
+  // This request holds the suspects' turn (replica_pool.h).
+  bool suspect_ = false;
+  // Set when it first found no replica: it waits for one until then.
+  std::optional<Clock::time_point> hold_until_;
   ForwardDone done_;
 
   std::mutex mutex_;
@@ -211,6 +220,7 @@ ReplicaPool::ReplicaPool(ReplicaPoolOptions options) : options_(std::move(option
       // Still starting: down until ReplicaRestarted names its address; the
       // placeholder link is never called.
       replica->down = true;
+      replica->restart_at = Clock::now();
       replica->available.store(false);
       replica->link = options_.links(kNotStartedAddress);
     } else {
@@ -224,6 +234,10 @@ ReplicaPool::ReplicaPool(ReplicaPoolOptions options) : options_(std::move(option
 ReplicaPool::~ReplicaPool() { Stop(); }
 
 void ReplicaPool::Start() {
+  {
+    std::lock_guard lock(waiting_mutex_);
+    holding_ = options_.hold_while_restarting.count() > 0 && !stopped_waiting_;
+  }
   if (!prober_.joinable()) {
     prober_ = std::thread([this] { ProbeLoop(); });
   }
@@ -243,6 +257,20 @@ void ReplicaPool::Stop() {
   }
   if (liveness_checker_.joinable()) {
     liveness_checker_.join();
+  }
+  std::vector<std::shared_ptr<Call>> waiting;
+  {
+    std::lock_guard lock(waiting_mutex_);
+    holding_ = false;
+    stopped_waiting_ = true;
+    waiting = std::exchange(held_, {});
+    waiting.insert(waiting.end(), suspects_.begin(), suspects_.end());
+    suspects_.clear();
+  }
+  for (const std::shared_ptr<Call>& call : waiting) {
+    Fail(call, grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            "deployment '" + options_.deployment_name +
+                                "': the gateway stopped while the request waited for a replica"));
   }
   std::lock_guard lock(listener_mutex_);
   stopped_ = true;
@@ -287,11 +315,29 @@ std::string ReplicaPool::NoReplicaMessage() const {
 }
 
 void ReplicaPool::RotationChanged() {
-  // Under the lock, so that Stop returns only once no callback runs.
-  std::lock_guard lock(listener_mutex_);
-  if (!stopped_ && options_.on_rotation_change) {
-    options_.on_rotation_change();
+  {
+    // Under the lock, so that Stop returns only once no callback runs.
+    std::lock_guard lock(listener_mutex_);
+    if (!stopped_ && options_.on_rotation_change) {
+      options_.on_rotation_change();
+    }
   }
+  bool any_held = false;
+  {
+    std::lock_guard lock(waiting_mutex_);
+    any_held = !held_.empty();
+  }
+  if (any_held && Available()) {
+    WakeProber();
+  }
+}
+
+void ReplicaPool::WakeProber() {
+  {
+    std::lock_guard lock(probe_mutex_);
+    serve_waiting_now_ = true;
+  }
+  probe_wake_.notify_all();
 }
 
 std::optional<std::size_t> ReplicaPool::Pick(const Call& call) {
@@ -331,12 +377,17 @@ void ReplicaPool::MarkOut(Replica& replica, const ReplicaLink& on, const std::st
   RotationChanged();
 }
 
-void ReplicaPool::ReplicaDown(std::size_t index, const std::string& why) {
+void ReplicaPool::ReplicaDown(std::size_t index, const std::string& why,
+                              std::optional<std::chrono::milliseconds> restart_in) {
   Replica& replica = *replicas_.at(index);
   bool was_available = false;
   {
     std::lock_guard lock(replica.mutex);
     replica.down = true;
+    replica.restart_at.reset();
+    if (restart_in) {
+      replica.restart_at = Clock::now() + *restart_in;
+    }
     was_available = replica.available.exchange(false);
   }
   if (was_available) {
@@ -344,6 +395,12 @@ void ReplicaPool::ReplicaDown(std::size_t index, const std::string& why) {
                  replica.Describe(), why);
     RotationChanged();
   }
+}
+
+void ReplicaPool::ReplicaStarting(std::size_t index) {
+  Replica& replica = *replicas_.at(index);
+  std::lock_guard lock(replica.mutex);
+  replica.restart_at = Clock::now();
 }
 
 void ReplicaPool::ReplicaRestarted(std::size_t index, const std::string& address) {
@@ -386,22 +443,33 @@ void ReplicaPool::ReplicaGivenUp(std::size_t index, const std::string& why) {
     std::lock_guard lock(replica.mutex);
     replica.down = true;
     replica.given_up = why;
+    replica.restart_at.reset();
     replica.available.store(false);
   }
   RotationChanged();
 }
 
 void ReplicaPool::ProbeLoop() {
+  using Steady = std::chrono::steady_clock;
   std::unique_lock lock(probe_mutex_);
+  Steady::time_point next_probe = Steady::now() + options_.probe_interval;
   while (true) {
-    probe_wake_.wait_for(lock, options_.probe_interval,
-                         [this] { return stop_probing_ || probe_now_; });
+    probe_wake_.wait_until(lock, next_probe,
+                           [this] { return stop_probing_ || probe_now_ || serve_waiting_now_; });
     if (stop_probing_) {
       return;
     }
+    const bool probe = probe_now_ || Steady::now() >= next_probe;
     probe_now_ = false;
+    serve_waiting_now_ = false;
     lock.unlock();
-    ProbeOnce();
+    if (probe) {
+      ProbeOnce();
+      next_probe = Steady::now() + options_.probe_interval;
+    }
+    // Each round at least: held requests find a replica that rejoined, and
+    // the ones cancelled or out of time end within an interval.
+    ServeWaiting();
     lock.lock();
   }
 }
@@ -538,29 +606,41 @@ void Finish(ForwardDone& done, grpc::Status status) {
 }  // namespace
 
 void ReplicaPool::Attempt(std::shared_ptr<Call> call) {
-  std::optional<std::size_t> picked = Pick(*call);
-  if (!picked) {
-    std::string message = NoReplicaMessage();
-    if (!call->killed_.empty()) {
-      message += "; this request's replica " + call->killed_.front() +
-                 " dropped the connection while processing it";
-    }
-    Finish(call->done_, grpc::Status(grpc::StatusCode::UNAVAILABLE, message));
+  // Built only on the error paths.
+  auto where = [this] { return "deployment '" + options_.deployment_name + "': "; };
+  if (call->cancelled()) {
+    Fail(call, grpc::Status(grpc::StatusCode::CANCELLED,
+                            where() + "the request was cancelled by its client"));
     return;
   }
   Clock::time_point now = Clock::now();
   if (call->client_deadline_ <= now) {
-    Finish(call->done_,
-           grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                        "deployment '" + options_.deployment_name +
-                            "': the request's deadline passed before it could be sent"));
+    Fail(call, grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                            where() + "the request's deadline passed before it could be sent"));
+    return;
+  }
+  std::optional<std::size_t> picked = Pick(*call);
+  if (!picked) {
+    if (Hold(call)) {
+      return;
+    }
+    std::string message = NoReplicaMessage();
+    if (call->hold_until_) {
+      message += "; none came back within " +
+                 std::to_string(options_.hold_while_restarting.count()) +
+                 " ms (hold_while_restarting) or the request's deadline";
+    }
+    if (!call->killed_.empty()) {
+      message += "; this request's replica " + call->killed_.front() +
+                 " dropped the connection while processing it";
+    }
+    Fail(call, grpc::Status(grpc::StatusCode::UNAVAILABLE, message));
     return;
   }
   grpc::ClientContext* context = call->NewContext();
   if (context == nullptr) {
-    Finish(call->done_, grpc::Status(grpc::StatusCode::CANCELLED,
-                                     "deployment '" + options_.deployment_name +
-                                         "': the request was cancelled by its client"));
+    Fail(call, grpc::Status(grpc::StatusCode::CANCELLED,
+                            where() + "the request was cancelled by its client"));
     return;
   }
   if (!call->traceparent_.empty()) {
@@ -587,8 +667,159 @@ void ReplicaPool::Attempt(std::shared_ptr<Call> call) {
                    });
 }
 
+void ReplicaPool::Fail(const std::shared_ptr<Call>& call, grpc::Status status) {
+  const bool had_turn = std::exchange(call->suspect_, false);
+  if (had_turn) {
+    FreeSuspectTurn();
+  }
+  Finish(call->done_, std::move(status));
+  if (had_turn) {
+    RunSuspects();
+  }
+}
+
+void ReplicaPool::Retry(std::shared_ptr<Call> call) {
+  if (call->killed_.empty()) {
+    Attempt(std::move(call));
+    return;
+  }
+  bool queued = false;
+  {
+    std::lock_guard lock(waiting_mutex_);
+    if (!stopped_waiting_) {
+      suspects_.push_back(call);
+      queued = true;
+    }
+  }
+  if (!queued) {
+    Fail(call, grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            "deployment '" + options_.deployment_name +
+                                "': the gateway stopped while the request waited for a replica"));
+    return;
+  }
+  RunSuspects();
+}
+
+void ReplicaPool::FreeSuspectTurn() {
+  std::lock_guard lock(waiting_mutex_);
+  suspect_in_flight_ = false;
+}
+
+void ReplicaPool::RunSuspects() {
+  // A try that ends before Send returns frees the turn inside Attempt below:
+  // this loop, not a nested one, starts the next suspect, so the stack does
+  // not grow with the queue.
+  thread_local const ReplicaPool* running = nullptr;
+  if (running == this) {
+    return;
+  }
+  const ReplicaPool* outer = std::exchange(running, this);
+  while (true) {
+    std::shared_ptr<Call> next;
+    {
+      std::lock_guard lock(waiting_mutex_);
+      if (suspect_in_flight_ || suspects_.empty()) {
+        break;
+      }
+      suspect_in_flight_ = true;
+      next = std::move(suspects_.front());
+      suspects_.pop_front();
+    }
+    next->suspect_ = true;
+    Attempt(std::move(next));
+  }
+  running = outer;
+}
+
+bool ReplicaPool::AnyReplicaComingBack(Clock::time_point now) const {
+  for (const auto& replica : replicas_) {
+    std::lock_guard lock(replica->mutex);
+    if (!replica->given_up.empty()) {
+      continue;
+    }
+    // Out of rotation but not reported down: its probe may bring it back.
+    if (!replica->down) {
+      return true;
+    }
+    if (replica->restart_at && *replica->restart_at <= now + options_.hold_while_restarting) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ReplicaPool::Hold(const std::shared_ptr<Call>& call) {
+  if (options_.hold_while_restarting.count() <= 0) {
+    return false;
+  }
+  const Clock::time_point now = Clock::now();
+  if (!call->hold_until_) {
+    call->hold_until_ = std::min(now + options_.hold_while_restarting, call->client_deadline_);
+  }
+  if (now >= *call->hold_until_ || !AnyReplicaComingBack(now)) {
+    return false;
+  }
+  {
+    std::lock_guard lock(waiting_mutex_);
+    if (!holding_) {
+      return false;
+    }
+    held_.push_back(call);
+  }
+  // A replica may have rejoined since Pick looked.
+  if (Available()) {
+    WakeProber();
+  }
+  return true;
+}
+
+void ReplicaPool::ServeWaiting() {
+  const Clock::time_point now = Clock::now();
+  std::vector<std::shared_ptr<Call>> held;
+  std::vector<std::shared_ptr<Call>> out_of_time;
+  {
+    std::lock_guard lock(waiting_mutex_);
+    held = std::exchange(held_, {});
+    for (auto it = suspects_.begin(); it != suspects_.end();) {
+      if ((*it)->cancelled() || (*it)->client_deadline_ <= now) {
+        out_of_time.push_back(std::move(*it));
+        it = suspects_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  const std::string where = "deployment '" + options_.deployment_name + "': ";
+  for (const std::shared_ptr<Call>& call : out_of_time) {
+    Fail(call, call->cancelled()
+                   ? grpc::Status(grpc::StatusCode::CANCELLED,
+                                  where + "the request was cancelled by its client")
+                   : grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                  where + "the request's deadline passed while it waited to be "
+                                          "tried again after its replica dropped it"));
+  }
+  // Each goes out, or is held again while its time lasts.
+  for (std::shared_ptr<Call>& call : held) {
+    Attempt(std::move(call));
+  }
+}
+
 void ReplicaPool::OnAttemptDone(std::shared_ptr<Call> call, ForwardResult result) {
   call->HandOver();
+  // The try that held the suspects' turn is over: the next suspect goes once
+  // this one is finished or queued again.
+  struct PassTurn {
+    ReplicaPool* pool;
+    bool had_turn;
+    ~PassTurn() {
+      if (had_turn) {
+        pool->RunSuspects();
+      }
+    }
+  } pass_turn{this, std::exchange(call->suspect_, false)};
+  if (pass_turn.had_turn) {
+    FreeSuspectTurn();
+  }
   Replica& replica = *replicas_[call->replica_];
   replica.in_flight.fetch_sub(1);
   call->link_->tries_in_flight_.fetch_sub(1);
@@ -618,8 +849,13 @@ void ReplicaPool::OnAttemptDone(std::shared_ptr<Call> call, ForwardResult result
       if (!call->link_->address().starts_with("dns:///")) {
         MarkOut(replica, *call->link_, status.error_message());
       }
-      if (!NeverConnected(status)) {
+      // The same server dropping it again (reached once more before its
+      // channel noticed it went) is no second kill.
+      if (!NeverConnected(status) &&
+          (result.peer.empty() || std::find(call->killed_peers_.begin(), call->killed_peers_.end(),
+                                            result.peer) == call->killed_peers_.end())) {
         call->killed_.push_back(described);
+        call->killed_peers_.push_back(result.peer);
       }
       if (call->killed_.size() >= static_cast<std::size_t>(kMaxReplicasKilledPerRequest)) {
         // A dns:/// replica is several servers: the same name twice is two
@@ -650,7 +886,7 @@ void ReplicaPool::OnAttemptDone(std::shared_ptr<Call> call, ForwardResult result
         spdlog::warn("{}request to {} failed ({}); retrying on another replica", where, described,
                      status.error_message());
         ++call->attempt_;
-        Attempt(std::move(call));
+        Retry(std::move(call));
         return;
       }
       status = grpc::Status(grpc::StatusCode::UNAVAILABLE, where + "replica " + described +
@@ -667,7 +903,7 @@ void ReplicaPool::OnAttemptDone(std::shared_ptr<Call> call, ForwardResult result
         spdlog::warn("{}request to {} took longer than timeout_send ({} ms); retrying", where,
                      described, options_.timeout_send.count());
         ++call->attempt_;
-        Attempt(std::move(call));
+        Retry(std::move(call));
         return;
       }
       status =

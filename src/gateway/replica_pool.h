@@ -11,14 +11,26 @@
 //
 // Failures. Only transport failures (UNAVAILABLE) blame a replica: it leaves
 // rotation until its health check passes again (probed every
-// `probe_interval`); while none is in rotation a request fails at once with
-// UNAVAILABLE. Any other status from a worker reaches the caller as it is,
-// unretried. A request is tried again on another replica when its replica
-// could not be reached, at most once when its replica dropped the
+// `probe_interval`). Any other status from a worker reaches the caller as it
+// is, unretried. A request is tried again on another replica when its
+// replica could not be reached, at most once when its replica dropped the
 // connection mid-call (it may have killed the replica: a poison request must
 // not kill them all), or when `timeout_send` ran out before the client's
 // deadline (Jina's rule); never past the client's deadline, and in all at
 // most max(3, replicas) + 1 tries.
+//
+// Suspects. A request whose replica dropped the connection mid-call is
+// retried alone: at most one such request is in flight at a time, the others
+// wait their turn. So when a poison request takes a replica down with the
+// requests beside it, it alone kills the next one, and the innocent ones are
+// not condemned with it. Drops by the same server (a dns:/// name's
+// server, reached again before its channel noticed it went) count once.
+//
+// No replica in rotation: a request fails at once with UNAVAILABLE, unless
+// `hold_while_restarting` is set and the pool is started, and some replica
+// is coming back (out of rotation but not reported down, starting, or down
+// with its restart due within the hold): then it waits for one, at most
+// that long and never past its deadline, and is sent when one rejoins.
 //
 // Liveness, as Kubernetes' liveness probe: a separate check of every
 // replica each `liveness_period`, bounded by `liveness_timeout`. A replica
@@ -48,6 +60,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -137,6 +150,9 @@ struct ReplicaPoolOptions {
   // Runs once each time a replica is found unresponsive, on the liveness
   // thread, with its index. Not after Stop.
   std::function<void(std::size_t)> on_unresponsive;
+  // How long a request waits for a replica coming back when none is in
+  // rotation (above); zero: it fails at once.
+  std::chrono::milliseconds hold_while_restarting{0};
 };
 
 class ReplicaPool final : public Upstream {
@@ -146,9 +162,11 @@ class ReplicaPool final : public Upstream {
   ReplicaPool(const ReplicaPool&) = delete;
   ReplicaPool& operator=(const ReplicaPool&) = delete;
 
-  // Starts the probes. Without it replicas are only probed by ProbeOnce.
+  // Starts the probes (and the holding of requests, above). Without it
+  // replicas are only probed by ProbeOnce.
   void Start();
-  // Stops the probes and the rotation callback. Idempotent.
+  // Stops the probes and the rotation callback; requests still waiting for
+  // a replica or their turn as suspects fail with UNAVAILABLE. Idempotent.
   void Stop();
 
   std::shared_ptr<ForwardHandle> Forward(const grpc::ByteBuffer& request,
@@ -176,7 +194,11 @@ class ReplicaPool final : public Upstream {
   std::vector<ReplicaState> States() const;
 
   // From the Deployment's supervisor; `index` follows `replica_addresses`.
-  void ReplicaDown(std::size_t index, const std::string& why);
+  // `restart_in`: when it will be started again (none: not known).
+  void ReplicaDown(std::size_t index, const std::string& why,
+                   std::optional<std::chrono::milliseconds> restart_in = std::nullopt);
+  // Its process is being started again.
+  void ReplicaStarting(std::size_t index);
   void ReplicaRestarted(std::size_t index, const std::string& address);
   void ReplicaGivenUp(std::size_t index, const std::string& why);
   // A rolling restart's new replica, ready, at `address`: in rotation at
@@ -192,6 +214,22 @@ class ReplicaPool final : public Upstream {
  private:
   void Attempt(std::shared_ptr<Call> call);
   void OnAttemptDone(std::shared_ptr<Call> call, ForwardResult result);
+  // Another try of `call`: at once, or in the suspects' queue when a
+  // replica dropped it before.
+  void Retry(std::shared_ptr<Call> call);
+  // Ends `call` with `status`, passing on its suspect's turn if it had it.
+  void Fail(const std::shared_ptr<Call>& call, grpc::Status status);
+  // Starts queued suspects while none is in flight.
+  void RunSuspects();
+  void FreeSuspectTurn();
+  // Keeps `call`, which found no replica, until one rejoins (see above);
+  // false when it is not to wait.
+  bool Hold(const std::shared_ptr<Call>& call);
+  bool AnyReplicaComingBack(std::chrono::system_clock::time_point now) const;
+  // On the prober thread: tries held requests again, ends the ones
+  // cancelled or out of time among held and queued ones.
+  void ServeWaiting();
+  void WakeProber();
   // An available replica other than the one the previous try of `call`
   // failed on, that one when it is the only one left, or nullopt.
   std::optional<std::size_t> Pick(const Call& call);
@@ -216,8 +254,18 @@ class ReplicaPool final : public Upstream {
   bool stop_probing_ = false;  // guarded by probe_mutex_
   // A replica was restarted: probe now rather than at the next interval.
   bool probe_now_ = false;  // guarded by probe_mutex_
+  // A replica rejoined or a suspect's turn is free: serve the waiting now.
+  bool serve_waiting_now_ = false;  // guarded by probe_mutex_
   std::thread prober_;
   std::thread liveness_checker_;
+
+  std::mutex waiting_mutex_;
+  // Open between Start and Stop when hold_while_restarting is set.
+  bool holding_ = false;                        // guarded by waiting_mutex_
+  std::vector<std::shared_ptr<Call>> held_;     // guarded by waiting_mutex_
+  std::deque<std::shared_ptr<Call>> suspects_;  // guarded by waiting_mutex_
+  bool suspect_in_flight_ = false;              // guarded by waiting_mutex_
+  bool stopped_waiting_ = false;                // guarded by waiting_mutex_
 
   std::mutex unresponsive_mutex_;
   std::vector<UnresponsiveReplica> unresponsive_;  // guarded by unresponsive_mutex_

@@ -20,6 +20,9 @@ struct ForwardResult {
   grpc::ByteBuffer reply;
   // The reply carries an executor error (Jina's trailing `is-error: true`).
   bool is_error = false;
+  // On a transport failure, the server the try reached ("ipv4:10.0.0.5:8081"),
+  // when known: one name (dns:///) may stand for several.
+  std::string peer;
 };
 using ForwardDone = std::function<void(ForwardResult)>;
 

@@ -134,6 +134,63 @@ TEST(PoisonTest, PoisonThatKillsBothReplicasLeavesAnHonestDeployment) {
   EXPECT_EQ(CallsWith(log, "good"), 0);
 }
 
+// A poison request arrives while good ones are in flight on both replicas:
+// it kills the replica it is on with the good requests beside it, then the
+// other. The good ones are retried one at a time, wait for a replica to
+// come back when both are restarting, and are all served; only the poison
+// request fails.
+TEST(PoisonTest, RequestsBesideAPoisonAreServedAndOnlyThePoisonFails) {
+  testing::TempDir dir;
+  std::string log = dir.File("calls.log");
+  Deployment dep({.uses = "ChaosExec",
+                  .uses_with = {{"log", log}},
+                  .name = "beside",
+                  .replicas = 2,
+                  .restart_backoff_initial = Ms(100)});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  const std::vector<ReplicaInfo> before = dep.replicas();
+  constexpr int kDocs = 300;
+  DocList docs;
+  for (int i = 0; i < kDocs; ++i) {
+    docs.emplace_back("doc " + std::to_string(i));
+  }
+  std::future<StatusOr<DocList>> stream = std::async(std::launch::async, [&] {
+    return dep.Post("/work", docs,
+                    {.request_size = 1,
+                     .parameters = Parameters(Value::Dict{{"sleep_ms", Value(20.0)}}),
+                     .prefetch = 8,
+                     .timeout = Ms(120000)});
+  });
+  ASSERT_TRUE(WaitUntil([&] { return CallsWith(log, "doc 20") > 0; }, Ms(20000)));
+  auto poison = dep.Post(
+      "/work", {Doc("poison")},
+      {.parameters = Parameters(Value::Dict{{"sleep_ms", Value(20.0)}}), .timeout = Ms(60000)});
+  ASSERT_FALSE(poison.ok());
+  EXPECT_EQ(poison.status().code(), StatusCode::kUnavailable) << poison.status();
+  EXPECT_THAT(poison.status().message(), HasSubstr("the request killed replica beside/rep-"));
+  EXPECT_EQ(CallsWith(log, "poison"), 2) << testing::ReadFile(log);
+
+  StatusOr<DocList> out = stream.get();
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), static_cast<std::size_t>(kDocs));
+  for (int i = 0; i < kDocs; ++i) {
+    EXPECT_EQ((*out)[static_cast<std::size_t>(i)].text(), "done:doc " + std::to_string(i));
+  }
+  for (const ReplicaInfo& r : before) {
+    EXPECT_FALSE(testing::ProcessAlive(r.pid)) << r.name << " was not the poison's victim";
+  }
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        for (const ReplicaInfo& r : dep.replicas()) {
+          if (!r.available || r.restarts != 1) {
+            return false;
+          }
+        }
+        return true;
+      },
+      Ms(20000)));
+}
+
 TEST(PoisonTest, ReplicaKilledMidStreamLosesNoDocument) {
   testing::TempDir dir;
   std::string log = dir.File("calls.log");

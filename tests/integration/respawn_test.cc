@@ -149,6 +149,50 @@ TEST(RespawnTest, ReplicaKilledWhilePostingTenThousandDocsIsReplacedAndLosesNone
   EXPECT_TRUE(Client(dep.address()).Ping(Ms(5000)).ok());
 }
 
+// Both replicas killed at once, to be started again in 2 s: a request that
+// comes while neither is in rotation waits at the gateway for the restart
+// instead of failing. (Requests in flight on both when they die look to the
+// gateway like a poison request's, and fail: poison_test.cc.)
+TEST(RespawnTest, ARequestWaitsWhileEveryReplicaRestarts) {
+  Deployment dep({.uses = "ChaosExec",
+                  .name = "allkilled",
+                  .replicas = 2,
+                  .restart_backoff_initial = Ms(2000)});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  const std::vector<ReplicaInfo> victims = dep.replicas();
+  for (const ReplicaInfo& r : victims) {
+    ASSERT_EQ(::kill(r.pid, SIGKILL), 0) << r.name;
+  }
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (const ReplicaInfo& r : dep.replicas()) {
+          if (r.available || testing::ProcessAlive(r.pid)) {
+            return false;
+          }
+        }
+        return true;
+      },
+      Ms(5000)));
+  const auto sent_at = SteadyClock::now();
+  auto out = dep.Post("/work", {Doc("a"), Doc("b")}, {.timeout = Ms(60000)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::printf("[ measured ] with every replica restarting, served after %lld ms\n",
+              static_cast<long long>(Since(sent_at).count()));
+  EXPECT_EQ((*out)[0].text(), "done:a");
+  for (const ReplicaInfo& r : dep.replicas()) {
+    EXPECT_EQ(r.restarts, 1) << r.name;
+  }
+  // A request that may not wait that long still fails with the reason.
+  for (const ReplicaInfo& r : dep.replicas()) {
+    ASSERT_EQ(::kill(r.pid, SIGKILL), 0) << r.name;
+  }
+  ASSERT_TRUE(WaitUntil(
+      [&] { return !dep.replicas()[0].available && !dep.replicas()[1].available; }, Ms(5000)));
+  auto hurried = dep.Post("/work", {Doc("c")}, {.timeout = Ms(300)});
+  ASSERT_FALSE(hurried.ok());
+  EXPECT_EQ(hurried.status().code(), StatusCode::kDeadlineExceeded) << hurried.status();
+}
+
 // SIGSTOP to serving again: three missed liveness checks (3 x (200 + 1000)
 // ms at most), then as kRespawnBound.
 constexpr Ms kHungReplacedBound{15000};

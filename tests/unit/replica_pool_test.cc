@@ -5,11 +5,17 @@
 #include <grpcpp/client_context.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace gantry::internal {
@@ -38,13 +44,15 @@ class FakeLink final : public ReplicaLink {
       return;
     }
     grpc::Status answer = answer_;
+    std::string peer;
     if (!next_answers_.empty()) {
-      answer = next_answers_.front();
+      std::tie(answer, peer) = next_answers_.front();
       next_answers_.pop_front();
     }
     lock.unlock();
     ForwardResult result;
     result.status = answer;
+    result.peer = peer;
     done(std::move(result));
   }
 
@@ -59,14 +67,24 @@ class FakeLink final : public ReplicaLink {
     std::lock_guard lock(mutex_);
     answer_ = std::move(status);
   }
-  // The next send gets `status`, the ones after it Answer's.
-  void AnswerNextWith(grpc::Status status) {
+  // The next send gets `status` (from the server `peer`), the ones after it
+  // Answer's.
+  void AnswerNextWith(grpc::Status status, std::string peer = "") {
     std::lock_guard lock(mutex_);
-    next_answers_.push_back(std::move(status));
+    next_answers_.emplace_back(std::move(status), std::move(peer));
   }
   void Hold() {
     std::lock_guard lock(mutex_);
     hold_ = true;
+  }
+  // Tries from now on are answered at once again (held ones stay held).
+  void Unhold() {
+    std::lock_guard lock(mutex_);
+    hold_ = false;
+  }
+  int held() {
+    std::lock_guard lock(mutex_);
+    return static_cast<int>(held_.size());
   }
   // Completes every held try with `status`.
   void CompleteAll(const grpc::Status& status) {
@@ -115,7 +133,7 @@ class FakeLink final : public ReplicaLink {
   std::string address_;
   std::mutex mutex_;
   grpc::Status answer_ = grpc::Status::OK;
-  std::deque<grpc::Status> next_answers_;
+  std::deque<std::pair<grpc::Status, std::string>> next_answers_;
   bool hold_ = false;
   std::vector<ForwardDone> held_;
   bool serving_ = true;
@@ -135,24 +153,47 @@ class ReplicaPoolTest : public ::testing::Test {
     }
     return MakePoolOf(std::move(addresses), timeout_send);
   }
+  // A started pool (probes every 10 ms, no liveness checks) whose requests
+  // wait up to `hold` for a replica coming back.
+  ReplicaPool& MakeHoldingPool(int replicas, std::chrono::milliseconds hold) {
+    std::vector<std::string> addresses;
+    for (int i = 0; i < replicas; ++i) {
+      addresses.push_back(std::string(1, static_cast<char>('a' + i)) + ":" + std::to_string(i + 1));
+    }
+    ReplicaPool& pool = MakePoolOf(std::move(addresses), {}, [hold](ReplicaPoolOptions& options) {
+      options.hold_while_restarting = hold;
+      options.probe_interval = std::chrono::milliseconds(10);
+      options.liveness_failure_threshold = 0;
+    });
+    pool.Start();
+    return pool;
+  }
   ReplicaPool& MakePoolOf(std::vector<std::string> addresses,
-                          std::chrono::milliseconds timeout_send = {}) {
+                          std::chrono::milliseconds timeout_send = {},
+                          const std::function<void(ReplicaPoolOptions&)>& adjust = {}) {
     ReplicaPoolOptions options;
     options.deployment_name = "enc";
     options.replica_addresses = std::move(addresses);
     options.timeout_send = timeout_send;
     options.links = [this](const std::string& address) {
       auto link = std::make_shared<FakeLink>(address);
+      std::lock_guard lock(links_mutex_);
       links_[address] = link;
       return link;
     };
     options.on_rotation_change = [this] { ++rotation_changes_; };
     options.liveness_failure_threshold = 3;
     options.on_unresponsive = [this](std::size_t index) { unresponsive_.push_back(index); };
+    if (adjust) {
+      adjust(options);
+    }
     pool_ = std::make_unique<ReplicaPool>(std::move(options));
     return *pool_;
   }
-  FakeLink& link(const std::string& address) { return *links_.at(address); }
+  FakeLink& link(const std::string& address) {
+    std::lock_guard lock(links_mutex_);
+    return *links_.at(address);
+  }
 
   // Forwards one request and returns its result, which must be ready.
   ForwardResult Send(Clock::time_point deadline = Clock::time_point::max()) {
@@ -162,11 +203,58 @@ class ReplicaPoolTest : public ::testing::Test {
     return out.value_or(ForwardResult{});
   }
 
+  std::mutex links_mutex_;
   std::map<std::string, std::shared_ptr<FakeLink>> links_;
-  int rotation_changes_ = 0;
+  std::atomic<int> rotation_changes_{0};
   std::vector<std::size_t> unresponsive_;
   std::unique_ptr<ReplicaPool> pool_;
 };
+
+// The result of a request answered on any thread.
+class Outcome {
+ public:
+  ForwardDone Done() {
+    return [this](ForwardResult result) {
+      std::lock_guard lock(mutex_);
+      result_ = std::move(result);
+      ++answers_;
+      ready_.notify_all();
+    };
+  }
+  // The result once there is one, within `bound`.
+  std::optional<ForwardResult> Wait(std::chrono::milliseconds bound = std::chrono::seconds(10)) {
+    std::unique_lock lock(mutex_);
+    ready_.wait_for(lock, bound, [this] { return result_.has_value(); });
+    return result_;
+  }
+  bool answered() {
+    std::lock_guard lock(mutex_);
+    return result_.has_value();
+  }
+  int answers() {
+    std::lock_guard lock(mutex_);
+    return answers_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::optional<ForwardResult> result_;
+  int answers_ = 0;
+};
+
+// Polls `condition` every millisecond for at most `bound`.
+template <typename Condition>
+bool Eventually(Condition condition, std::chrono::milliseconds bound = std::chrono::seconds(10)) {
+  const auto until = std::chrono::steady_clock::now() + bound;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= until) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
 
 TEST_F(ReplicaPoolTest, IdleReplicasShareRequestsRoundRobin) {
   ReplicaPool& pool = MakePool(3);
@@ -473,6 +561,142 @@ TEST_F(ReplicaPoolTest, LivenessThresholdZeroChecksNothing) {
   }
   EXPECT_EQ(hung->checks(), 0);
   EXPECT_TRUE(pool.TakeUnresponsive().empty());
+}
+
+TEST_F(ReplicaPoolTest, ARequestWaitsForAReplicaBeingRestartedAndGoesToIt) {
+  ReplicaPool& pool = MakeHoldingPool(1, std::chrono::seconds(5));
+  pool.ReplicaDown(0, "killed by signal 9", std::chrono::milliseconds(100));
+  Outcome outcome;
+  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), outcome.Done());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(outcome.answered()) << "refused while its replica restarts";
+  pool.ReplicaStarting(0);
+  pool.ReplicaRestarted(0, "a:7");
+  std::optional<ForwardResult> result = outcome.Wait();
+  ASSERT_TRUE(result.has_value()) << "still waiting after the replica came back";
+  EXPECT_TRUE(result->status.ok()) << result->status.error_message();
+  EXPECT_EQ(link("a:7").sends(), 1);
+  EXPECT_EQ(link("a:1").sends(), 0);
+  EXPECT_EQ(outcome.answers(), 1);
+}
+
+TEST_F(ReplicaPoolTest, ARequestDoesNotWaitForAReplicaNotComingBackSoon) {
+  ReplicaPool& pool = MakeHoldingPool(2, std::chrono::seconds(5));
+  pool.ReplicaDown(0, "killed by signal 9", std::chrono::minutes(10));
+  pool.ReplicaGivenUp(1, "crashed 5 times in a row");
+  const auto start = std::chrono::steady_clock::now();
+  Outcome outcome;
+  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), outcome.Done());
+  std::optional<ForwardResult> result = outcome.Wait(std::chrono::milliseconds(0));
+  ASSERT_TRUE(result.has_value()) << "a restart in 10 minutes is not waited for";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  EXPECT_EQ(result->status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(result->status.error_message().find("no replica is available"), std::string::npos)
+      << result->status.error_message();
+}
+
+TEST_F(ReplicaPoolTest, AHeldRequestFailsWhenTheHoldRunsOutNamingIt) {
+  ReplicaPool& pool = MakeHoldingPool(1, std::chrono::milliseconds(300));
+  pool.ReplicaDown(0, "killed by signal 9", std::chrono::milliseconds(100));
+  const auto start = std::chrono::steady_clock::now();
+  Outcome outcome;
+  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), outcome.Done());
+  std::optional<ForwardResult> result = outcome.Wait();
+  ASSERT_TRUE(result.has_value());
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, std::chrono::milliseconds(300));
+  EXPECT_EQ(result->status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  const std::string& message = result->status.error_message();
+  EXPECT_NE(message.find("deployment 'enc': no replica is available"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("none came back within 300 ms (hold_while_restarting)"), std::string::npos)
+      << message;
+}
+
+TEST_F(ReplicaPoolTest, AHeldRequestEndsAtItsDeadlineWhenCancelledAndAtStop) {
+  ReplicaPool& pool = MakeHoldingPool(1, std::chrono::seconds(30));
+  pool.ReplicaDown(0, "killed by signal 9", std::chrono::milliseconds(100));
+  Outcome past_deadline;
+  pool.Forward(grpc::ByteBuffer(), Clock::now() + std::chrono::milliseconds(200),
+               past_deadline.Done());
+  Outcome cancelled;
+  std::shared_ptr<ForwardHandle> handle =
+      pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), cancelled.Done());
+  Outcome stopped;
+  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), stopped.Done());
+  handle->Cancel();
+  std::optional<ForwardResult> result = cancelled.Wait();
+  ASSERT_TRUE(result.has_value());
+  EXPECT_EQ(result->status.error_code(), grpc::StatusCode::CANCELLED);
+  result = past_deadline.Wait();
+  ASSERT_TRUE(result.has_value());
+  EXPECT_EQ(result->status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << result->status.error_message();
+  EXPECT_FALSE(stopped.answered());
+  pool.Stop();
+  ASSERT_TRUE(stopped.answered());
+  EXPECT_EQ(stopped.Wait()->status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(stopped.Wait()->status.error_message().find("the gateway stopped"), std::string::npos);
+}
+
+// Two requests on replica a when it dies, one of them a poison: the
+// suspects go to b one at a time, so the poison alone kills b and the
+// innocent one, held until a replica is back, is served.
+TEST_F(ReplicaPoolTest, InnocentRequestsDroppedBesideAPoisonAreTriedAloneAndServed) {
+  ReplicaPool& pool = MakeHoldingPool(2, std::chrono::seconds(10));
+  link("b:2").Probes(false);
+  ASSERT_TRUE(Eventually([&] { return !pool.States()[1].available; }));
+  link("a:1").Hold();
+  link("b:2").Hold();
+  Outcome poison;
+  Outcome innocent;
+  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), poison.Done());
+  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), innocent.Done());
+  ASSERT_EQ(link("a:1").held(), 2);
+  link("b:2").Probes(true);
+  ASSERT_TRUE(Eventually([&] { return pool.States()[1].available; }));
+
+  // a dies under both.
+  link("a:1").CompleteOne(Unavailable("Socket closed"));
+  ASSERT_TRUE(Eventually([&] { return link("b:2").held() == 1; }));
+  link("a:1").CompleteOne(Unavailable("Socket closed"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(link("b:2").sends(), 1) << "the second suspect went out beside the first";
+  EXPECT_FALSE(innocent.answered());
+
+  // The poison kills b too; a (its probe passes) is back for the innocent.
+  link("a:1").Unhold();
+  link("b:2").Unhold();
+  link("b:2").CompleteOne(Unavailable("Socket closed"));
+  std::optional<ForwardResult> result = poison.Wait();
+  ASSERT_TRUE(result.has_value());
+  EXPECT_EQ(result->status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(result->status.error_message().find(
+                "the request killed replica enc/rep-0 (a:1) and enc/rep-1 (b:2)"),
+            std::string::npos)
+      << result->status.error_message();
+  result = innocent.Wait();
+  ASSERT_TRUE(result.has_value());
+  EXPECT_TRUE(result->status.ok()) << result->status.error_message();
+  EXPECT_EQ(innocent.answers(), 1);
+}
+
+// A dns:/// name's server reached again before its channel saw it go:
+// the same server dropping the request twice is one kill, not two.
+TEST_F(ReplicaPoolTest, DropsByTheSameServerCountOnce) {
+  MakePoolOf({"dns:///encoder:8081"});
+  link("dns:///encoder:8081").AnswerNextWith(Unavailable("Socket closed"), "ipv4:10.0.0.5:8081");
+  link("dns:///encoder:8081").AnswerNextWith(Unavailable("Socket closed"), "ipv4:10.0.0.5:8081");
+  ForwardResult result = Send();
+  EXPECT_TRUE(result.status.ok()) << result.status.error_message();
+  EXPECT_EQ(link("dns:///encoder:8081").sends(), 3);
+  // Two servers are two kills.
+  link("dns:///encoder:8081").AnswerNextWith(Unavailable("Socket closed"), "ipv4:10.0.0.5:8081");
+  link("dns:///encoder:8081").AnswerNextWith(Unavailable("Socket closed"), "ipv4:10.0.0.6:8081");
+  result = Send();
+  EXPECT_EQ(result.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(result.status.error_message().find("the request killed 2 servers"), std::string::npos)
+      << result.status.error_message();
 }
 
 TEST_F(ReplicaPoolTest, NoRotationCallbackAfterStop) {
