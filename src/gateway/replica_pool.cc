@@ -846,14 +846,17 @@ void ReplicaPool::OnAttemptDone(std::shared_ptr<Call> call, ForwardResult result
       // round_robin already routes around the one that went: it stays in
       // rotation (the health probe still takes it out when none answers),
       // and the retry may go to it again.
-      if (!call->link_->address().starts_with("dns:///")) {
+      const bool dns_name = call->link_->address().starts_with("dns:///");
+      if (!dns_name) {
         MarkOut(replica, *call->link_, status.error_message());
       }
-      // The same server dropping it again (reached once more before its
-      // channel noticed it went) is no second kill.
-      if (!NeverConnected(status) &&
-          (result.peer.empty() || std::find(call->killed_peers_.begin(), call->killed_peers_.end(),
-                                            result.peer) == call->killed_peers_.end())) {
+      // A dns:/// name's server dropping it again (reached once more before
+      // the channel noticed it went) is no second kill. Only there: behind
+      // one address (a virtual IP) every server has the same peer.
+      const bool same_server = dns_name && !result.peer.empty() &&
+                               std::find(call->killed_peers_.begin(), call->killed_peers_.end(),
+                                         result.peer) != call->killed_peers_.end();
+      if (!NeverConnected(status) && !same_server) {
         call->killed_.push_back(described);
         call->killed_peers_.push_back(result.peer);
       }

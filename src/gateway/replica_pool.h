@@ -23,8 +23,8 @@
 // retried alone: at most one such request is in flight at a time, the others
 // wait their turn. So when a poison request takes a replica down with the
 // requests beside it, it alone kills the next one, and the innocent ones are
-// not condemned with it. Drops by the same server (a dns:/// name's
-// server, reached again before its channel noticed it went) count once.
+// not condemned with it. Drops by the same server of a dns:/// name
+// (reached again before its channel noticed it went) count once.
 //
 // No replica in rotation: a request fails at once with UNAVAILABLE, unless
 // `hold_while_restarting` is set and the pool is started, and some replica

@@ -699,6 +699,20 @@ TEST_F(ReplicaPoolTest, DropsByTheSameServerCountOnce) {
       << result.status.error_message();
 }
 
+// Behind one address (a virtual IP) every server is the same peer: there
+// two drops are two kills.
+TEST_F(ReplicaPoolTest, DropsThroughOneAddressEachCount) {
+  MakePool(2);
+  for (const char* address : {"a:1", "b:2"}) {
+    link(address).AnswerNextWith(Unavailable("Socket closed"), "ipv4:10.96.0.1:8081");
+  }
+  ForwardResult result = Send();
+  EXPECT_EQ(result.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(result.status.error_message().find("the request killed replica"), std::string::npos)
+      << result.status.error_message();
+  EXPECT_EQ(link("a:1").sends() + link("b:2").sends(), 2);
+}
+
 TEST_F(ReplicaPoolTest, NoRotationCallbackAfterStop) {
   ReplicaPool& pool = MakePool(1);
   pool.Stop();
