@@ -257,7 +257,12 @@ class Tracing(unittest.TestCase):
         parent_id = secrets.token_hex(8)
         status, trace_id = post_traced(gantry.http_port, "/encode", parent_id)
         self.assertEqual(status, 200)
-        spans = self.receiver.trace(trace_id, lambda spans: len(named(spans, "handler")) >= 2)
+        # Each process exports on its own schedule: wait for all of them (the
+        # flow gateway's span ends last, after the reply).
+        services = ("traced_flow/gateway", "first/gateway", "second/gateway")
+        spans = self.receiver.trace(
+            trace_id, lambda spans: all(any(s == service for s, _ in spans) for service in services)
+            and len(named(spans, "executor /encode")) >= 2)
         flow_gateway = [span for service, span in spans if service == "traced_flow/gateway"]
         self.assertEqual(len(flow_gateway), 1, [(s, x.name) for s, x in spans])
         self.assertEqual(flow_gateway[0].parent_span_id, bytes.fromhex(parent_id))
