@@ -49,6 +49,28 @@ int CallsWith(const std::string& log, const std::string& text) {
   return count;
 }
 
+// "doc 0" .. "doc <count - 1>" posted to ChaosExec's /work in the
+// background, one per request, `prefetch` in flight, each call sleeping
+// `sleep_ms`.
+std::future<StatusOr<DocList>> StreamInBackground(Deployment& dep, const DocList& docs,
+                                                  double sleep_ms, int prefetch) {
+  return std::async(std::launch::async, [&dep, &docs, sleep_ms, prefetch] {
+    return dep.Post("/work", docs,
+                    {.request_size = 1,
+                     .parameters = Parameters(Value::Dict{{"sleep_ms", Value(sleep_ms)}}),
+                     .prefetch = prefetch,
+                     .timeout = Ms(120000)});
+  });
+}
+
+DocList NumberedDocs(int count) {
+  DocList docs;
+  for (int i = 0; i < count; ++i) {
+    docs.emplace_back("doc " + std::to_string(i));
+  }
+  return docs;
+}
+
 TEST(PoisonTest, PoisonRequestIsTriedOnTwoReplicasNotAll) {
   testing::TempDir dir;
   std::string log = dir.File("calls.log");
@@ -150,17 +172,8 @@ TEST(PoisonTest, RequestsBesideAPoisonAreServedAndOnlyThePoisonFails) {
   ASSERT_TRUE(dep.ok()) << dep.status();
   const std::vector<ReplicaInfo> before = dep.replicas();
   constexpr int kDocs = 300;
-  DocList docs;
-  for (int i = 0; i < kDocs; ++i) {
-    docs.emplace_back("doc " + std::to_string(i));
-  }
-  std::future<StatusOr<DocList>> stream = std::async(std::launch::async, [&] {
-    return dep.Post("/work", docs,
-                    {.request_size = 1,
-                     .parameters = Parameters(Value::Dict{{"sleep_ms", Value(20.0)}}),
-                     .prefetch = 8,
-                     .timeout = Ms(120000)});
-  });
+  const DocList docs = NumberedDocs(kDocs);
+  std::future<StatusOr<DocList>> stream = StreamInBackground(dep, docs, 20.0, 8);
   ASSERT_TRUE(WaitUntil([&] { return CallsWith(log, "doc 20") > 0; }, Ms(20000)));
   auto poison = dep.Post(
       "/work", {Doc("poison")},
@@ -203,17 +216,8 @@ TEST(PoisonTest, ReplicaKilledMidStreamLosesNoDocument) {
   ASSERT_TRUE(dep.ok()) << dep.status();
   pid_t victim = dep.replicas()[0].pid;
   constexpr int kDocs = 300;
-  DocList docs;
-  for (int i = 0; i < kDocs; ++i) {
-    docs.emplace_back("doc " + std::to_string(i));
-  }
-  std::future<StatusOr<DocList>> post = std::async(std::launch::async, [&] {
-    return dep.Post("/work", docs,
-                    {.request_size = 1,
-                     .parameters = Parameters(Value::Dict{{"sleep_ms", Value(5.0)}}),
-                     .prefetch = 16,
-                     .timeout = Ms(60000)});
-  });
+  const DocList docs = NumberedDocs(kDocs);
+  std::future<StatusOr<DocList>> post = StreamInBackground(dep, docs, 5.0, 16);
   // Mid-stream: once the victim has served a few requests.
   ASSERT_TRUE(WaitUntil([&] { return CallsWith(log, "doc 20") + CallsWith(log, "doc 21") > 0; },
                         Ms(20000)));
