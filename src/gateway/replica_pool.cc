@@ -25,6 +25,17 @@ using Clock = std::chrono::system_clock;
 // The link of a replica given no address yet (still starting).
 constexpr char kNotStartedAddress[] = "127.0.0.1:0";
 
+// The ends of a request that no replica answered, as its client hears them.
+grpc::Status CancelledByClient(const std::string& deployment) {
+  return grpc::Status(grpc::StatusCode::CANCELLED,
+                      "deployment '" + deployment + "': the request was cancelled by its client");
+}
+grpc::Status StoppedWhileWaiting(const std::string& deployment) {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "deployment '" + deployment +
+                          "': the gateway stopped while the request waited for a replica");
+}
+
 // gRPC reports a replica it could not connect to ("failed to connect to all
 // addresses", "Connection refused") with the same code as one that dropped
 // a call mid-way; only the latter may have been killed by the request.
@@ -268,9 +279,7 @@ void ReplicaPool::Stop() {
     suspects_.clear();
   }
   for (const std::shared_ptr<Call>& call : waiting) {
-    Fail(call, grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                            "deployment '" + options_.deployment_name +
-                                "': the gateway stopped while the request waited for a replica"));
+    Fail(call, StoppedWhileWaiting(options_.deployment_name));
   }
   std::lock_guard lock(listener_mutex_);
   stopped_ = true;
@@ -609,8 +618,7 @@ void ReplicaPool::Attempt(std::shared_ptr<Call> call) {
   // Built only on the error paths.
   auto where = [this] { return "deployment '" + options_.deployment_name + "': "; };
   if (call->cancelled()) {
-    Fail(call, grpc::Status(grpc::StatusCode::CANCELLED,
-                            where() + "the request was cancelled by its client"));
+    Fail(call, CancelledByClient(options_.deployment_name));
     return;
   }
   Clock::time_point now = Clock::now();
@@ -639,8 +647,7 @@ void ReplicaPool::Attempt(std::shared_ptr<Call> call) {
   }
   grpc::ClientContext* context = call->NewContext();
   if (context == nullptr) {
-    Fail(call, grpc::Status(grpc::StatusCode::CANCELLED,
-                            where() + "the request was cancelled by its client"));
+    Fail(call, CancelledByClient(options_.deployment_name));
     return;
   }
   if (!call->traceparent_.empty()) {
@@ -692,9 +699,7 @@ void ReplicaPool::Retry(std::shared_ptr<Call> call) {
     }
   }
   if (!queued) {
-    Fail(call, grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                            "deployment '" + options_.deployment_name +
-                                "': the gateway stopped while the request waited for a replica"));
+    Fail(call, StoppedWhileWaiting(options_.deployment_name));
     return;
   }
   RunSuspects();
@@ -792,8 +797,7 @@ void ReplicaPool::ServeWaiting() {
   const std::string where = "deployment '" + options_.deployment_name + "': ";
   for (const std::shared_ptr<Call>& call : out_of_time) {
     Fail(call, call->cancelled()
-                   ? grpc::Status(grpc::StatusCode::CANCELLED,
-                                  where + "the request was cancelled by its client")
+                   ? CancelledByClient(options_.deployment_name)
                    : grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                                   where + "the request's deadline passed while it waited to be "
                                           "tried again after its replica dropped it"));
@@ -833,8 +837,7 @@ void ReplicaPool::OnAttemptDone(std::shared_ptr<Call> call, ForwardResult result
     return;
   }
   if (call->cancelled()) {
-    Finish(call->done_, grpc::Status(grpc::StatusCode::CANCELLED,
-                                     where + "the request was cancelled by its client"));
+    Finish(call->done_, CancelledByClient(options_.deployment_name));
     return;
   }
   const bool past_deadline = Clock::now() >= call->client_deadline_;
