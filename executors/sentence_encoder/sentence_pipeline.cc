@@ -244,6 +244,11 @@ StatusOr<SentencePipeline> ReadSentencePipeline(const std::string& folder_name,
   if (expected == Stage::kTransformer) {
     return InvalidArgumentError(where + ": lists no Transformer module");
   }
+  // A Transformer alone gives token embeddings, no sentence embedding:
+  // sentence-transformers cannot encode with such a folder either.
+  if (expected == Stage::kPooling) {
+    return InvalidArgumentError(where + ": lists no Pooling module after the Transformer");
+  }
   return pipeline;
 }
 

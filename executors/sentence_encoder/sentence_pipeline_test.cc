@@ -137,6 +137,8 @@ TEST_F(SentencePipelineTest, WhatWouldNotBeReproducedExactlyIsRefusedNamingIt) {
       {modules_ok, pooling_ok, R"({"prompts": {"q": "q: "}, "default_prompt_name": "p"})",
        R"(default_prompt_name "p" is not one of its prompts)"},
       {R"({"modules": []})", pooling_ok, "", "expected a JSON array of modules"},
+      {std::string(R"([{"path": "", "type": ")") + kTransformer + "\"}]", pooling_ok, "",
+       "modules.json: lists no Pooling module after the Transformer"},
   };
   for (const Case& c : cases) {
     Write("modules.json", c.modules);

@@ -290,6 +290,42 @@ StatusOr<WordPieceTokenizer> WordPieceTokenizer::LoadTokenizerJson(const std::st
   }
 }
 
+namespace {
+
+// A vocab.txt folder's normalizer settings, from tokenizer_config.json as
+// Hugging Face's BertTokenizer reads them: do_lower_case (default true),
+// strip_accents (null: the same as do_lower_case), tokenize_chinese_chars
+// (default true). Without them a cased checkpoint would be lowercased.
+StatusOr<WordPieceOptions> ReadTokenizerConfig(const std::string& path) {
+  WordPieceOptions options;
+  std::ifstream in(path);
+  if (!in.good()) {
+    return options;
+  }
+  const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) {
+    return InvalidArgumentError(path + ": not a JSON object");
+  }
+  const auto read_bool = [&](const char* key, bool* out) -> Status {
+    const auto it = config.find(key);
+    if (it == config.end() || it->is_null()) {
+      return OkStatus();
+    }
+    if (!it->is_boolean()) {
+      return InvalidArgumentError(path + ": " + key + " must be true, false or null");
+    }
+    *out = it->get<bool>();
+    return OkStatus();
+  };
+  GANTRY_RETURN_IF_ERROR(read_bool("do_lower_case", &options.lowercase));
+  options.strip_accents = options.lowercase;
+  GANTRY_RETURN_IF_ERROR(read_bool("strip_accents", &options.strip_accents));
+  GANTRY_RETURN_IF_ERROR(read_bool("tokenize_chinese_chars", &options.handle_chinese_chars));
+  return options;
+}
+
+}  // namespace
+
 StatusOr<WordPieceTokenizer> WordPieceTokenizer::LoadFromFolder(const std::string& folder) {
   const std::string json_path = folder + "/tokenizer.json";
   if (std::ifstream(json_path).good()) {
@@ -297,7 +333,9 @@ StatusOr<WordPieceTokenizer> WordPieceTokenizer::LoadFromFolder(const std::strin
   }
   const std::string vocab_path = folder + "/vocab.txt";
   if (std::ifstream(vocab_path).good()) {
-    return LoadVocabTxt(vocab_path);
+    GANTRY_ASSIGN_OR_RETURN(WordPieceOptions options,
+                            ReadTokenizerConfig(folder + "/tokenizer_config.json"));
+    return LoadVocabTxt(vocab_path, std::move(options));
   }
   return NotFoundError(folder + ": neither tokenizer.json nor vocab.txt exists");
 }

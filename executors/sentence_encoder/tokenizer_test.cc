@@ -1,10 +1,13 @@
 #include "tokenizer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <utf8proc.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -255,6 +258,56 @@ TEST(TokenizerTest, PairIsClsFirstSepSecondSepWithSegments) {
   const PairIds left = tokenizer.EncodePair("Hello, world!", "I'm", 8, true);
   EXPECT_EQ(left.ids, (std::vector<std::int64_t>{kCls, 6, 7, 8, kSep, 10, 11, kSep}));
   EXPECT_EQ(left.token_types, (std::vector<std::int64_t>{0, 0, 0, 0, 0, 1, 1, 1}));
+}
+
+// A folder with vocab.txt and no tokenizer.json: tokenizer_config.json says
+// whether the checkpoint is cased, as Hugging Face's BertTokenizer reads it.
+class VocabFolderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    folder_ = std::filesystem::temp_directory_path() /
+              ("gantry_vocab_folder_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(folder_);
+    std::ofstream(folder_ / "vocab.txt")
+        << "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nHello\ncafe\ncaf\u00e9\nCafe\n";
+  }
+  void TearDown() override { std::filesystem::remove_all(folder_); }
+
+  // The ids of "Hello Café" with tokenizer_config.json's `config` (none when empty).
+  StatusOr<std::vector<std::int64_t>> Encode(const std::string& config) {
+    if (!config.empty()) {
+      std::ofstream(folder_ / "tokenizer_config.json") << config;
+    }
+    GANTRY_ASSIGN_OR_RETURN(WordPieceTokenizer tokenizer,
+                            WordPieceTokenizer::LoadFromFolder(folder_.string()));
+    return tokenizer.Encode("Hello Caf\u00e9", 16);
+  }
+
+  std::filesystem::path folder_;
+};
+
+TEST_F(VocabFolderTest, UncasedUnlessTokenizerConfigSaysOtherwise) {
+  constexpr std::int64_t kLower = 5, kUpper = 6, kCafe = 7, kCafeAccent = 8, kUpperCafe = 9;
+  StatusOr<std::vector<std::int64_t>> ids = Encode("");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, (std::vector<std::int64_t>{kCls, kLower, kCafe, kSep}));
+  ids = Encode(R"({"do_lower_case": false, "model_max_length": 512})");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, (std::vector<std::int64_t>{kCls, kUpper, kUnk, kSep}));
+  ids = Encode(R"({"do_lower_case": false, "strip_accents": true})");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, (std::vector<std::int64_t>{kCls, kUpper, kUpperCafe, kSep}));
+  ids = Encode(R"({"do_lower_case": true, "strip_accents": false})");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, (std::vector<std::int64_t>{kCls, kLower, kCafeAccent, kSep}));
+}
+
+TEST_F(VocabFolderTest, AMalformedTokenizerConfigIsRefusedNamingFileAndKey) {
+  StatusOr<std::vector<std::int64_t>> ids = Encode(R"({"do_lower_case": "no"})");
+  ASSERT_FALSE(ids.ok());
+  EXPECT_NE(ids.status().message().find("tokenizer_config.json: do_lower_case"), std::string::npos)
+      << ids.status();
+  EXPECT_FALSE(Encode("[1, 2]").ok());
 }
 
 }  // namespace
