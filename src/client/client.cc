@@ -91,6 +91,11 @@ Status ErrorFromHeader(const jina::HeaderProto& header) {
   if (message.empty()) {
     message = status.exception().name();
   }
+  // A handler's std::length_error (an input over the model's limit with
+  // truncation off) is INVALID_ARGUMENT, as KServe's gRPC route answers it.
+  if (status.exception().name() == "std::length_error") {
+    return InvalidArgumentError(message);
+  }
   return UnknownError(message);
 }
 

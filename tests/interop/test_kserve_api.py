@@ -318,6 +318,19 @@ class TritonClientsToSentenceEncoder(unittest.TestCase):
         want = np.array([d["embedding"] for d in jina["data"]], dtype=np.float32)
         np.testing.assert_allclose(got, want, atol=1e-6)
 
+    def test_too_long_without_truncation_is_invalid_argument_naming_the_document(self):
+        # One token per word: 302 with [CLS] and [SEP], over the 256 limit.
+        texts = ["a dog", "word " * 300]
+        with self.assertRaises(InferenceServerException) as caught:
+            self.client.infer("all-MiniLM-L6-v2", [text_input(texts)],
+                              parameters={"truncate": False})
+        self.assertEqual(caught.exception.status(), "StatusCode.INVALID_ARGUMENT")
+        self.assertIn("document 1", caught.exception.message())
+        self.assertIn("has 302 tokens, over the model's limit of 256", caught.exception.message())
+        # Cut as before when the request does not say otherwise.
+        result = self.client.infer("all-MiniLM-L6-v2", [text_input(texts)])
+        self.assertEqual(result.as_numpy("embedding").shape, (2, 384))
+
     def test_the_docs_examples_run_as_written(self):
         def here(text):
             return (text.replace("127.0.0.1:8000", f"127.0.0.1:{self.http_port}")

@@ -185,6 +185,35 @@ TEST_F(EncoderDeploymentTest, ReducedPrecisionDTypesStayWithinCosine0999OfFloat3
   }
 }
 
+// With truncation off, an input over max_seq_length is refused over Jina's
+// gRPC protocol as INVALID_ARGUMENT naming the document and its token count;
+// the same deployment keeps serving, and truncates when not told otherwise.
+TEST_F(EncoderDeploymentTest, AnInputOverTheLimitWithTruncationOffIsInvalidArgument) {
+  DeploymentOptions options{.uses = "SentenceEncoder", .name = "encoder", .replicas = 1};
+  options.uses_with.insert_or_assign("model_path", Value(model_path_));
+  Deployment dep(std::move(options));
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  std::string long_text;
+  for (int i = 0; i < 300; ++i) {
+    long_text += "word ";  // one token each: 302 with [CLS] and [SEP]
+  }
+  const DocList docs = {Doc("a dog"), Doc(long_text)};
+  Parameters strict;
+  strict.mutable_values().insert_or_assign("truncate", Value(false));
+  StatusOr<DocList> refused =
+      dep.Post("/encode", docs, {.parameters = strict, .timeout = std::chrono::seconds(50)});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("document 1"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("has 302 tokens, over the model's limit of 256"),
+            std::string::npos)
+      << refused.status();
+  StatusOr<DocList> served = dep.Post("/encode", docs, {.timeout = std::chrono::seconds(50)});
+  ASSERT_TRUE(served.ok()) << served.status();
+  ASSERT_EQ(served->size(), 2U);
+  ASSERT_NE((*served)[1].embedding(), nullptr);
+}
+
 TEST_F(EncoderDeploymentTest, UnsupportedDTypeFailsTheDeploymentNamingIt) {
   DeploymentOptions options{.uses = "SentenceEncoder", .name = "encoder", .replicas = 1};
   options.uses_with.insert_or_assign("model_path", Value(model_path_));
