@@ -170,6 +170,28 @@ void ParseReady(const std::string& text, Replica& replica) {
   }
 }
 
+// Reads what the worker has written on its status pipe (readable, or the
+// read would not block). True once it has said all it will say: a whole
+// READY line, or EOF (an ERROR line, or nothing), or a read error; false
+// while more may come.
+bool ReadStatusPipe(Replica& replica) {
+  char buffer[4096];
+  const ssize_t got = ::read(replica.status->read_fd, buffer, sizeof(buffer));
+  if (got > 0) {
+    replica.status_text.append(buffer, static_cast<std::size_t>(got));
+    return ReadyLineComplete(replica.status_text);
+  }
+  return !(got < 0 && errno == EINTR);
+}
+
+// The worker said READY: it serves on the port it named.
+void MarkServing(Replica& replica, SteadyClock::time_point now) {
+  replica.status.reset();
+  ParseReady(replica.status_text, replica);
+  replica.state = Replica::State::kServing;
+  replica.policy.OnReady(now);
+}
+
 }  // namespace
 
 class Deployment::Impl {
@@ -562,22 +584,11 @@ Status Deployment::Impl::AwaitReplicas() {
         continue;
       }
       Replica& replica = replicas_[index[k]];
-      char buffer[4096];
-      ssize_t got = ::read(replica.status->read_fd, buffer, sizeof(buffer));
-      if (got > 0) {
-        replica.status_text.append(buffer, static_cast<std::size_t>(got));
-        if (!ReadyLineComplete(replica.status_text)) {
-          continue;
-        }
-      } else if (got < 0 && errno == EINTR) {
+      if (!ReadStatusPipe(replica)) {
         continue;
       }
-      // EOF or a whole line: the worker said all it will say.
       if (replica.status_text.starts_with("READY ")) {
-        replica.status.reset();
-        ParseReady(replica.status_text, replica);
-        replica.state = Replica::State::kServing;
-        replica.policy.OnReady(SteadyClock::now());
+        MarkServing(replica, SteadyClock::now());
         pending[index[k]].done = true;
         ++ready;
         spdlog::info("{} ready on 127.0.0.1:{} (pid {}, {})", replica.name, replica.port,
@@ -665,22 +676,9 @@ void Deployment::Impl::Step(std::size_t index, bool readable, internal::Gateway&
   const SteadyClock::time_point now = SteadyClock::now();
   switch (replica.state) {
     case Replica::State::kStarting: {
-      bool ended = false;
-      if (readable) {
-        char buffer[4096];
-        ssize_t got = ::read(replica.status->read_fd, buffer, sizeof(buffer));
-        if (got > 0) {
-          replica.status_text.append(buffer, static_cast<std::size_t>(got));
-          ended = ReadyLineComplete(replica.status_text);
-        } else if (got == 0 || errno != EINTR) {
-          ended = true;  // EOF: the worker said all it will say
-        }
-      }
+      const bool ended = readable && ReadStatusPipe(replica);
       if (ended && replica.status_text.starts_with("READY ")) {
-        replica.status.reset();
-        ParseReady(replica.status_text, replica);
-        replica.state = Replica::State::kServing;
-        replica.policy.OnReady(now);
+        MarkServing(replica, now);
         replica.error.clear();
         auto took = std::chrono::duration_cast<std::chrono::milliseconds>(now - replica.started_at);
         spdlog::info("{}{} ready on 127.0.0.1:{} (pid {}, {}) after {} ms", replica.name,
@@ -806,27 +804,63 @@ void Deployment::Impl::OnExited(std::size_t index, internal::Gateway& gateway) {
 namespace {
 
 // What a rolling restart may change: what replicas are made of and how they
-// are started. Every other `with:` key is the gateway's (ports, TLS, caps,
-// models, metrics, tracing), or the replicas' number.
-constexpr std::string_view kRollingKeys[] = {"uses",
-                                             "uses_with",
-                                             "uses_metas",
-                                             "env",
-                                             "gpus",
-                                             "uses_dynamic_batching",
-                                             "volumes",
-                                             "log_level",
-                                             "timeout_ready",
-                                             "restart_backoff_initial",
-                                             "restart_backoff_max",
-                                             "max_init_failures"};
+// are started, each key with how the running options take its new value.
+// Every other `with:` key is the gateway's (ports, TLS, caps, models,
+// metrics, tracing), or the replicas' number.
+struct RollingField {
+  std::string_view key;
+  void (*take)(DeploymentOptions& running, const DeploymentOptions& next);
+};
+constexpr RollingField kRollingFields[] = {
+    {"uses", [](DeploymentOptions& r, const DeploymentOptions& n) { r.uses = n.uses; }},
+    {"uses_with",
+     [](DeploymentOptions& r, const DeploymentOptions& n) { r.uses_with = n.uses_with; }},
+    {"uses_metas",
+     [](DeploymentOptions& r, const DeploymentOptions& n) { r.uses_metas = n.uses_metas; }},
+    {"env", [](DeploymentOptions& r, const DeploymentOptions& n) { r.env = n.env; }},
+    {"gpus", [](DeploymentOptions& r, const DeploymentOptions& n) { r.gpus = n.gpus; }},
+    {"uses_dynamic_batching",
+     [](DeploymentOptions& r, const DeploymentOptions& n) {
+       r.uses_dynamic_batching = n.uses_dynamic_batching;
+     }},
+    {"volumes", [](DeploymentOptions& r, const DeploymentOptions& n) { r.volumes = n.volumes; }},
+    {"log_level",
+     [](DeploymentOptions& r, const DeploymentOptions& n) { r.log_level = n.log_level; }},
+    {"timeout_ready",
+     [](DeploymentOptions& r, const DeploymentOptions& n) { r.timeout_ready = n.timeout_ready; }},
+    {"restart_backoff_initial",
+     [](DeploymentOptions& r, const DeploymentOptions& n) {
+       r.restart_backoff_initial = n.restart_backoff_initial;
+     }},
+    {"restart_backoff_max",
+     [](DeploymentOptions& r, const DeploymentOptions& n) {
+       r.restart_backoff_max = n.restart_backoff_max;
+     }},
+    {"max_init_failures", [](DeploymentOptions& r, const DeploymentOptions& n) {
+       r.max_init_failures = n.max_init_failures;
+     }}};
+
+bool ARollingKey(std::string_view key) {
+  return std::any_of(std::begin(kRollingFields), std::end(kRollingFields),
+                     [key](const RollingField& field) { return field.key == key; });
+}
+
+// "uses, uses_with, ... and max_init_failures".
+std::string RollingKeysListed() {
+  std::string listed;
+  const std::size_t count = std::size(kRollingFields);
+  for (std::size_t i = 0; i < count; ++i) {
+    listed += (i == 0 ? "" : i + 1 == count ? " and " : ", ");
+    listed += kRollingFields[i].key;
+  }
+  return listed;
+}
 
 // The first key `next` sets otherwise than `now` that a rolling restart
 // cannot change, or "".
 std::string_view FirstFixedKeyChanged(const DeploymentOptions& now, const DeploymentOptions& next) {
   for (const internal::OptionRow& row : internal::OptionTable()) {
-    if (std::find(std::begin(kRollingKeys), std::end(kRollingKeys), row.key) !=
-        std::end(kRollingKeys)) {
+    if (ARollingKey(row.key)) {
       continue;
     }
     if (row.deployment.present() ? row.deployment.get(now) != row.deployment.get(next)
@@ -854,9 +888,9 @@ Status Deployment::Impl::RollingRestart(DeploymentOptions next) {
   if (const std::string_view key = FirstFixedKeyChanged(options_, next); !key.empty()) {
     return InvalidArgumentError(where + ": `" + std::string(key) +
                                 "` changed, and a rolling restart replaces replicas only (it may "
-                                "change uses, uses_with, uses_metas, env, gpus, "
-                                "uses_dynamic_batching, volumes, log_level, timeout_ready and the "
-                                "restart settings); stop and start the deployment to change it");
+                                "change " +
+                                RollingKeysListed() +
+                                "); stop and start the deployment to change it");
   }
   if (internal::IsDockerUses(next.uses) != internal::IsDockerUses(options_.uses)) {
     return InvalidArgumentError(where +
@@ -919,18 +953,9 @@ Status Deployment::Impl::RollingRestart(DeploymentOptions next) {
   {
     // What replicas restarted from now on start from.
     std::lock_guard lock(replicas_mutex_);
-    options_.uses = next.uses;
-    options_.uses_with = next.uses_with;
-    options_.uses_metas = next.uses_metas;
-    options_.env = next.env;
-    options_.gpus = next.gpus;
-    options_.uses_dynamic_batching = next.uses_dynamic_batching;
-    options_.volumes = next.volumes;
-    options_.log_level = next.log_level;
-    options_.timeout_ready = next.timeout_ready;
-    options_.restart_backoff_initial = next.restart_backoff_initial;
-    options_.restart_backoff_max = next.restart_backoff_max;
-    options_.max_init_failures = next.max_init_failures;
+    for (const RollingField& field : kRollingFields) {
+      field.take(options_, next);
+    }
     launcher_ = std::move(launcher);
     plan_ = std::move(plan);
   }
@@ -960,23 +985,11 @@ Status Deployment::Impl::AwaitReady(Replica& replica) {
     if (n <= 0) {
       continue;
     }
-    char buffer[4096];
-    const ssize_t got = ::read(replica.status->read_fd, buffer, sizeof(buffer));
-    if (got < 0 && errno == EINTR) {
+    if (!ReadStatusPipe(replica)) {
       continue;
     }
-    if (got > 0) {
-      replica.status_text.append(buffer, static_cast<std::size_t>(got));
-      if (!ReadyLineComplete(replica.status_text)) {
-        continue;
-      }
-    }
-    // EOF or a whole line: the worker said all it will say.
-    replica.status.reset();
     if (replica.status_text.starts_with("READY ")) {
-      ParseReady(replica.status_text, replica);
-      replica.state = Replica::State::kServing;
-      replica.policy.OnReady(SteadyClock::now());
+      MarkServing(replica, SteadyClock::now());
       spdlog::info("{} ready on 127.0.0.1:{} (pid {}, {}) after {} ms", replica.name, replica.port,
                    replica.process->pid(), replica.device,
                    std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() -
@@ -984,6 +997,7 @@ Status Deployment::Impl::AwaitReady(Replica& replica) {
                        .count());
       return OkStatus();
     }
+    replica.status.reset();
     if (replica.status_text.starts_with("ERROR ")) {
       return FailedPreconditionError(replica.status_text.substr(6));
     }

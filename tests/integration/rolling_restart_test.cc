@@ -142,6 +142,10 @@ TEST(RollingRestartTest, WhatOnlyARestartChangesIsRefusedAndTheReplicasStay) {
   port.port = 1;
   EXPECT_THAT(dep.RollingRestart(port).message(), HasSubstr("`port` changed"));
   EXPECT_THAT(dep.RollingRestart(Tagging("new", 3)).message(), HasSubstr("`replicas` changed"));
+  EXPECT_THAT(dep.RollingRestart(port).message(),
+              HasSubstr("it may change uses, uses_with, uses_metas, env, gpus, "
+                        "uses_dynamic_batching, volumes, log_level, timeout_ready, "
+                        "restart_backoff_initial, restart_backoff_max and max_init_failures)"));
   DeploymentOptions bad = Tagging("new", 2);
   bad.timeout_ready = Ms(-5);
   EXPECT_FALSE(dep.RollingRestart(bad).ok());
@@ -156,6 +160,31 @@ TEST(RollingRestartTest, WhatOnlyARestartChangesIsRefusedAndTheReplicasStay) {
   StatusOr<DocList> out = dep.Post("/tag", DocList{Doc("x")});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(*(*out)[0].tags().at("v").AsText(), "old");
+}
+
+// The supervisor restarts a replica that dies after a rolling restart from
+// the new settings, the restart settings included.
+TEST(RollingRestartTest, AReplicaThatDiesAfterwardsStartsAgainFromTheNewSettings) {
+  DeploymentOptions old_settings = Tagging("old", 1);
+  old_settings.restart_backoff_initial = Ms(60000);  // the old back-off: not within this test
+  old_settings.restart_backoff_max = Ms(60000);
+  Deployment dep(std::move(old_settings));
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  DeploymentOptions new_settings = Tagging("new", 1);
+  new_settings.restart_backoff_initial = Ms(100);
+  Status rolled = dep.RollingRestart(new_settings);
+  ASSERT_TRUE(rolled.ok()) << rolled;
+  const pid_t rolled_pid = dep.replicas().at(0).pid;
+  ASSERT_EQ(::kill(rolled_pid, SIGKILL), 0);
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        const std::vector<ReplicaInfo> replicas = dep.replicas();
+        return replicas.at(0).pid != rolled_pid && replicas.at(0).available;
+      },
+      Ms(30000)));
+  StatusOr<DocList> out = dep.Post("/tag", DocList{Doc("x")}, {.timeout = Ms(30000)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*(*out)[0].tags().at("v").AsText(), "new");
 }
 
 TEST(RollingRestartTest, StopEndsARollingRestartInProgress) {
