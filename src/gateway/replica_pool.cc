@@ -206,8 +206,9 @@ class ReplicaPool::Call final : public ForwardHandle {
   // "name (address)", and the servers they were on (empty when unknown).
   std::vector<std::string> killed_;
   std::vector<std::string> killed_peers_;
-  // This request holds the suspects' turn (replica_pool.h).
-  bool suspect_ = false;
+  // The number of the suspects' turn this request holds (replica_pool.h);
+  // 0: none.
+  std::uint64_t suspect_turn_ = 0;
   // Set when it first found no replica: it waits for one until then.
   std::optional<Clock::time_point> hold_until_;
   ForwardDone done_;
@@ -675,12 +676,12 @@ void ReplicaPool::Attempt(std::shared_ptr<Call> call) {
 }
 
 void ReplicaPool::Fail(const std::shared_ptr<Call>& call, grpc::Status status) {
-  const bool had_turn = std::exchange(call->suspect_, false);
-  if (had_turn) {
-    FreeSuspectTurn();
+  const std::uint64_t turn = std::exchange(call->suspect_turn_, 0);
+  if (turn != 0) {
+    FreeSuspectTurn(turn);
   }
   Finish(call->done_, std::move(status));
-  if (had_turn) {
+  if (turn != 0) {
     RunSuspects();
   }
 }
@@ -705,9 +706,11 @@ void ReplicaPool::Retry(std::shared_ptr<Call> call) {
   RunSuspects();
 }
 
-void ReplicaPool::FreeSuspectTurn() {
+void ReplicaPool::FreeSuspectTurn(std::uint64_t turn) {
   std::lock_guard lock(waiting_mutex_);
-  suspect_in_flight_ = false;
+  if (turn == suspect_turn_) {
+    suspect_in_flight_ = false;
+  }
 }
 
 void ReplicaPool::RunSuspects() {
@@ -727,10 +730,11 @@ void ReplicaPool::RunSuspects() {
         break;
       }
       suspect_in_flight_ = true;
+      suspect_turn_runs_out_ = Clock::now() + options_.suspect_turn_limit;
       next = std::move(suspects_.front());
       suspects_.pop_front();
+      next->suspect_turn_ = ++suspect_turn_;
     }
-    next->suspect_ = true;
     Attempt(std::move(next));
   }
   running = outer;
@@ -782,9 +786,15 @@ void ReplicaPool::ServeWaiting() {
   const Clock::time_point now = Clock::now();
   std::vector<std::shared_ptr<Call>> held;
   std::vector<std::shared_ptr<Call>> out_of_time;
+  bool turn_ran_out = false;
   {
     std::lock_guard lock(waiting_mutex_);
     held = std::exchange(held_, {});
+    if (suspect_in_flight_ && now >= suspect_turn_runs_out_) {
+      // Its try goes on; the next suspect need not wait for it any more.
+      suspect_in_flight_ = false;
+      turn_ran_out = !suspects_.empty();
+    }
     for (auto it = suspects_.begin(); it != suspects_.end();) {
       if ((*it)->cancelled() || (*it)->client_deadline_ <= now) {
         out_of_time.push_back(std::move(*it));
@@ -806,6 +816,13 @@ void ReplicaPool::ServeWaiting() {
   for (std::shared_ptr<Call>& call : held) {
     Attempt(std::move(call));
   }
+  if (turn_ran_out) {
+    spdlog::warn(
+        "{}a request tried again after its replica dropped it has run for {} ms "
+        "(suspect_turn_limit); the next such request goes without waiting for it",
+        where, options_.suspect_turn_limit.count());
+    RunSuspects();
+  }
 }
 
 void ReplicaPool::OnAttemptDone(std::shared_ptr<Call> call, ForwardResult result) {
@@ -820,9 +837,11 @@ void ReplicaPool::OnAttemptDone(std::shared_ptr<Call> call, ForwardResult result
         pool->RunSuspects();
       }
     }
-  } pass_turn{this, std::exchange(call->suspect_, false)};
-  if (pass_turn.had_turn) {
-    FreeSuspectTurn();
+  };
+  const std::uint64_t turn = std::exchange(call->suspect_turn_, 0);
+  const PassTurn pass_turn{this, turn != 0};
+  if (turn != 0) {
+    FreeSuspectTurn(turn);
   }
   Replica& replica = *replicas_[call->replica_];
   replica.in_flight.fetch_sub(1);

@@ -23,8 +23,11 @@
 // retried alone: at most one such request is in flight at a time, the others
 // wait their turn. So when a poison request takes a replica down with the
 // requests beside it, it alone kills the next one, and the innocent ones are
-// not condemned with it. Drops by the same server of a dns:/// name
-// (reached again before its channel noticed it went) count once.
+// not condemned with it. A turn lasts until that try ends, or at most
+// `suspect_turn_limit`: a try that long has not taken its replica down the
+// way a poison does, and one on a hung replica (liveness checks off, no
+// deadline) must not hold the others forever. Drops by the same server of a
+// dns:/// name (reached again before its channel noticed it went) count once.
 //
 // No replica in rotation: a request fails at once with UNAVAILABLE, unless
 // `hold_while_restarting` is set and the pool is started, and some replica
@@ -153,6 +156,8 @@ struct ReplicaPoolOptions {
   // How long a request waits for a replica coming back when none is in
   // rotation (above); zero: it fails at once.
   std::chrono::milliseconds hold_while_restarting{0};
+  // How long one suspect's try holds the suspects' turn at most (above).
+  std::chrono::milliseconds suspect_turn_limit{10000};
 };
 
 class ReplicaPool final : public Upstream {
@@ -219,9 +224,10 @@ class ReplicaPool final : public Upstream {
   void Retry(std::shared_ptr<Call> call);
   // Ends `call` with `status`, passing on its suspect's turn if it had it.
   void Fail(const std::shared_ptr<Call>& call, grpc::Status status);
-  // Starts queued suspects while none is in flight.
+  // Starts queued suspects while none holds the turn.
   void RunSuspects();
-  void FreeSuspectTurn();
+  // Ends turn number `turn` if it is still the current one.
+  void FreeSuspectTurn(std::uint64_t turn);
   // Keeps `call`, which found no replica, until one rejoins (see above);
   // false when it is not to wait.
   bool Hold(const std::shared_ptr<Call>& call);
@@ -265,7 +271,10 @@ class ReplicaPool final : public Upstream {
   std::vector<std::shared_ptr<Call>> held_;     // guarded by waiting_mutex_
   std::deque<std::shared_ptr<Call>> suspects_;  // guarded by waiting_mutex_
   bool suspect_in_flight_ = false;              // guarded by waiting_mutex_
-  bool stopped_waiting_ = false;                // guarded by waiting_mutex_
+  // The current (or last) turn's number, and when it runs out.
+  std::uint64_t suspect_turn_ = 0;                                 // guarded by waiting_mutex_
+  std::chrono::system_clock::time_point suspect_turn_runs_out_{};  // guarded by waiting_mutex_
+  bool stopped_waiting_ = false;                                   // guarded by waiting_mutex_
 
   std::mutex unresponsive_mutex_;
   std::vector<UnresponsiveReplica> unresponsive_;  // guarded by unresponsive_mutex_

@@ -681,6 +681,53 @@ TEST_F(ReplicaPoolTest, InnocentRequestsDroppedBesideAPoisonAreTriedAloneAndServ
   EXPECT_EQ(innocent.answers(), 1);
 }
 
+// A suspect whose try hangs (liveness checks off, no deadline) holds the
+// turn for suspect_turn_limit at most: then the next one goes, and both are
+// served once the hung replica answers.
+TEST_F(ReplicaPoolTest, ASuspectThatHangsHoldsTheTurnOnlyForTheLimit) {
+  std::vector<std::string> addresses = {"a:1", "b:2"};
+  ReplicaPool& pool = MakePoolOf(std::move(addresses), {}, [](ReplicaPoolOptions& options) {
+    options.hold_while_restarting = std::chrono::seconds(10);
+    options.probe_interval = std::chrono::milliseconds(10);
+    options.liveness_failure_threshold = 0;
+    options.suspect_turn_limit = std::chrono::milliseconds(1000);
+  });
+  pool.Start();
+  link("b:2").Probes(false);
+  ASSERT_TRUE(Eventually([&] { return !pool.States()[1].available; }));
+  link("a:1").Hold();
+  link("b:2").Hold();
+  Outcome first;
+  Outcome second;
+  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), first.Done());
+  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), second.Done());
+  ASSERT_EQ(link("a:1").held(), 2);
+  link("b:2").Probes(true);
+  ASSERT_TRUE(Eventually([&] { return pool.States()[1].available; }));
+
+  const auto first_dropped = std::chrono::steady_clock::now();
+  link("a:1").CompleteOne(Unavailable("Socket closed"));
+  ASSERT_TRUE(Eventually([&] { return link("b:2").held() == 1; }));
+  link("a:1").CompleteOne(Unavailable("Socket closed"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(link("b:2").sends(), 1) << "the second suspect went out before the turn ran out";
+  // b hangs under the first: the second goes once the turn has run out.
+  ASSERT_TRUE(Eventually([&] { return link("b:2").held() == 2; }));
+  EXPECT_GE(std::chrono::steady_clock::now() - first_dropped, std::chrono::milliseconds(950));
+  EXPECT_FALSE(first.answered());
+  EXPECT_FALSE(second.answered());
+
+  link("b:2").Unhold();
+  link("b:2").CompleteOne(grpc::Status::OK);
+  link("b:2").CompleteOne(grpc::Status::OK);
+  for (Outcome* outcome : {&first, &second}) {
+    std::optional<ForwardResult> result = outcome->Wait();
+    ASSERT_TRUE(result.has_value());
+    EXPECT_TRUE(result->status.ok()) << result->status.error_message();
+    EXPECT_EQ(outcome->answers(), 1);
+  }
+}
+
 // A dns:/// name's server reached again before its channel saw it go:
 // the same server dropping the request twice is one kill, not two.
 TEST_F(ReplicaPoolTest, DropsByTheSameServerCountOnce) {
