@@ -12,6 +12,8 @@ has jina, grpcio and opentelemetry-proto). Every `gantry` process runs on
     gRPC metadata), each replica's `executor` span a child of the gateway's,
     and `queue` and `handler` spans children of the replica's; the
     resource's service.name names the gateway and the replica.
+  * KServe v2's gRPC ModelInfer with a `traceparent` in its metadata joins
+    the client's trace as well.
   * HTTP with a `traceparent` header joins the client's trace; without one
     the gateway's span starts a trace; a handler's exception marks the
     replica's and the gateway's spans as errors.
@@ -143,6 +145,26 @@ def post_with_traceparent(port, path, body, traceparent):
         return e.code
 
 
+def kserve_infer_request(model, text):
+    """KServe v2's ModelInferRequest (model_name = 1, inputs = 5) of one BYTES
+    input "text" of shape [1, 1], encoded by hand: this venv has grpcio but
+    not the KServe stubs. InferInputTensor: name 1, datatype 2, shape 3
+    (packed), contents 5; InferTensorContents: bytes_contents 8."""
+    def varint(n):
+        out = b""
+        while n >= 0x80:
+            out += bytes([n & 0x7F | 0x80])
+            n >>= 7
+        return out + bytes([n])
+
+    def field(number, payload):  # length-delimited
+        return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+    tensor = (field(1, b"text") + field(2, b"BYTES") + field(3, varint(1) + varint(1))
+              + field(5, field(8, text.encode())))
+    return field(1, model.encode()) + field(5, tensor)
+
+
 class Tracing(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -244,6 +266,24 @@ class Tracing(unittest.TestCase):
         self.assertEqual(status, 200)
         time.sleep(1.5)  # two of the exporters' flush intervals
         self.assertEqual(self.receiver.trace(trace_id, lambda s: False, timeout=0), [])
+
+    def test_kserve_grpc_traceparent_joins_the_trace(self):
+        yaml = deployment_yaml(self.tmp.name, self.receiver.port)
+        gantry = self.start(["deployment", "--uses", yaml], "deployment")
+        parent_id = secrets.token_hex(8)
+        trace_id = secrets.token_hex(16)
+        with grpc.insecure_channel(f"127.0.0.1:{gantry.port}") as channel:
+            infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+            reply = infer(kserve_infer_request("traced", "a b c"), timeout=60,
+                          metadata=[("traceparent", f"00-{trace_id}-{parent_id}-01")])
+        self.assertGreater(len(reply), 0)
+        spans = self.receiver.trace(bytes.fromhex(trace_id), lambda spans: len(spans) >= 4)
+        gateways = named(spans, "gateway /encode")
+        self.assertEqual(len(gateways), 1, [x.name for _, x in spans])
+        service, gateway = gateways[0]
+        self.assertEqual(service, "traced/gateway")
+        self.assertEqual(gateway.parent_span_id, bytes.fromhex(parent_id))
+        self.assert_replica_spans(spans, gateway, "/encode")
 
     def test_a_flows_steps_hang_from_the_flow_gateway(self):
         flow = write(self.tmp.name, "flow.yml",
