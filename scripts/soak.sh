@@ -80,6 +80,8 @@ fi
 port="$(cat "${work}/port")"
 
 status=0
+started_at="$(date +%H:%M:%S)"
+echo "soak started at ${started_at}"
 "${build}/bin/gantry_soak" --address "127.0.0.1:${port}" --gateway-pid "${cli_pid}" \
   --seconds "${seconds}" --fault-every "${fault_every}" --faults "${faults}" \
   --threads "${threads}" || status=$?
@@ -111,4 +113,13 @@ done
 echo "deployment log (warnings and errors):"
 grep -E "^(warning|error)" "${work}/deployment.log" | sed -E 's/\[[0-9:.]+\] //' | sort | uniq -c |
   sort -rn | head -15 || true
+echo "rolling restarts that did not finish (SIGHUP lines at warning or error):"
+grep -E "^(warning|error).*SIGHUP" "${work}/deployment.log" | head -20 || true
+if [[ "${status}" != 0 ]]; then
+  # The whole log, for the faults above (its lines carry the wall-clock time;
+  # the soak started at ${started_at}).
+  kept="${SOAK_LOG_DIR:-/tmp}/soak-deployment-$(date +%Y%m%d-%H%M%S).log"
+  cp "${work}/deployment.log" "${kept}"
+  echo "the deployment's whole log: ${kept}"
+fi
 exit "${status}"

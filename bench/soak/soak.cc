@@ -429,12 +429,23 @@ int Run(const Options& options) {
     if (Clock::now() >= next_fault && Clock::now() + RepairBound(fault) < until) {
       ++next_fault_index;
       std::string poison;
+      const pid_t rep0_before = ReplicaPid(options.gateway_pid, "rep-0");
+      const pid_t rep1_before = ReplicaPid(options.gateway_pid, "rep-1");
+      const double at_s = std::chrono::duration<double>(Clock::now() - start).count();
       const double took = InjectFault(fault, options, &poison);
       if (!poison.empty()) {
         poison_outcomes.Add(poison);
       }
       if (took < 0) {
         ++not_repaired[FaultName(fault)];
+        // When, and what the replicas were: to find it in the deployment's log.
+        std::printf(
+            "  fault %s at t=%.0f s not repaired within %lld s: rep-0 pid %d -> %d, "
+            "rep-1 pid %d -> %d\n",
+            FaultName(fault), at_s, static_cast<long long>(RepairBound(fault).count() / 1000),
+            rep0_before, ReplicaPid(options.gateway_pid, "rep-0"), rep1_before,
+            ReplicaPid(options.gateway_pid, "rep-1"));
+        std::fflush(stdout);
       } else {
         repaired_ms[FaultName(fault)].push_back(took);
       }
