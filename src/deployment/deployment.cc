@@ -951,7 +951,9 @@ Status Deployment::Impl::RollingRestart(DeploymentOptions next) {
     Retire(old);
   }
   {
-    // What replicas restarted from now on start from.
+    // The running options say what the replicas now run: the next rolling
+    // restart is checked against them (each replica restarts from the
+    // settings it was made with).
     std::lock_guard lock(replicas_mutex_);
     for (const RollingField& field : kRollingFields) {
       field.take(options_, next);
