@@ -292,8 +292,9 @@ class TeiRoutesInFrontOfSentenceEncoder(unittest.TestCase):
 
 
 class HealthWithoutAReadyReplica(unittest.TestCase):
-    """A gateway whose only replica address answers nothing: GET /health is
-    TEI's 503 in its error shape, never 200."""
+    """A gateway whose only replica address answers nothing: once the
+    replica's first health check has failed (a replica counts as in rotation
+    until then), GET /health is TEI's 503 in its error shape, and stays so."""
 
     def test_health_is_503_in_tei_shape(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -301,7 +302,11 @@ class HealthWithoutAReadyReplica(unittest.TestCase):
                 ["gateway", "--replica-addresses", f"127.0.0.1:{free_port()}"], tmp, "gateway",
                 http=True)
             try:
-                for _ in range(10):  # the prober's first rounds: still never ready
+                deadline = time.monotonic() + 10
+                while get(gateway.http_port, "/health")[0] != 503:
+                    self.assertLess(time.monotonic(), deadline, "/health never became 503")
+                    time.sleep(0.05)
+                for _ in range(10):  # the prober's next rounds: still not ready
                     status, reply = get(gateway.http_port, "/health")
                     self.assertEqual(status, 503, reply)
                     check_documented_status("/health", status)
