@@ -197,6 +197,18 @@ class Tracing(unittest.TestCase):
             self.assertLessEqual(child.end_time_unix_nano, executor.end_time_unix_nano)
         return executor
 
+    def assert_joined_the_trace(self, trace_id, parent_id):
+        """The trace `trace_id` holds one gateway /encode span, the gateway's,
+        whose parent is the client's span `parent_id`, with one replica's
+        spans under it."""
+        spans = self.receiver.trace(trace_id, lambda spans: len(spans) >= 4)
+        gateways = named(spans, "gateway /encode")
+        self.assertEqual(len(gateways), 1, [x.name for _, x in spans])
+        service, gateway = gateways[0]
+        self.assertEqual(service, "traced/gateway")
+        self.assertEqual(gateway.parent_span_id, bytes.fromhex(parent_id))
+        self.assert_replica_spans(spans, gateway, "/encode")
+
     def test_the_jina_clients_trace_reaches_every_part(self):
         yaml = deployment_yaml(self.tmp.name, self.receiver.port, host="http://127.0.0.1")
         gantry = self.start(["deployment", "--uses", yaml], "deployment")
@@ -231,13 +243,7 @@ class Tracing(unittest.TestCase):
         parent_id = secrets.token_hex(8)
         status, trace_id = post_traced(gantry.http_port, "/encode", parent_id)
         self.assertEqual(status, 200)
-        spans = self.receiver.trace(trace_id, lambda spans: len(spans) >= 4)
-        gateways = named(spans, "gateway /encode")
-        self.assertEqual(len(gateways), 1, [x.name for _, x in spans])
-        service, gateway = gateways[0]
-        self.assertEqual(service, "traced/gateway")
-        self.assertEqual(gateway.parent_span_id, bytes.fromhex(parent_id))
-        self.assert_replica_spans(spans, gateway, "/encode")
+        self.assert_joined_the_trace(trace_id, parent_id)
 
         # A handler that throws: the replica's and the gateway's spans say so.
         status, trace_id = post_traced(gantry.http_port, "/fail", parent_id)
@@ -277,13 +283,7 @@ class Tracing(unittest.TestCase):
             reply = infer(kserve_infer_request("traced", "a b c"), timeout=60,
                           metadata=[("traceparent", f"00-{trace_id}-{parent_id}-01")])
         self.assertGreater(len(reply), 0)
-        spans = self.receiver.trace(bytes.fromhex(trace_id), lambda spans: len(spans) >= 4)
-        gateways = named(spans, "gateway /encode")
-        self.assertEqual(len(gateways), 1, [x.name for _, x in spans])
-        service, gateway = gateways[0]
-        self.assertEqual(service, "traced/gateway")
-        self.assertEqual(gateway.parent_span_id, bytes.fromhex(parent_id))
-        self.assert_replica_spans(spans, gateway, "/encode")
+        self.assert_joined_the_trace(bytes.fromhex(trace_id), parent_id)
 
     def test_a_flows_steps_hang_from_the_flow_gateway(self):
         flow = write(self.tmp.name, "flow.yml",
