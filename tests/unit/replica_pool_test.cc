@@ -144,6 +144,8 @@ class FakeLink final : public ReplicaLink {
 };
 
 // A pool of replicas "a:1", "b:2", ... whose links the test scripts.
+class Outcome;
+
 class ReplicaPoolTest : public ::testing::Test {
  protected:
   ReplicaPool& MakePool(int replicas, std::chrono::milliseconds timeout_send = {}) {
@@ -155,19 +157,28 @@ class ReplicaPoolTest : public ::testing::Test {
   }
   // A started pool (probes every 10 ms, no liveness checks) whose requests
   // wait up to `hold` for a replica coming back.
-  ReplicaPool& MakeHoldingPool(int replicas, std::chrono::milliseconds hold) {
+  ReplicaPool& MakeHoldingPool(int replicas, std::chrono::milliseconds hold,
+                               const std::function<void(ReplicaPoolOptions&)>& adjust = {}) {
     std::vector<std::string> addresses;
     for (int i = 0; i < replicas; ++i) {
       addresses.push_back(std::string(1, static_cast<char>('a' + i)) + ":" + std::to_string(i + 1));
     }
-    ReplicaPool& pool = MakePoolOf(std::move(addresses), {}, [hold](ReplicaPoolOptions& options) {
-      options.hold_while_restarting = hold;
-      options.probe_interval = std::chrono::milliseconds(10);
-      options.liveness_failure_threshold = 0;
-    });
+    ReplicaPool& pool =
+        MakePoolOf(std::move(addresses), {}, [hold, &adjust](ReplicaPoolOptions& options) {
+          options.hold_while_restarting = hold;
+          options.probe_interval = std::chrono::milliseconds(10);
+          options.liveness_failure_threshold = 0;
+          if (adjust) {
+            adjust(options);
+          }
+        });
     pool.Start();
     return pool;
   }
+  // Two requests on replica a:1 of a two-replica holding pool, held there
+  // (b:2 took none: it was out of rotation while they went); both replicas
+  // hold every try from now on, and b is back in rotation.
+  void TwoRequestsHeldOnTheFirst(ReplicaPool& pool, Outcome& first, Outcome& second);
   ReplicaPool& MakePoolOf(std::vector<std::string> addresses,
                           std::chrono::milliseconds timeout_send = {},
                           const std::function<void(ReplicaPoolOptions&)>& adjust = {}) {
@@ -254,6 +265,19 @@ bool Eventually(Condition condition, std::chrono::milliseconds bound = std::chro
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+void ReplicaPoolTest::TwoRequestsHeldOnTheFirst(ReplicaPool& pool, Outcome& first,
+                                                Outcome& second) {
+  link("b:2").Probes(false);
+  ASSERT_TRUE(Eventually([&] { return !pool.States()[1].available; }));
+  link("a:1").Hold();
+  link("b:2").Hold();
+  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), first.Done());
+  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), second.Done());
+  ASSERT_EQ(link("a:1").held(), 2);
+  link("b:2").Probes(true);
+  ASSERT_TRUE(Eventually([&] { return pool.States()[1].available; }));
 }
 
 TEST_F(ReplicaPoolTest, IdleReplicasShareRequestsRoundRobin) {
@@ -644,17 +668,9 @@ TEST_F(ReplicaPoolTest, AHeldRequestEndsAtItsDeadlineWhenCancelledAndAtStop) {
 // innocent one, held until a replica is back, is served.
 TEST_F(ReplicaPoolTest, InnocentRequestsDroppedBesideAPoisonAreTriedAloneAndServed) {
   ReplicaPool& pool = MakeHoldingPool(2, std::chrono::seconds(10));
-  link("b:2").Probes(false);
-  ASSERT_TRUE(Eventually([&] { return !pool.States()[1].available; }));
-  link("a:1").Hold();
-  link("b:2").Hold();
   Outcome poison;
   Outcome innocent;
-  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), poison.Done());
-  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), innocent.Done());
-  ASSERT_EQ(link("a:1").held(), 2);
-  link("b:2").Probes(true);
-  ASSERT_TRUE(Eventually([&] { return pool.States()[1].available; }));
+  ASSERT_NO_FATAL_FAILURE(TwoRequestsHeldOnTheFirst(pool, poison, innocent));
 
   // a dies under both.
   link("a:1").CompleteOne(Unavailable("Socket closed"));
@@ -685,25 +701,12 @@ TEST_F(ReplicaPoolTest, InnocentRequestsDroppedBesideAPoisonAreTriedAloneAndServ
 // turn for suspect_turn_limit at most: then the next one goes, and both are
 // served once the hung replica answers.
 TEST_F(ReplicaPoolTest, ASuspectThatHangsHoldsTheTurnOnlyForTheLimit) {
-  std::vector<std::string> addresses = {"a:1", "b:2"};
-  ReplicaPool& pool = MakePoolOf(std::move(addresses), {}, [](ReplicaPoolOptions& options) {
-    options.hold_while_restarting = std::chrono::seconds(10);
-    options.probe_interval = std::chrono::milliseconds(10);
-    options.liveness_failure_threshold = 0;
+  ReplicaPool& pool = MakeHoldingPool(2, std::chrono::seconds(10), [](ReplicaPoolOptions& options) {
     options.suspect_turn_limit = std::chrono::milliseconds(1000);
   });
-  pool.Start();
-  link("b:2").Probes(false);
-  ASSERT_TRUE(Eventually([&] { return !pool.States()[1].available; }));
-  link("a:1").Hold();
-  link("b:2").Hold();
   Outcome first;
   Outcome second;
-  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), first.Done());
-  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), second.Done());
-  ASSERT_EQ(link("a:1").held(), 2);
-  link("b:2").Probes(true);
-  ASSERT_TRUE(Eventually([&] { return pool.States()[1].available; }));
+  ASSERT_NO_FATAL_FAILURE(TwoRequestsHeldOnTheFirst(pool, first, second));
 
   const auto first_dropped = std::chrono::steady_clock::now();
   link("a:1").CompleteOne(Unavailable("Socket closed"));
