@@ -9,7 +9,7 @@ set(GANTRY_PYTHON "" CACHE FILEPATH
 # CPU container image does); it implies GANTRY_TORCH_CMAKE_PACKAGE=OFF.
 set(GANTRY_TORCH_ROOT "" CACHE PATH
   "The torch wheel's folder (site-packages/torch), used without asking Python")
-if(NOT Torch_DIR AND NOT GANTRY_TORCH_ROOT)
+if(NOT GANTRY_TORCH_ROOT)
   set(_gantry_python "${GANTRY_PYTHON}")
   if(NOT _gantry_python AND DEFINED ENV{GANTRY_VENV} AND EXISTS "$ENV{GANTRY_VENV}/bin/python")
     set(_gantry_python "$ENV{GANTRY_VENV}/bin/python")
@@ -21,7 +21,7 @@ if(NOT Torch_DIR AND NOT GANTRY_TORCH_ROOT)
     find_package(Python3 COMPONENTS Interpreter)
     set(_gantry_python "${Python3_EXECUTABLE}")
   endif()
-  if(_gantry_python)
+  if(_gantry_python AND NOT Torch_DIR)
     execute_process(
       COMMAND ${_gantry_python} -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
       OUTPUT_VARIABLE _gantry_torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
@@ -34,19 +34,23 @@ if(NOT Torch_DIR AND NOT GANTRY_TORCH_ROOT)
     endif()
   endif()
 endif()
-# torch's CMake package (TorchConfig) insists on a CUDA toolkit when the wheel
-# is a CUDA build, and a stock Debian machine has none: there, the wheel's
-# libraries are used directly. libtorch_cuda is linked all the same, so CUDA
-# works at run time wherever a driver is present; only code compiled with
-# GANTRY_WITH_CUDA (CUDA headers and nvcc) needs the toolkit.
-#   GANTRY_TORCH_CMAKE_PACKAGE: AUTO (TorchConfig when nvcc is found), ON, OFF
+# The wheel's libraries are used directly, and only libtorch_cpu and c10 are
+# linked: libtorch_cuda and the CUDA libraries behind it (about 260 MB of a
+# process's memory) are loaded at run time by the worker that is given a CUDA
+# device (gantry::LoadTorchCuda, gantry/torch_cuda.h), so a replica on the
+# CPU maps none of them and CUDA still works wherever a driver is present.
+# torch's CMake package (TorchConfig) links them all into every program and
+# insists on a CUDA toolkit when the wheel is a CUDA build: it is used only
+# for code compiled with GANTRY_WITH_CUDA (CUDA headers and nvcc), or when
+# asked for (ON, with Torch_DIR for a libtorch that no Python has).
+#   GANTRY_TORCH_CMAKE_PACKAGE: AUTO (TorchConfig with GANTRY_WITH_CUDA), ON, OFF
 set(GANTRY_TORCH_CMAKE_PACKAGE AUTO CACHE STRING
-  "Use torch's CMake package (ON), the wheel's libraries directly (OFF), or ON when nvcc is found (AUTO)")
+  "Use torch's CMake package (ON), the wheel's libraries directly (OFF), or ON with GANTRY_WITH_CUDA (AUTO)")
 find_program(GANTRY_NVCC nvcc HINTS ENV CUDA_HOME ENV CUDA_PATH /usr/local/cuda PATH_SUFFIXES bin)
 if(GANTRY_TORCH_ROOT)
   set(_gantry_use_torch_config OFF)
 elseif(GANTRY_TORCH_CMAKE_PACKAGE STREQUAL "AUTO")
-  if(GANTRY_NVCC OR Torch_DIR)
+  if(GANTRY_WITH_CUDA AND GANTRY_NVCC)
     set(_gantry_use_torch_config ON)
   else()
     set(_gantry_use_torch_config OFF)
@@ -84,7 +88,8 @@ else()
     # Wheels of torch 2.x on PyPI are built with the C++11 ABI.
     set(_gantry_torch_facts "${GANTRY_TORCH_ROOT};1")
   elseif(NOT _gantry_python)
-    message(FATAL_ERROR "no Python with the torch wheel: run scripts/setup.sh or set GANTRY_PYTHON")
+    message(FATAL_ERROR "no Python with the torch wheel: run scripts/setup.sh or set GANTRY_PYTHON "
+                        "(or GANTRY_TORCH_ROOT, or GANTRY_TORCH_CMAKE_PACKAGE=ON with Torch_DIR)")
   else()
     execute_process(
       COMMAND ${_gantry_python} -c
@@ -98,11 +103,13 @@ else()
   endif()
   list(GET _gantry_torch_facts 0 _gantry_torch_root)
   list(GET _gantry_torch_facts 1 _gantry_torch_abi)
-  message(STATUS "libtorch: the wheel's libraries in ${_gantry_torch_root} (no CUDA toolkit found, "
-                 "so not torch's CMake package; GPU use at run time is unaffected)")
-  # OFF makes a CPU-only program that loads none of the wheel's CUDA
-  # libraries (the CPU container image, docker/Dockerfile).
-  option(GANTRY_LINK_TORCH_CUDA "Link the wheel's libtorch_cuda (GPU use at run time)" ON)
+  # ON links libtorch_cuda at start-up, as torch's package does, instead of
+  # loading it for a CUDA device only.
+  option(GANTRY_LINK_TORCH_CUDA
+         "Link the wheel's libtorch_cuda at start-up (default: loaded for a CUDA device only)" OFF)
+  message(STATUS "libtorch: the wheel's libraries in ${_gantry_torch_root} (libtorch_cpu and "
+                 "c10 linked; libtorch_cuda linked at start: ${GANTRY_LINK_TORCH_CUDA}, else loaded "
+                 "at run time for a CUDA device)")
   set(_gantry_link_cuda "")
   if(GANTRY_LINK_TORCH_CUDA)
     set(_gantry_link_cuda LINK_CUDA)

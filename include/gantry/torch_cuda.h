@@ -25,6 +25,7 @@
 #include <gantry/device.h>
 #include <gantry/device_report.h>
 #include <gantry/document.h>
+#include <gantry/status.h>
 
 #include <functional>
 #include <memory>
@@ -67,6 +68,21 @@ at::Tensor ToDeviceAsync(const at::Tensor& host, const Device& device);
 // One document tensor per row of `batch`, with a single device-to-host
 // copy for the whole batch (not one synchronising copy per document).
 std::vector<Tensor> RowsFromTorch(const at::Tensor& batch);
+
+// Loads libtorch's CUDA half, unless it is loaded already: libtorch_cuda.so
+// from the folder of the libtorch_cpu.so in use (and, through it, the CUDA
+// libraries it needs), whose static initialisers register torch's CUDA
+// backend. Gantry's programs link only libtorch_cpu, so that a process on
+// the CPU maps no CUDA library. The worker calls it before constructing an
+// executor on `cuda`/`cuda:N` (and on `auto` where an NVIDIA driver is
+// installed), and CheckTorchDevice, ResolveTorchDevice, ToTorchDevice,
+// InferenceScope and ToDeviceAsync call it for such a device, so an executor
+// rarely needs to; a program that reaches CUDA through torch by other means
+// calls it first. It must run before torch is first asked about CUDA: torch
+// remembers the answer "no CUDA" for the life of the process.
+// FailedPrecondition naming the library and the loader's error otherwise.
+// The outcome of the first call is every later call's.
+Status LoadTorchCuda();
 
 // Registers named tensors (a model's parameters and buffers) for the
 // worker's device check and its info RPC; see gantry/device_report.h.

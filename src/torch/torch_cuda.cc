@@ -1,25 +1,100 @@
-// CUDA streams, pinned copies and the device-check registration, through
-// c10's device-generic interfaces: this file needs no CUDA headers, builds
-// with GANTRY_WITH_CUDA off and runs on CPU-only libtorch, where the CUDA
-// branches are never taken.
+// CUDA streams, pinned copies, the device-check registration and the
+// loading of libtorch's CUDA half, through c10's device-generic interfaces:
+// this file needs no CUDA headers, builds with GANTRY_WITH_CUDA off and runs
+// on CPU-only libtorch, where the CUDA branches are never taken.
 #include <ATen/Context.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <dlfcn.h>
+#include <gantry/device_runtime.h>
 #include <gantry/torch_cuda.h>
 #include <gantry/torch_tensor.h>
+#include <link.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
+
+#include "torch/torch_cuda_loading.h"
 
 namespace gantry {
 namespace {
 
-bool CudaUsable() { return at::detail::getCUDAHooks().isBuilt() && at::hasCUDA(); }
+bool CudaUsable() {
+  return LoadTorchCuda().ok() && at::detail::getCUDAHooks().isBuilt() && at::hasCUDA();
+}
+
+// Whether the library with this soname is already in the process.
+bool Loaded(const char* soname) {
+  void* handle = ::dlopen(soname, RTLD_NOW | RTLD_NOLOAD);
+  if (handle == nullptr) {
+    return false;
+  }
+  ::dlclose(handle);
+  return true;
+}
+
+// The folder of the libtorch_cpu.so this process runs: libtorch_cuda.so
+// lies beside it, in the wheel as in an unpacked libtorch.
+StatusOr<std::string> TorchLibraryFolder() {
+  void* handle = ::dlopen("libtorch_cpu.so", RTLD_NOW | RTLD_NOLOAD);
+  if (handle == nullptr) {
+    return FailedPreconditionError("libtorch_cpu.so is not loaded in this process");
+  }
+  link_map* map = nullptr;
+  const int got = ::dlinfo(handle, RTLD_DI_LINKMAP, &map);
+  ::dlclose(handle);
+  if (got != 0 || map == nullptr || map->l_name == nullptr) {
+    return FailedPreconditionError("cannot tell where libtorch_cpu.so was loaded from");
+  }
+  const std::string path = map->l_name;
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+}
+
+Status LoadTorchCudaNow() {
+  // Programs built against torch's CMake package link it at start.
+  if (!Loaded("libtorch_cuda.so")) {
+    GANTRY_ASSIGN_OR_RETURN(const std::string folder, TorchLibraryFolder());
+    const std::string path = folder + "/libtorch_cuda.so";
+    if (::access(path.c_str(), F_OK) != 0) {
+      return FailedPreconditionError("this libtorch was built without CUDA (there is no " + path +
+                                     ")");
+    }
+    // Bound lazily and global, as a program linked with it would have it.
+    if (::dlopen(path.c_str(), RTLD_LAZY | RTLD_GLOBAL) == nullptr) {
+      const char* error = ::dlerror();
+      return FailedPreconditionError("libtorch's CUDA libraries could not be loaded: " +
+                                     std::string(error != nullptr ? error : path));
+    }
+  }
+  if (!at::detail::getCUDAHooks().isBuilt()) {
+    return FailedPreconditionError(
+        "libtorch_cuda.so is loaded, but torch was asked about CUDA before it was, and keeps the "
+        "answer 'no CUDA' (call gantry::LoadTorchCuda() before anything else asks torch about "
+        "CUDA)");
+  }
+  return OkStatus();
+}
+
+// The worker's loader (gantry/device_runtime.h). For `auto` a failure is
+// not an error: auto then resolves to the CPU.
+Status LoadTorchCudaFor(const Device& device) {
+  if (device.is_auto() && internal::NvidiaDriverInstalled()) {
+    LoadTorchCuda().IgnoreError();
+  } else if (device.is_cuda()) {
+    return LoadTorchCuda().WithPrefix("device " + device.ToString());
+  }
+  return OkStatus();
+}
+
+const bool kLoaderRegistered = RegisterDeviceRuntimeLoader(&LoadTorchCudaFor);
 
 // This process's stream on `device`: taken from the pool once, so every
 // forward pass of the worker runs on the same non-default stream.
@@ -36,6 +111,26 @@ c10::Stream OwnStream(const at::Device& device) {
 }
 
 }  // namespace
+
+// Referenced by every program that links gantry::torch (CMake's
+// --undefined), so that the loader above is registered even where nothing
+// else of this file is used.
+extern "C" const bool* gantry_torch_cuda_loader();
+extern "C" const bool* gantry_torch_cuda_loader() { return &kLoaderRegistered; }
+
+namespace internal {
+
+bool NvidiaDriverInstalled() {
+  return ::access("/proc/driver/nvidia/version", F_OK) == 0 ||
+         ::access("/dev/nvidiactl", F_OK) == 0;
+}
+
+}  // namespace internal
+
+Status LoadTorchCuda() {
+  static const Status* const loaded = new Status(LoadTorchCudaNow());  // never destroyed
+  return *loaded;
+}
 
 struct InferenceScope::State {
   c10::InferenceMode inference;

@@ -7,6 +7,7 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/core/ScalarType.h>
+#include <gantry/torch_cuda.h>
 #include <gantry/torch_tensor.h>
 
 #include <cstdint>
@@ -14,6 +15,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "torch/torch_cuda_loading.h"
 
 namespace gantry {
 namespace {
@@ -120,6 +123,8 @@ c10::Device ToTorchDevice(const Device& device) {
   if (!resolved.is_cuda()) {
     return at::Device(at::kCPU);
   }
+  // Where it cannot be loaded, CheckTorchDevice (and the worker) say why.
+  LoadTorchCuda().IgnoreError();
   return at::Device(at::kCUDA,
                     static_cast<c10::DeviceIndex>(resolved.has_index() ? resolved.index() : 0));
 }
@@ -145,6 +150,9 @@ Status CheckTorchDevice(const Device& device) {
     return OkStatus();
   }
   const std::string name = device.ToString();
+  if (Status loaded = LoadTorchCuda(); !loaded.ok()) {
+    return FailedPreconditionError("device " + name + ": " + loaded.message() + "; use device cpu");
+  }
   if (!CudaBuilt()) {
     return FailedPreconditionError("device " + name +
                                    ": this libtorch was built without CUDA (0 visible CUDA "
@@ -168,6 +176,10 @@ Status CheckTorchDevice(const Device& device) {
 Device ResolveTorchDevice(const Device& device) {
   if (!device.is_auto()) {
     return device;
+  }
+  // Without a driver there is no device to find, and no CUDA library to map.
+  if (!internal::NvidiaDriverInstalled() || !LoadTorchCuda().ok()) {
+    return Device::Cpu();
   }
   return VisibleCudaDevices() > 0 ? Device::Cuda(0) : Device::Cpu();
 }

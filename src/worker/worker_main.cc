@@ -8,6 +8,7 @@
 // the worker reads EOF and exits.
 #include <fcntl.h>
 #include <gantry/config.h>
+#include <gantry/device_runtime.h>
 #include <gantry/init.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -369,6 +370,12 @@ int RunWorker(const WorkerFlags& flags) {
   spdlog::info("starting executor {} on {}", spec->jtype, context.device.ToString());
   // Plugins first: their registrars add the executor type looked up next.
   if (Status s = LoadExecutorPlugins(spec->metas); !s.ok()) {
+    return report_error(s.WithPrefix(spec->runtime_name));
+  }
+  // The device's libraries (libtorch's CUDA half on a GPU) before the
+  // executor's constructor, which may use the device however it likes; a
+  // replica on the CPU maps none of them.
+  if (Status s = LoadDeviceRuntimes(context.device); !s.ok()) {
     return report_error(s.WithPrefix(spec->runtime_name));
   }
   auto handler =

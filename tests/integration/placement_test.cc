@@ -7,8 +7,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -162,7 +164,47 @@ TEST(PlacementIntegrationTest, UnusableCudaDeviceFailsTheStart) {
   ASSERT_FALSE(dep.ok());
   EXPECT_THAT(dep.status().message(), HasSubstr("replica executor/rep-0 failed to start"));
   EXPECT_THAT(dep.status().message(), HasSubstr("device cuda"));
+  // Torch's own answer: the worker loaded libtorch's CUDA half for the
+  // device (it is not linked), and CUDA then found no device.
+  EXPECT_THAT(dep.status().message(), HasSubstr("no CUDA device is visible"));
   EXPECT_TRUE(dep.replicas().empty() || dep.port() == 0);
+}
+
+// The CUDA libraries of the torch wheel mapped by process `pid`, one per
+// line of /proc/PID/maps that names one (empty: none).
+std::set<std::string> CudaLibrariesMappedBy(pid_t pid) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  EXPECT_TRUE(maps.is_open()) << "pid " << pid;
+  std::set<std::string> found;
+  std::string line;
+  while (std::getline(maps, line)) {
+    const std::size_t slash = line.rfind('/');
+    const std::string file = slash == std::string::npos ? "" : line.substr(slash + 1);
+    // libtorch_cpu itself links the small libcudart and libcupti; the rest
+    // come with libtorch_cuda.
+    for (const char* heavy :
+         {"libtorch_cuda", "libc10_cuda", "libcublas", "libcudnn", "libnccl", "libnvrtc",
+          "libcusparse", "libcufft", "libcurand", "libcusolver", "libnvshmem"}) {
+      if (file.starts_with(heavy)) {
+        found.insert(file);
+      }
+    }
+  }
+  return found;
+}
+
+// A replica on the CPU maps none of the CUDA libraries (hundreds of MB):
+// they are loaded only for a CUDA device.
+TEST(PlacementIntegrationTest, ACpuReplicaMapsNoCudaLibrary) {
+  Deployment dep({.uses = "MyGPUExec", .uses_with = {{"device", "cpu"}}});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  auto served = dep.Post("/encode", DocList{Doc("a")});
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_EQ((*served)[0].text(), "Embeddings calculated on CPU");
+  ASSERT_EQ(dep.replicas().size(), 1u);
+  EXPECT_THAT(CudaLibrariesMappedBy(dep.replicas()[0].pid), ::testing::IsEmpty());
+  // Nor does this program, the replica's parent, which links the same.
+  EXPECT_THAT(CudaLibrariesMappedBy(::getpid()), ::testing::IsEmpty());
 }
 
 }  // namespace
