@@ -93,7 +93,7 @@ Status ErrorFromHeader(const jina::HeaderProto& header) {
   }
   // A handler's std::length_error (an input over the model's limit with
   // truncation off) is INVALID_ARGUMENT, as KServe's gRPC route answers it.
-  if (status.exception().name() == "std::length_error") {
+  if (internal::IsInputTooLarge(status)) {
     return InvalidArgumentError(message);
   }
   return UnknownError(message);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/checked_size.h"
+#include "jina/jina.pb.h"
 
 namespace gantry::internal {
 namespace {
@@ -374,6 +375,11 @@ void DictToStruct(const Value::Dict& dict, google::protobuf::Struct* proto) {
   for (const auto& [key, value] : dict) {
     ValueToStructValue(value, &(*fields)[key]);
   }
+}
+
+bool IsInputTooLarge(const jina::StatusProto& status) {
+  return status.code() == jina::StatusProto::ERROR &&
+         status.exception().name() == "std::length_error";
 }
 
 }  // namespace gantry::internal

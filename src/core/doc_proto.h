@@ -14,7 +14,18 @@
 #include "docarray/docarray.pb.h"
 #include "google/protobuf/struct.pb.h"
 
+namespace jina {
+class StatusProto;
+}  // namespace jina
+
 namespace gantry::internal {
+
+// Whether an executor's error reply says the input was too large for it (its
+// handler threw std::length_error, e.g. a text over the model's token limit
+// with truncation off): HTTP 413 and gRPC INVALID_ARGUMENT for the gateway's
+// front ends and the C++ client, where other executor errors are 500 and
+// INTERNAL (UNKNOWN for the client).
+bool IsInputTooLarge(const jina::StatusProto& status);
 
 // Appends every document of `docs` to `proto`.
 void DocListToProto(const DocList& docs, docarray::DocListProto* proto);

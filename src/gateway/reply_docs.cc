@@ -36,9 +36,4 @@ std::optional<int> QueueRefusalCode(const jina::StatusProto& status) {
   return std::nullopt;
 }
 
-bool IsInputTooLarge(const jina::StatusProto& status) {
-  return status.code() == jina::StatusProto::ERROR &&
-         status.exception().name() == "std::length_error";
-}
-
 }  // namespace gantry::internal

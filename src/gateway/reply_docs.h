@@ -25,12 +25,6 @@ StatusOr<docarray::DocListProto> ReplyDocProtos(const jina::DataRequestProto& re
 // Decoded as Documents within `limits` (core/doc_proto.h's errors).
 StatusOr<DocList> ReplyDocs(const jina::DataRequestProto& reply, const DecodeLimits& limits);
 
-// Whether an executor's error reply says the input was too large for it (its
-// handler threw std::length_error, e.g. a text over the model's token limit
-// with truncation off): HTTP 413 and gRPC INVALID_ARGUMENT, where other
-// executor errors are 500 and INTERNAL.
-bool IsInputTooLarge(const jina::StatusProto& status);
-
 // The gRPC code (StatusCode's number) of an error reply that a worker's
 // dynamic batching queue gave without running the handler:
 // RESOURCE_EXHAUSTED (queue full) or DEADLINE_EXCEEDED (past
