@@ -133,6 +133,13 @@ def main():
             mem('gantry-torch', 'idle', 'worker', 'rss_kb'), mem('jina', 'idle', 'worker', 'rss_kb'),
             1)
 
+    encoder_rss = mem('gantry-encoder', 'idle', 'worker', 'rss_kb')
+    if encoder_rss is not None:
+        add('SentenceEncoder replica (all-MiniLM-L6-v2, CPU, float32) RSS, idle (MB)', encoder_rss,
+            None, 1)
+        add('SentenceEncoder replica private heap (RssAnon), idle (MB)',
+            mem('gantry-encoder', 'idle', 'worker', 'anon_kb'), None, 1)
+
     def total(label):
         found = pick(rows, mode='memory', label=label, phase='idle')
         return sum(r['rss_kb'] for r in found) / 1024.0 if found else None
@@ -167,6 +174,13 @@ def main():
         goal('gateway RSS (peak)', f'{gw_rss:.1f} MB', '<= 20 MB', gw_rss <= 20)
     if wk_rss is not None:
         goal('idle worker RSS, no model', f'{wk_rss:.1f} MB', '<= 60 MB', wk_rss <= 60)
+    torch_rss = mem('gantry-torch', 'idle', 'worker', 'rss_kb')
+    if torch_rss is not None:
+        goal('idle libtorch-linked worker RSS, no model (MyGPUExec, CPU)', f'{torch_rss:.1f} MB',
+             '<= 250 MB', torch_rss <= 250)
+    if encoder_rss is not None:
+        goal('idle SentenceEncoder replica RSS (CPU)', f'{encoder_rss:.1f} MB', '<= 300 MB',
+             encoder_rss <= 300)
 
     lines = [
         f'Machine: {machine.get("cores")} cores ({machine.get("cpu")}), kernel '

@@ -3,6 +3,7 @@
 #
 #   bash bench/peer/run.sh [--quick] [--no-jina] [--build-dir DIR] [--out DIR]
 #                          [--worker PROGRAM] [--starts N] [--torch-worker PROGRAM]
+#                          [--encoder-model DIR]
 #
 # Workloads (docs/benchmarks.md): NoOpExec behind a 1-replica Deployment on
 # 127.0.0.1; cold start (spawn -> first successful reply), unary and stream
@@ -20,6 +21,7 @@ WITH_JINA=1
 STARTS=""
 WORKER=""
 TORCH_WORKER=""
+ENCODER_MODEL=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) QUICK=1 ;;
@@ -28,6 +30,7 @@ while [[ $# -gt 0 ]]; do
     --out) OUT="$2"; shift ;;
     --worker) WORKER="$2"; shift ;;
     --torch-worker) TORCH_WORKER="$2"; shift ;;
+    --encoder-model) ENCODER_MODEL="$2"; shift ;;
     --starts) STARTS="$2"; shift ;;
     -h|--help) sed -n 2,12p "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
@@ -245,6 +248,28 @@ if [[ -n "$TORCH_WORKER" ]]; then
     if [[ $i -eq $STARTS ]]; then sleep 2; memory gantry-torch idle "$pgid" "$port"; fi
     stop_server "$pgid"
   done
+fi
+
+# Optional: idle RSS of a SentenceEncoder replica on the CPU (float32, the
+# sentence-transformers folder DIR), served by the libtorch-linked worker,
+# once it has answered one request.
+if [[ -n "$ENCODER_MODEL" ]]; then
+  encoder_worker="${TORCH_WORKER:-$WORKER}"
+  echo "== gantry-encoder: $encoder_worker, $ENCODER_MODEL" >&2
+  port="$(free_port)"
+  t0="$(now_ns)"
+  GANTRY_MODEL_PATH="$ENCODER_MODEL" GANTRY_WORKER_PROGRAM="$encoder_worker" \
+    start_server "$OUT/gantry-encoder.log" "$GANTRY" deployment \
+    --uses "$ROOT/bench/peer/encoder_deployment.yml" --port "$port" --log-level warning
+  pgid="$SERVER_PID"
+  if "$LOADGEN" --mode probe --endpoint /encode --address "127.0.0.1:$port" --since-ns "$t0" \
+      --timeout-ms 120000 --label gantry-encoder --json "$RESULTS" 2>>"$OUT/loadgen.log" >/dev/null; then
+    sleep 2
+    memory gantry-encoder idle "$pgid" "$port"
+  else
+    echo "run.sh: gantry-encoder did not answer (see $OUT/gantry-encoder.log)" >&2
+  fi
+  stop_server "$pgid"
 fi
 
 PLOT_PY="$JINA_PY"
