@@ -110,9 +110,10 @@ for pid in ${workers}; do
     status=1
   fi
 done
-echo "deployment log (warnings and errors):"
-grep -E "^(warning|error)" "${work}/deployment.log" | sed -E 's/\[[0-9:.]+\] //' | sort | uniq -c |
-  sort -rn | head -15 || true
+echo "deployment log (warnings and errors, by kind: times, pids and ports left out):"
+grep -E "^(warning|error)" "${work}/deployment.log" |
+  sed -E 's/\[[0-9:.]+\] //; s/@[0-9]+/@PID/g; s/pid [0-9]+/pid N/g; s/127\.0\.0\.1:[0-9]+/127.0.0.1:PORT/g' |
+  sort | uniq -c | sort -rn | head -25 || true
 echo "rolling restarts that did not finish (SIGHUP lines at warning or error):"
 grep -E "^(warning|error).*SIGHUP" "${work}/deployment.log" | head -20 || true
 if [[ "${status}" != 0 ]]; then
