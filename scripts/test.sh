@@ -75,14 +75,14 @@ if [[ "${GANTRY_SKIP_SANITIZE:-0}" != 1 ]]; then
   # The model path under ASan+UBSan: our code instrumented, the wheel's
   # libtorch not (ASan needs no rebuild of it; its allocations go through
   # the interposed malloc all the same). Only the targets of the `torch`
-  # tests are built, and no suppression has been needed: LeakSanitizer
-  # finds nothing to report at the exit of these programs and workers.
+  # tests are built. LeakSanitizer needs one suppression, tests/lsan.supp:
+  # a static initialiser of libtorch_cuda, which a CUDA device loads.
   step "ASan+UBSan build and tests (libtorch targets)"
   GANTRY_BUILD_DIR="$root/build-asan-torch" \
     GANTRY_BUILD_TARGETS="sentence_encoder_test gantry_torch_tests encoder_deployment_test gantry_worker encode_10k" \
     scripts/build.sh -DGANTRY_SANITIZE="address;undefined" -DGANTRY_BUILD_BENCH=OFF
-  ASAN_OPTIONS=detect_leaks=1 ctest --test-dir "$root/build-asan-torch" -L torch -LE gpu -j 2 \
-    --output-on-failure --timeout 600
+  ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$root/tests/lsan.supp" \
+    ctest --test-dir "$root/build-asan-torch" -L torch -LE gpu -j 2 --output-on-failure --timeout 600
   drop_build "$root/build-asan-torch"
 
   # Left out: two tests whose point is a wall-clock bound (a 200 ms deadline
