@@ -46,7 +46,9 @@ inline constexpr std::int64_t kGatewayMessagesInFlight = 16;
 // Threads gRPC may run for a server's sync services beyond the calls
 // admitted above: room to refuse the next calls with a message, and to
 // answer the small services (discovery, info, reflection) meanwhile. Past it
-// calls wait for a thread, or gRPC answers RESOURCE_EXHAUSTED itself.
-inline constexpr int kSpareServerThreads = 32;
+// calls wait for a thread, or gRPC answers RESOURCE_EXHAUSTED itself. Each
+// refused call holds a thread while its answer is written, so a burst of
+// refusals needs more room than the pollers alone (32 lost that race).
+inline constexpr int kSpareServerThreads = 64;
 
 }  // namespace gantry::internal
