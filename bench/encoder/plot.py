@@ -17,8 +17,11 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 SIDES = {"a": "bare model", "b": "Gantry Deployment", "c": "Jina + sentence-transformers",
-         "d": "Infinity (torch engine)", "e": "sentence-transformers alone"}
-COLOURS = {"a": "#999999", "b": "#1f77b4", "c": "#ff7f0e", "d": "#2ca02c", "e": "#9467bd"}
+         "d": "Infinity (torch engine)", "e": "sentence-transformers alone",
+         "f": "TorchModel (.pt2)", "g": "ONNX Runtime float32", "h": "ONNX Runtime int8",
+         "i": "OpenVINO float32", "j": "OpenVINO int8"}
+COLOURS = {"a": "#999999", "b": "#1f77b4", "c": "#ff7f0e", "d": "#2ca02c", "e": "#9467bd",
+           "f": "#17becf", "g": "#8c564b", "h": "#c49c94", "i": "#e377c2", "j": "#f7b6d2"}
 
 
 def read_run(path):

@@ -17,6 +17,13 @@
 #       tokenizer, mean pooling and L2 normalisation, + the C++ client
 #       (encode_10k --uses): what a user who exports the model gets, against
 #       the hand-written SentenceEncoder of side b
+#   (g) ONNX Runtime float32, (h) ONNX Runtime int8, (i) OpenVINO float32,
+#   (j) OpenVINO int8: the same weights exported with torch.onnx.export,
+#       ONNX Runtime's BERT graph optimiser (+ quantize_dynamic, per
+#       channel), OpenVINO's CPU plugin (+ NNCF int8 weights), HF
+#       `tokenizers` in front, mean pooling after, in one process
+#       (onnx_encode.py, venv from onnx_venv.sh); each in its own precision
+#       whatever --dtype says, on the same threads
 # --gantry-batching P:T serves side b with dynamic batching of /encode
 # (preferred_batch_size P, timeout T ms) and SentenceEncoder batch_size P,
 # so the 32-document requests in flight share forward passes of up to P.
@@ -40,7 +47,7 @@
 # R replicas on cores / R threads each, to check that again.
 #
 #   bash bench/encoder/run.sh [--docs N] [--rounds R] [--threads T]
-#                             [--build-dir DIR] [--modes abcdef] [--dtype T] [--out FILE.tsv]
+#                             [--build-dir DIR] [--modes abcdefghij] [--dtype T] [--out FILE.tsv]
 #                             [--ceiling] [--replicas R] [--jina-replicas R] [--device D]
 #                             [--gantry-batching P:T]
 # Defaults: --docs 1000, --rounds 3, --threads 1, --build-dir
@@ -84,20 +91,20 @@ while [[ $# -gt 0 ]]; do
     --jina-replicas) jina_replicas="$2"; shift 2 ;;
     --device) device="$2"; shift 2 ;;
     --gantry-batching) gantry_batching="$2"; shift 2 ;;
-    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abcdef] [--dtype float32|bfloat16|float16] [--out FILE] [--ceiling] [--replicas R] [--jina-replicas R] [--device cpu|cuda|cuda:N] [--gantry-batching P:T]" >&2
+    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abcdefghij] [--dtype float32|bfloat16|float16] [--out FILE] [--ceiling] [--replicas R] [--jina-replicas R] [--device cpu|cuda|cuda:N] [--gantry-batching P:T]" >&2
        exit 2 ;;
   esac
 done
-if ! [[ "${docs}" =~ ^[1-9][0-9]*$ && "${rounds}" =~ ^[1-9][0-9]?$ && "${modes}" =~ ^[abcdef]+$ &&
+if ! [[ "${docs}" =~ ^[1-9][0-9]*$ && "${rounds}" =~ ^[1-9][0-9]?$ && "${modes}" =~ ^[abcdefghij]+$ &&
         "${threads}" =~ ^[0-9]+$ && "${dtype}" =~ ^(float32|bfloat16|float16)$ &&
         "${replicas}" =~ ^[1-9]$ && "${jina_replicas}" =~ ^[1-9]$ &&
         "${device}" =~ ^(cpu|cuda|cuda:[0-9]+)$ &&
         "${gantry_batching}" =~ ^([1-9][0-9]*:[0-9]+)?$ ]]; then
-  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --threads >= 0, --modes letters of abcdef, --dtype float32, bfloat16 or float16, --replicas and --jina-replicas 1..9, --device cpu, cuda or cuda:N, --gantry-batching P:T (positive integers)" >&2
+  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --threads >= 0, --modes letters of abcdefghij, --dtype float32, bfloat16 or float16, --replicas and --jina-replicas 1..9, --device cpu, cuda or cuda:N, --gantry-batching P:T (positive integers)" >&2
   exit 2
 fi
-if [[ "${device}" != cpu && ( "${modes}" =~ [cdf] || ${ceiling} -eq 1 || "${replicas}" -gt 1 ) ]]; then
-  echo "run.sh: --device ${device} runs sides a, b and e with one replica (no Jina, Infinity, --ceiling or side f, whose package is compiled for the CPU, there)" >&2
+if [[ "${device}" != cpu && ( "${modes}" =~ [cdfghij] || ${ceiling} -eq 1 || "${replicas}" -gt 1 ) ]]; then
+  echo "run.sh: --device ${device} runs sides a, b and e with one replica (no Jina, Infinity, --ceiling, ONNX Runtime, OpenVINO or side f, whose package is compiled for the CPU, there)" >&2
   exit 2
 fi
 if [[ "${dtype}" == float16 && "${modes}" =~ [cd] ]]; then
@@ -148,6 +155,11 @@ fi
 infinity_python=""
 if [[ "${modes}" == *d* ]]; then
   infinity_python="$(bash "${here}/infinity_venv.sh" | tail -n 1)/bin/python"
+fi
+onnx_python=""
+if [[ "${modes}" =~ [ghij] ]]; then
+  onnx_python="$(bash "${here}/onnx_venv.sh" | tail -n 1)/bin/python"
+  onnx_cache="${GANTRY_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/gantry}/onnx-bench"
 fi
 
 work="$(mktemp -d)"
@@ -217,6 +229,8 @@ RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
             --dtype "${dtype}" --device "${device}") ;;
     f) cmd=("${gantry_env[@]}" "${gantry_bin}" --docs "${docs}" --uses "${exported_yml}"
             --replicas "${replicas}" --device "${device}" --no-progress) ;;
+    g|h|i|j) cmd=("${onnx_python}" "${here}/onnx_encode.py" --side "${mode}" --docs "${docs}"
+                  --model-path "${model}" --cache "${onnx_cache}" --threads "${threads}") ;;
   esac
   setsid timeout -k 10 "${limit}" "${cmd[@]}" >"${log}" 2>&1 &
   child=$!
@@ -281,7 +295,11 @@ names = {'a': '(a) bare model (encoder_bare)',
          'c': '(c) Jina + sentence-transformers (Python executor)',
          'd': '(d) Infinity 0.0.78, torch engine (HTTP, 8 in flight)',
          'e': '(e) sentence-transformers encode() alone',
-         'f': '(f) TorchModel, torch.export + AOTInductor .pt2'}
+         'f': '(f) TorchModel, torch.export + AOTInductor .pt2',
+         'g': '(g) ONNX Runtime float32 (BERT-optimised graph)',
+         'h': '(h) ONNX Runtime int8 (quantize_dynamic, per channel)',
+         'i': '(i) OpenVINO float32',
+         'j': '(j) OpenVINO int8 (NNCF int8 weights)'}
 runs = {}
 startups = {}
 ceiling = None
@@ -314,6 +332,10 @@ if 'f' in med and 'b' in med:
     print(f'  ratio exported/hand-written (f/b): {med["f"] / med["b"]:.3f}')
 if 'f' in med and 'a' in med:
     print(f'  ratio exported/bare (f/a): {med["f"] / med["a"]:.3f}')
+for peer, label in (('g', 'ONNX Runtime float32'), ('h', 'ONNX Runtime int8'),
+                    ('i', 'OpenVINO float32'), ('j', 'OpenVINO int8')):
+    if 'b' in med and peer in med:
+        print(f'  ratio Gantry/{label} (b/{peer}): {med["b"] / med[peer]:.3f}')
 if 'b' in med:
     print(f'  Gantry post time for N docs (median): '
           f'{int(sys.argv[2]) / med["b"]:.3f} s')
