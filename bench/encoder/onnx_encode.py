@@ -21,7 +21,8 @@ encode_10k's format:
   docs_per_s=<v> n=<N> seconds=<encode time> startup_seconds=<v> ...
 With --check FILE.json (scripts/parity_expectations.py's output), instead
 prints how far each string's embedding is from sentence-transformers'
-float32 one (min and mean cosine): what the precision costs.
+float32 one (min and mean cosine) and how often each string's 10 nearest
+neighbours among the others stay the same: what the precision costs.
 
   onnx_encode.py --side g|h|i|j --model-path DIR --cache DIR [--docs N]
                  [--threads T] [--check FILE.json]
@@ -163,6 +164,17 @@ def embed(tokenizer, run, texts, np):
     return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
 
 
+def top10_overlap(got, want, np):
+    """Each string a query over the others: the share of its 10 nearest
+    neighbours under `want` that are also nearest under `got`, averaged."""
+    def nearest(e):
+        similarity = e @ e.T
+        np.fill_diagonal(similarity, -np.inf)
+        return np.argsort(-similarity, axis=1, kind="stable")[:, :10]
+    return float(np.mean([len(set(a) & set(b)) / 10
+                          for a, b in zip(nearest(got), nearest(want))]))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--side", required=True, choices=sorted(SIDES))
@@ -194,14 +206,17 @@ def main():
     runtime, precision = SIDES[args.side]
     if args.check:
         cases = json.load(open(args.check))["cases"]
-        cosines = []
+        got, want = [], []
         for i in range(0, len(cases), 32):
             batch = cases[i:i + 32]
-            got = embed(tokenizer, run, [c["text"] for c in batch], np)
-            want = np.array([c["embedding"] for c in batch], dtype=np.float32)
-            cosines.extend((got * want).sum(axis=1) / np.linalg.norm(want, axis=1))
+            got.append(embed(tokenizer, run, [c["text"] for c in batch], np))
+            want.append(np.array([c["embedding"] for c in batch], dtype=np.float32))
+        got, want = np.concatenate(got), np.concatenate(want)
+        want /= np.linalg.norm(want, axis=1, keepdims=True)
+        cosines = (got * want).sum(axis=1)
         print(f"{runtime} {precision}: {len(cosines)} strings, cosine to sentence-transformers "
-              f"float32: min {min(cosines):.5f} mean {float(np.mean(cosines)):.5f}")
+              f"float32: min {cosines.min():.5f} mean {cosines.mean():.5f}; "
+              f"top-10 overlap {top10_overlap(got, want, np):.4f}")
         return 0
 
     texts = [SENTENCE] * args.docs
