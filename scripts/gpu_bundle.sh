@@ -78,7 +78,11 @@ PY
   mkdir -p "${build}"
   # Named by its folder: without its dependencies, Python cannot import it.
   torch_root="$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torch"
-  cmake -S "${root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  # Release, as gpu_check.sh builds there; warnings are not errors in it:
+  # CI holds the code to them at -O2, and GCC 12 at -O3 reports a
+  # std::string member of ClientOptions in a test as maybe-uninitialized
+  # (its short-string analysis), which it does not at -O2.
+  cmake -S "${root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGANTRY_WERROR=OFF \
     -DGANTRY_TORCH_ROOT="${torch_root}" -DGANTRY_BUILD_BENCH=ON >"${build}/gpu_bundle.cmake.log" 2>&1 ||
     { tail -n 30 "${build}/gpu_bundle.cmake.log" >&2; exit 1; }
   cmake --build "${build}" -j "$(nproc)" --target "${targets[@]}"
