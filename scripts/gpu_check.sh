@@ -94,8 +94,8 @@ fi
 [[ "${device}" == cuda || "${device}" == cpu ]] || { echo "gpu_check: --device cuda or cpu" >&2; exit 2; }
 out="${1:-${OUT:-${root}/gpu-check-out}}"
 failures=()
-mkdir -p "${out}" && : >"${out}/encode.log"
 mkdir -p "${out}"
+: >"${out}/encode.log"
 exec > >(tee "${out}/gpu_check.log") 2>&1
 start=${SECONDS}
 step() { echo; echo "=== [$((SECONDS - start))s] $*"; }
@@ -253,14 +253,14 @@ if [[ -n "${minilm}" ]]; then
   if [[ "${device}" == cuda ]]; then
     step "seed job on cuda: 10,000 documents, sides b (three posts), a and e (float16, then float32)"
     seed_dtypes=(float16 float32)
+    seed_docs=10000
     seed_args=(--repeat 3)
   else
     step "seed job on cpu: 1,000 documents, sides b, a and e (bfloat16, then float32)"
     seed_dtypes=(bfloat16 float32)
+    seed_docs=1000
     seed_args=()
   fi
-  seed_docs=10000
-  [[ "${device}" == cuda ]] || seed_docs=1000
   bare="${build}/executors/sentence_encoder/encoder_bare"
   for dtype in "${seed_dtypes[@]}"; do
     # Side b of bench/encoder/run.sh: a Deployment and the C++ client.
