@@ -105,6 +105,11 @@ StatusOr<std::unique_ptr<CrossScorer>> CrossScorer::Load(const ScorerOptions& op
   GANTRY_ASSIGN_OR_RETURN(const sentence_encoder::RunSettings run,
                           sentence_encoder::ResolveRunSettings(options.model_path, options.device,
                                                                options.batch_size, options.dtype));
+  if (run.dtype_name == "int8") {
+    return InvalidArgumentError(
+        "dtype int8 is for SentenceEncoder only; a cross-encoder runs in float32, float16 or "
+        "bfloat16");
+  }
   const fs::path folder(options.model_path);
   const Device& device = run.device;
   const at::ScalarType dtype = run.dtype;

@@ -1,13 +1,16 @@
 #include "bert_model.h"
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <ATen/ops/amax.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/layer_norm.h>
@@ -381,6 +384,7 @@ Status BertModel::LoadWeights(const SafetensorsFile& file, std::string_view pref
 }
 
 void BertModel::To(at::Device device, at::ScalarType dtype) {
+  int8_layers_.clear();
   for (Slot& slot : Slots()) {
     *slot.tensor = slot.tensor->to(device, dtype);
   }
@@ -417,6 +421,11 @@ std::array<std::pair<const at::Tensor*, at::Tensor*>, 6> BertModel::Layer::Linea
 
 at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                               std::optional<bool> padded, const at::Tensor& token_type_ids) const {
+  // Not value_or: its argument, a device sync on CUDA, would run anyway.
+  const bool any_padding = padded.has_value() ? *padded : !attention_mask.all().item<bool>();
+  if (!int8_layers_.empty()) {
+    return ForwardInt8(input_ids, attention_mask, any_padding, token_type_ids);
+  }
   const std::int64_t batch = input_ids.size(0);
   const std::int64_t length = input_ids.size(1);
   const std::int64_t hidden = config_.hidden_size;
@@ -425,14 +434,7 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
   const std::vector<std::int64_t> norm_shape = {hidden};
   const double eps = config_.layer_norm_eps;
 
-  const at::Tensor positions = at::arange(length, input_ids.options());
-  // Without token_type_ids every token is segment 0, as for single sentences.
-  const at::Tensor token_types = token_type_ids.defined()
-                                     ? at::embedding(token_type_embeddings_, token_type_ids)
-                                     : token_type_embeddings_[0];
-  at::Tensor x = at::embedding(word_embeddings_, input_ids) +
-                 at::embedding(position_embeddings_, positions).unsqueeze(0) + token_types;
-  x = at::layer_norm(x, norm_shape, embeddings_ln_w_, embeddings_ln_b_, eps);
+  at::Tensor x = Embed(input_ids, token_type_ids);
 
   const bool explicit_attention =
       x.is_cpu() && x.scalar_type() != at::kFloat && length <= kExplicitAttentionMaxLength;
@@ -440,8 +442,6 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
   // ExplicitAttention. None when nothing is padded, as transformers does,
   // which lets SDPA pick its fastest kernel.
   std::optional<at::Tensor> mask;
-  // Not value_or: its argument, a device sync on CUDA, would run anyway.
-  const bool any_padding = padded.has_value() ? *padded : !attention_mask.all().item<bool>();
   if (any_padding) {
     mask = attention_mask.to(at::kBool).view({batch, 1, 1, length});
     if (explicit_attention) {
@@ -488,6 +488,188 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
                        l.out_ln_w, l.out_ln_b, eps);
   }
   return x;
+}
+
+at::Tensor BertModel::Embed(const at::Tensor& input_ids, const at::Tensor& token_type_ids) const {
+  const at::Tensor positions = at::arange(input_ids.size(1), input_ids.options());
+  // Without token_type_ids every token is segment 0, as for single sentences.
+  const at::Tensor token_types = token_type_ids.defined()
+                                     ? at::embedding(token_type_embeddings_, token_type_ids)
+                                     : token_type_embeddings_[0];
+  const at::Tensor x = at::embedding(word_embeddings_, input_ids) +
+                       at::embedding(position_embeddings_, positions).unsqueeze(0) + token_types;
+  return at::layer_norm(x, {config_.hidden_size}, embeddings_ln_w_, embeddings_ln_b_,
+                        config_.layer_norm_eps);
+}
+
+Status BertModel::QuantizeToInt8(at::ScalarType attention_dtype) {
+  GANTRY_RETURN_IF_ERROR(Int8Linear::Available());
+  if (!word_embeddings_.is_cpu() || word_embeddings_.scalar_type() != at::kFloat) {
+    return FailedPreconditionError("int8 needs the model on the CPU in float32 first");
+  }
+  if (attention_dtype != at::kFloat && attention_dtype != at::kBFloat16) {
+    return InvalidArgumentError("int8: the attention runs in float32 or bfloat16");
+  }
+  constexpr std::int64_t kMaxHidden = 4096;  // int8_rows' row buffers
+  if (config_.hidden_size > kMaxHidden) {
+    return InvalidArgumentError("int8: hidden_size " + std::to_string(config_.hidden_size) +
+                                " is over the " + std::to_string(kMaxHidden) + " it supports");
+  }
+  constexpr std::int64_t kRowsHint = std::int64_t{32} * 14;  // as the float weights' packing
+  std::vector<Int8Layer> quantized;
+  quantized.reserve(layers_.size());
+  for (Layer& l : layers_) {
+    // The three projections of the attention as one product, three times
+    // as wide: one quantisation of the input, one call.
+    GANTRY_ASSIGN_OR_RETURN(
+        Int8Linear qkv, Int8Linear::FromFloat(at::cat({l.query_w, l.key_w, l.value_w}),
+                                              at::cat({l.query_b, l.key_b, l.value_b}), kRowsHint));
+    GANTRY_ASSIGN_OR_RETURN(Int8Linear attn_out,
+                            Int8Linear::FromFloat(l.attn_out_w, l.attn_out_b, kRowsHint));
+    GANTRY_ASSIGN_OR_RETURN(Int8Linear inter,
+                            Int8Linear::FromFloat(l.inter_w, l.inter_b, kRowsHint));
+    GANTRY_ASSIGN_OR_RETURN(Int8Linear out, Int8Linear::FromFloat(l.out_w, l.out_b, kRowsHint));
+    // The attention's 1/sqrt(head_dim) on the queries, in their scales.
+    const std::int64_t head_dim = config_.hidden_size / config_.num_attention_heads;
+    qkv.ScaleOutputs(0, config_.hidden_size,
+                     static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))));
+    quantized.push_back({std::move(qkv), std::move(attn_out), std::move(inter), std::move(out)});
+  }
+  int8_layers_ = std::move(quantized);
+  int8_attention_dtype_ = attention_dtype;
+  // The float weights of the linear layers are not read again (unless by
+  // another To()), nor their packed copies.
+  for (Layer& l : layers_) {
+    for (auto [plain, packed] : l.Linears()) {
+      *packed = at::Tensor();
+      PageOutUnusedWeight(*plain);
+    }
+  }
+  prepacked_cpu_linear_ = false;
+  return OkStatus();
+}
+
+at::Tensor BertModel::ForwardInt8(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                                  bool padded, const at::Tensor& token_type_ids) const {
+  const std::int64_t batch = input_ids.size(0);
+  const std::int64_t length = input_ids.size(1);
+  const std::int64_t rows = batch * length;
+  const std::int64_t hidden = config_.hidden_size;
+  const std::int64_t heads = config_.num_attention_heads;
+  const std::int64_t head_dim = hidden / heads;
+  const auto eps = static_cast<float>(config_.layer_norm_eps);
+  constexpr std::int64_t kGrain = 16;
+  const at::TensorOptions float_options = at::TensorOptions().dtype(at::kFloat);
+
+  // Every row is one token: [rows, hidden] from here to the end.
+  at::Tensor x = Embed(input_ids, token_type_ids).reshape({rows, hidden}).contiguous();
+  QuantizedActivations xq = QuantizedActivations::FromTensor(x);
+
+  // Up to kExplicitAttentionMaxLength tokens: two batched products and
+  // the softmax of int8_rows (scaled already: QuantizeToInt8 folded
+  // 1/sqrt(head_dim) into the queries); beyond, ATen's SDPA.
+  const bool explicit_attention = length <= kExplicitAttentionMaxLength;
+  std::optional<at::Tensor> mask;
+  if (padded) {
+    mask = attention_mask.to(at::kBool).view({batch, 1, 1, length});
+    if (explicit_attention) {
+      mask = at::zeros({batch, 1, 1, length}, float_options)
+                 .masked_fill_(mask->logical_not(), std::numeric_limits<float>::lowest());
+    }
+  }
+  const bool bf16_attention = int8_attention_dtype_ == at::kBFloat16;
+  const int8_rows::HeadLayout layout{batch, length, heads, head_dim};
+  auto attention = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    if (!explicit_attention) {
+      return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0,
+                                              /*is_causal=*/false, /*scale=*/1.0);
+    }
+    const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).contiguous();
+    at::Tensor weights = at::empty_like(scores);
+    const std::int64_t score_rows = batch * heads * length;
+    const float* mask_data = mask.has_value() ? mask->const_data_ptr<float>() : nullptr;
+    at::parallel_for(0, score_rows, kGrain * 4, [&](std::int64_t begin, std::int64_t end) {
+      if (bf16_attention) {
+        int8_rows::SoftmaxBFloat16Rows(static_cast<const std::uint16_t*>(scores.const_data_ptr()),
+                                       length, mask_data, heads * length, begin, end,
+                                       static_cast<std::uint16_t*>(weights.mutable_data_ptr()));
+      } else {
+        int8_rows::SoftmaxRows(scores.const_data_ptr<float>(), length, mask_data, heads * length,
+                               begin, end, weights.mutable_data_ptr<float>());
+      }
+    });
+    return at::matmul(weights, v);
+  };
+  for (std::size_t i = 0; i < int8_layers_.size(); ++i) {
+    const Int8Layer& q8 = int8_layers_[i];
+    const Layer& l = layers_[i];
+    const bool last = i + 1 == int8_layers_.size();
+
+    // Query, key and value straight into the attention's layout, each
+    // [batch, heads, length, head_dim] and contiguous, as the batched
+    // products want them (no copies).
+    const at::Tensor qkv_acc = q8.qkv.Multiply(xq);
+    const int8_rows::Product qkv_product = q8.qkv.Product(qkv_acc, xq);
+    at::Tensor qkv =
+        at::empty({3, batch, heads, length, head_dim}, float_options.dtype(int8_attention_dtype_));
+    at::parallel_for(0, rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
+      if (bf16_attention) {
+        int8_rows::DequantizeToHeadsBFloat16(qkv_product, layout, begin, end,
+                                             static_cast<std::uint16_t*>(qkv.mutable_data_ptr()));
+      } else {
+        int8_rows::DequantizeToHeads(qkv_product, layout, begin, end,
+                                     qkv.mutable_data_ptr<float>());
+      }
+    });
+    const at::Tensor context = attention(qkv[0], qkv[1], qkv[2]).contiguous();
+    const QuantizedActivations cq = QuantizedActivations::Empty(rows, hidden);
+    const int8_rows::QuantizedRows cq_rows = cq.Rows();
+    at::parallel_for(0, rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
+      if (bf16_attention) {
+        int8_rows::QuantizeHeadRowsBFloat16(
+            static_cast<const std::uint16_t*>(context.const_data_ptr()), layout, begin, end,
+            cq_rows);
+      } else {
+        int8_rows::QuantizeHeadRows(context.const_data_ptr<float>(), layout, begin, end, cq_rows);
+      }
+    });
+
+    const at::Tensor attn_acc = q8.attn_out.Multiply(cq);
+    const int8_rows::Product attn_product = q8.attn_out.Product(attn_acc, cq);
+    at::Tensor a = at::empty({rows, hidden}, float_options);
+    QuantizedActivations aq = QuantizedActivations::Empty(rows, hidden);
+    const int8_rows::QuantizedRows aq_rows = aq.Rows();
+    at::parallel_for(0, rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
+      int8_rows::DequantizeAddNorm(
+          attn_product, begin, end, x.const_data_ptr<float>(), l.attn_ln_w.const_data_ptr<float>(),
+          l.attn_ln_b.const_data_ptr<float>(), eps, a.mutable_data_ptr<float>(), &aq_rows);
+    });
+
+    const at::Tensor inter_acc = q8.inter.Multiply(aq);
+    const int8_rows::Product inter_product = q8.inter.Product(inter_acc, aq);
+    QuantizedActivations iq = QuantizedActivations::Empty(rows, q8.inter.out_features());
+    const int8_rows::QuantizedRows iq_rows = iq.Rows();
+    at::parallel_for(0, rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
+      std::vector<float> scratch(static_cast<std::size_t>(inter_product.cols));
+      int8_rows::DequantizeGeluQuantize(inter_product, begin, end, iq_rows, scratch.data());
+    });
+
+    const at::Tensor out_acc = q8.out.Multiply(iq);
+    const int8_rows::Product out_product = q8.out.Product(out_acc, iq);
+    at::Tensor next = at::empty({rows, hidden}, float_options);
+    QuantizedActivations next_q =
+        last ? QuantizedActivations() : QuantizedActivations::Empty(rows, hidden);
+    const int8_rows::QuantizedRows next_rows = last ? int8_rows::QuantizedRows{} : next_q.Rows();
+    at::parallel_for(0, rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
+      int8_rows::DequantizeAddNorm(out_product, begin, end, a.const_data_ptr<float>(),
+                                   l.out_ln_w.const_data_ptr<float>(),
+                                   l.out_ln_b.const_data_ptr<float>(), eps,
+                                   next.mutable_data_ptr<float>(), last ? nullptr : &next_rows);
+    });
+    x = std::move(next);
+    xq = std::move(next_q);
+  }
+  return x.view({batch, length, hidden});
 }
 
 }  // namespace gantry::sentence_encoder

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "int8_linear.h"
 #include "safetensors.h"
 
 namespace gantry::sentence_encoder {
@@ -88,6 +89,15 @@ class BertModel {
   // at To() (a private copy of each linear weight, for speed).
   bool prepacked_cpu_linear() const { return prepacked_cpu_linear_; }
 
+  // After To(cpu, float32): runs the linear layers in int8 from now on
+  // (int8_linear.h), the four of each layer (query, key and value as one)
+  // with activations quantised per token, and GELU, the residual adds and
+  // LayerNorm in float32 in the products' epilogues; the attention runs in
+  // `attention_dtype` (float32 or bfloat16). Forward then returns float32.
+  // Errors say what this libtorch or CPU lacks. Another To() undoes it.
+  Status QuantizeToInt8(at::ScalarType attention_dtype);
+  bool int8() const { return !int8_layers_.empty(); }
+
   // ids, mask: int64 [B, L] on the model's device. Returns the last hidden
   // state [B, L, hidden] in the model's dtype. `padded`: whether any mask
   // entry is 0, when the caller knows it; else it is read from the mask,
@@ -108,12 +118,19 @@ class BertModel {
     // (plain weight, its packed copy) for each linear layer.
     std::array<std::pair<const at::Tensor*, at::Tensor*>, 6> Linears();
   };
+  struct Int8Layer {
+    Int8Linear qkv, attn_out, inter, out;
+  };
   struct Slot {
     std::string name;
     std::vector<std::int64_t> shape;
     at::Tensor* tensor;
   };
   std::vector<Slot> Slots();
+  // Word, position and segment embeddings, summed and normalised.
+  at::Tensor Embed(const at::Tensor& input_ids, const at::Tensor& token_type_ids) const;
+  at::Tensor ForwardInt8(const at::Tensor& input_ids, const at::Tensor& attention_mask, bool padded,
+                         const at::Tensor& token_type_ids) const;
 
   BertConfig config_;
   at::Tensor word_embeddings_, position_embeddings_, token_type_embeddings_;
@@ -121,6 +138,8 @@ class BertModel {
   std::vector<Layer> layers_;
   bool fused_cpu_linear_ = false;
   bool prepacked_cpu_linear_ = false;
+  std::vector<Int8Layer> int8_layers_;
+  at::ScalarType int8_attention_dtype_ = at::kFloat;
 };
 
 }  // namespace gantry::sentence_encoder

@@ -112,6 +112,13 @@ StatusOr<std::string> ResolveDType(std::string_view dtype, const Device& device)
   if (dtype == "float32" || dtype == "float16" || dtype == "bfloat16") {
     return std::string(dtype);
   }
+  if (dtype == "int8") {
+    if (!device.is_cpu()) {
+      return InvalidArgumentError("dtype int8 runs on a CPU only, not on device " +
+                                  device.ToString() + " (float16 is the fast one there)");
+    }
+    return std::string(dtype);
+  }
   if (dtype == "auto") {
     if (device.is_cuda()) {
       return std::string("float16");
@@ -119,7 +126,7 @@ StatusOr<std::string> ResolveDType(std::string_view dtype, const Device& device)
     return std::string(CpuHasFastBFloat16() ? "bfloat16" : "float32");
   }
   return InvalidArgumentError("dtype '" + std::string(dtype) +
-                              "' is not supported (float32, float16, bfloat16, auto)");
+                              "' is not supported (float32, float16, bfloat16, int8, auto)");
 }
 
 StatusOr<RunSettings> ResolveRunSettings(const std::string& model_path, const Device& device,
@@ -144,6 +151,7 @@ StatusOr<RunSettings> ResolveRunSettings(const std::string& model_path, const De
   } else if (run.dtype_name == "bfloat16") {
     run.dtype = at::kBFloat16;
   }
+  // int8 loads float32 weights and quantises them (BertModel::QuantizeToInt8).
   return run;
 }
 
@@ -258,6 +266,14 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
   embedder->dtype_ = dtype_name;
   embedder->torch_device_ = gantry::ToTorchDevice(device);
   embedder->model_.To(embedder->torch_device_, dtype);
+  if (dtype_name == "int8") {
+    // The attention in bfloat16 where the CPU multiplies it natively.
+    const Status quantized =
+        embedder->model_.QuantizeToInt8(CpuHasFastBFloat16() ? at::kBFloat16 : at::kFloat);
+    if (!quantized.ok()) {
+      return Status(quantized.code(), folder.string() + ": " + std::string(quantized.message()));
+    }
+  }
   if (options.warm_up) {
     embedder->WarmUp();
   }

@@ -47,8 +47,9 @@ StatusOr<std::string> FindDefaultModelPath();
 bool CpuHasFastBFloat16();
 
 // The dtype the model runs in: float32, float16 and bfloat16 as given;
-// "auto" is float16 on CUDA, bfloat16 on a CPU with CpuHasFastBFloat16(),
-// float32 otherwise. InvalidArgument for anything else.
+// int8 (linear layers in int8, the rest in float32/bfloat16; CPU only) as
+// given on a CPU; "auto" is float16 on CUDA, bfloat16 on a CPU with
+// CpuHasFastBFloat16(), float32 otherwise. InvalidArgument for anything else.
 StatusOr<std::string> ResolveDType(std::string_view dtype, const Device& device);
 
 // On CUDA a batch of `count` documents (1..batch_size) runs as this many
@@ -98,7 +99,7 @@ struct EmbedderOptions {
   // pass holds; a pass takes fewer documents when they are long. 0: no
   // budget but batch_size rows.
   std::int64_t max_batch_tokens = 0;
-  // "float32", "float16", "bfloat16", or "auto" (see ResolveDType).
+  // "float32", "float16", "bfloat16", "int8" (CPU), or "auto" (see ResolveDType).
   std::string dtype = "float32";
   Device device = Device::Cpu();
   // Runs one forward pass after loading so the first request is not slow;
@@ -166,7 +167,7 @@ class SentenceEmbedder {
   // batch_size, and as many as fit max_batch_tokens once padded; at least 1.
   std::int64_t RowsPerPass(std::int64_t length, std::int64_t left) const;
   const Device& device() const { return device_; }
-  // The resolved dtype the model runs in ("float32", "float16", "bfloat16").
+  // The resolved dtype the model runs in ("float32", "float16", "bfloat16", "int8").
   const std::string& dtype() const { return dtype_; }
   const std::string& model_path() const { return model_path_; }
   const WordPieceTokenizer& tokenizer() const { return tokenizer_; }
