@@ -1,0 +1,307 @@
+// The int8 path of the encoder: the row kernels against plain ATen, the
+// int8 linear layer against float32, and a whole model in int8 against the
+// float32 one.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bert_model.h"
+#include "int8_linear.h"
+#include "int8_rows.h"
+#include "sentence_embedder.h"
+
+namespace gantry::sentence_encoder {
+namespace {
+
+at::Tensor FloatRows(std::int64_t rows, std::int64_t cols, double scale = 1.0) {
+  return (at::randn({rows, cols}) * scale).contiguous();
+}
+
+// What the kernels' quantised rows stand for: scale * (q - 128 + offset).
+at::Tensor Dequantize(const QuantizedActivations& x) {
+  return x.scale.unsqueeze(1) *
+         (x.q.to(at::kFloat) - int8_rows::kProductZeroPoint + x.offset.unsqueeze(1));
+}
+
+TEST(Int8RowsTest, GeluFollowsTheErfForm) {
+  double worst = 0;
+  for (double x = -9; x <= 9; x += 1.0 / 1024) {
+    const double want = 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    worst = std::max(worst, std::abs(int8_rows::Gelu(static_cast<float>(x)) - want));
+  }
+  EXPECT_LT(worst, 4e-6);
+}
+
+TEST(Int8RowsTest, QuantizedRowsAreWithinHalfAStepAndKeepZeroExact) {
+  at::manual_seed(7);
+  at::Tensor x = FloatRows(6, 100, 3.0);
+  x[1].zero_();                // all zero
+  x[2].abs_();                 // all positive: the range widens to hold 0
+  x[3] = -x[3].abs();          // all negative
+  x[4].zero_()[17] = 1e-3;     // one small value
+  x[5].index_put_({0}, 0.0F);  // a real zero among others
+  const QuantizedActivations q = QuantizedActivations::FromTensor(x);
+  const at::Tensor back = Dequantize(q);
+  for (std::int64_t m = 0; m < x.size(0); ++m) {
+    const double step = q.scale[m].item<double>();
+    EXPECT_LE((back[m] - x[m]).abs().max().item<double>(), step / 2 * 1.001 + 1e-12) << "row " << m;
+    EXPECT_EQ(back[m][0].item<float>() == 0.0F, x[m][0].item<float>() == 0.0F) << "row " << m;
+  }
+  EXPECT_EQ(back[1].abs().max().item<float>(), 0.0F);
+  // bfloat16 input quantises as its float32 value does.
+  const at::Tensor bf16 = x.to(at::kBFloat16);
+  const QuantizedActivations from_bf16 = QuantizedActivations::FromTensor(bf16);
+  const QuantizedActivations from_float = QuantizedActivations::FromTensor(bf16.to(at::kFloat));
+  EXPECT_TRUE(at::equal(from_bf16.q, from_float.q));
+  EXPECT_TRUE(at::equal(from_bf16.scale, from_float.scale));
+}
+
+// Weights that int8 holds exactly (integers times a channel scale, each
+// channel reaching 127) and inputs that the quantiser holds exactly: what
+// is left is float rounding, so the row offsets and column sums are checked
+// to that precision.
+TEST(Int8LinearTest, ExactlyRepresentableInputsGiveTheFloatProduct) {
+  at::manual_seed(11);
+  const std::int64_t rows = 37, in = 64, out = 48;
+  at::Tensor w_int = at::randint(-127, 128, {out, in}).to(at::kFloat);
+  w_int.select(1, 0).fill_(127);
+  const at::Tensor w_scale = at::rand({out, 1}) * 0.02 + 0.001;
+  const at::Tensor w = w_int * w_scale;
+  const at::Tensor bias = at::randn({out});
+  // Rows over the whole of [0, 255] with a zero point of their own.
+  at::Tensor q = at::randint(0, 256, {rows, in}).to(at::kFloat);
+  q.select(1, 0).fill_(0);
+  q.select(1, 1).fill_(255);
+  const at::Tensor zero = at::randint(0, 256, {rows, 1}).to(at::kFloat);
+  const at::Tensor x = ((q - zero) * 0.0625).contiguous();  // a power of two: exact
+  StatusOr<Int8Linear> linear = Int8Linear::FromFloat(w, bias, rows);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  const QuantizedActivations xq = QuantizedActivations::FromTensor(x);
+  const at::Tensor acc = linear->Multiply(xq);
+  at::Tensor got = at::empty({rows, out});
+  int8_rows::DequantizeToFloat(linear->Product(acc, xq), 0, rows, got.data_ptr<float>());
+  const at::Tensor want = at::linear(x.to(at::kDouble), w.to(at::kDouble), bias.to(at::kDouble));
+  EXPECT_LT((got.to(at::kDouble) - want).abs().max().item<double>(),
+            1e-5 * want.abs().max().item<double>());
+}
+
+TEST(Int8LinearTest, RandomLayerIsWithinItsQuantisationError) {
+  at::manual_seed(12);
+  const std::int64_t rows = 50, in = 384, out = 96;
+  const at::Tensor w = at::randn({out, in}) * 0.05;
+  const at::Tensor bias = at::randn({out}) * 0.1;
+  const at::Tensor x = FloatRows(rows, in) + 0.5;  // not centred on 0
+  StatusOr<Int8Linear> linear = Int8Linear::FromFloat(w, bias, rows);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  const QuantizedActivations xq = QuantizedActivations::FromTensor(x);
+  const at::Tensor acc = linear->Multiply(xq);
+  at::Tensor got = at::empty({rows, out});
+  int8_rows::DequantizeToFloat(linear->Product(acc, xq), 0, rows, got.data_ptr<float>());
+  const at::Tensor want = at::linear(x, w, bias);
+  const double relative = ((got - want).norm() / want.norm()).item<double>();
+  EXPECT_LT(relative, 0.01);
+  EXPECT_GT(relative, 0.0);  // it is int8: not the float product itself
+}
+
+// The epilogues against the same steps in ATen, on a product in float32.
+class Int8EpilogueTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    at::manual_seed(13);
+    x_ = FloatRows(rows_, in_);
+    w_ = at::randn({out_, in_}) * 0.1;
+    bias_ = at::randn({out_}) * 0.1;
+    StatusOr<Int8Linear> linear = Int8Linear::FromFloat(w_, bias_, rows_);
+    ASSERT_TRUE(linear.ok()) << linear.status();
+    linear_ = std::move(linear).value();
+    xq_ = QuantizedActivations::FromTensor(x_);
+    acc_ = linear_.Multiply(xq_);
+    product_ = linear_.Product(acc_, xq_);
+    y_ = at::empty({rows_, out_});
+    int8_rows::DequantizeToFloat(product_, 0, rows_, y_.data_ptr<float>());
+  }
+
+  const std::int64_t rows_ = 24, in_ = 64, out_ = 40;
+  at::Tensor x_, w_, bias_, acc_, y_;
+  Int8Linear linear_;
+  QuantizedActivations xq_;
+  int8_rows::Product product_{};
+};
+
+TEST_F(Int8EpilogueTest, BFloat16OutputIsTheFloatOutputRounded) {
+  at::Tensor got = at::empty({rows_, out_}, at::TensorOptions().dtype(at::kBFloat16));
+  int8_rows::DequantizeToBFloat16(product_, 0, rows_, static_cast<std::uint16_t*>(got.data_ptr()));
+  // Within half a bfloat16 step: 2^-8 of the value at most.
+  EXPECT_TRUE(at::allclose(got.to(at::kFloat), y_, 1.0 / 256, 1e-30));
+}
+
+TEST_F(Int8EpilogueTest, GeluThenQuantiseMatchesAten) {
+  QuantizedActivations got = QuantizedActivations::Empty(rows_, out_);
+  std::vector<float> scratch(static_cast<std::size_t>(out_));
+  int8_rows::DequantizeGeluQuantize(product_, 0, rows_, got.Rows(), scratch.data());
+  const at::Tensor want = at::gelu(y_);
+  const at::Tensor step = got.scale.unsqueeze(1);
+  EXPECT_LE(((Dequantize(got) - want).abs() / step).max().item<double>(), 0.5 + 1e-3);
+}
+
+TEST_F(Int8EpilogueTest, ResidualLayerNormMatchesAtenAndQuantisesItsOutput) {
+  const at::Tensor residual = FloatRows(rows_, out_);
+  const at::Tensor gamma = 1 + 0.1 * at::randn({out_});
+  const at::Tensor beta = 0.1 * at::randn({out_});
+  at::Tensor got = at::empty({rows_, out_});
+  QuantizedActivations got_q = QuantizedActivations::Empty(rows_, out_);
+  const int8_rows::QuantizedRows got_rows = got_q.Rows();
+  int8_rows::DequantizeAddNorm(product_, 0, rows_, residual.data_ptr<float>(),
+                               gamma.data_ptr<float>(), beta.data_ptr<float>(), 1e-12F,
+                               got.data_ptr<float>(), &got_rows);
+  const at::Tensor want = at::layer_norm(y_ + residual, {out_}, gamma, beta, 1e-12);
+  EXPECT_LT((got - want).abs().max().item<double>(), 1e-5);
+  const QuantizedActivations again = QuantizedActivations::FromTensor(got);
+  EXPECT_TRUE(at::equal(got_q.q, again.q));
+}
+
+TEST_F(Int8EpilogueTest, HeadLayoutIsTheAttentionsPermutation) {
+  // 24 rows as 4 texts of 6 tokens; 40 columns as 2 parts x 4 heads x 5.
+  const int8_rows::HeadLayout layout{4, 6, 4, 5};
+  at::Tensor heads = at::empty({2, 4, 4, 6, 5});
+  int8_rows::DequantizeToHeads(product_, layout, 0, rows_, heads.data_ptr<float>());
+  const at::Tensor want = y_.view({4, 6, 2, 4, 5}).permute({2, 0, 3, 1, 4});
+  // (Equal but for the last bit, where the compiler fused another
+  // multiply-add.)
+  EXPECT_TRUE(at::allclose(heads, want, 1e-6, 1e-6));
+  // And back: token rows gathered from one part's [batch, heads, length, dim].
+  const at::Tensor part = heads[1].contiguous();
+  QuantizedActivations got = QuantizedActivations::Empty(rows_, 20);
+  int8_rows::QuantizeHeadRows(part.data_ptr<float>(), layout, 0, rows_, got.Rows());
+  const QuantizedActivations direct = QuantizedActivations::FromTensor(
+      part.permute({0, 2, 1, 3}).reshape({rows_, 20}).contiguous());
+  EXPECT_TRUE(at::equal(got.q, direct.q));
+  EXPECT_TRUE(at::equal(got.scale, direct.scale));
+}
+
+TEST(Int8RowsTest, SoftmaxMatchesAtenAndMaskedKeysWeighNothing) {
+  at::manual_seed(14);
+  const std::int64_t batch = 3, per_text = 8, len = 21;  // 21: not a whole vector
+  const at::Tensor scores = FloatRows(batch * per_text, len, 4.0);
+  at::Tensor mask = at::zeros({batch, len});
+  mask[1].slice(0, 15).fill_(std::numeric_limits<float>::lowest());
+  at::Tensor got = at::empty_like(scores);
+  int8_rows::SoftmaxRows(scores.data_ptr<float>(), len, mask.data_ptr<float>(), per_text, 0,
+                         batch * per_text, got.data_ptr<float>());
+  const at::Tensor want =
+      at::softmax(scores.view({batch, per_text, len}) + mask.unsqueeze(1), -1).view_as(scores);
+  EXPECT_LT((got - want).abs().max().item<double>(), 1e-6);
+  EXPECT_EQ(got.view({batch, per_text, len})[1].slice(1, 15).abs().max().item<float>(), 0.0F);
+  // bfloat16 in and out, no mask.
+  const at::Tensor bf16 = scores.to(at::kBFloat16);
+  at::Tensor got_bf16 = at::empty_like(bf16);
+  int8_rows::SoftmaxBFloat16Rows(static_cast<const std::uint16_t*>(bf16.data_ptr()), len, nullptr,
+                                 per_text, 0, batch * per_text,
+                                 static_cast<std::uint16_t*>(got_bf16.data_ptr()));
+  EXPECT_LT(
+      (got_bf16.to(at::kFloat) - at::softmax(bf16.to(at::kFloat), -1)).abs().max().item<double>(),
+      4e-3);
+}
+
+BertConfig SmallConfig() {
+  BertConfig c;
+  c.vocab_size = 50;
+  c.hidden_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.intermediate_size = 128;
+  c.max_position_embeddings = 80;
+  return c;
+}
+
+// A model with random weights loaded from a safetensors image of them.
+class Int8ModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    at::manual_seed(15);
+    for (const auto& [name, tensor] : float_model_.NamedParameters()) {
+      const bool ln_weight = name.find("LayerNorm.weight") != std::string::npos;
+      const at::Tensor value =
+          ln_weight ? 1 + 0.1 * at::randn(tensor.sizes()) : 0.1 * at::randn(tensor.sizes());
+      tensor.copy_(value);
+    }
+    for (const auto& [name, tensor] : int8_model_.NamedParameters()) {
+      for (const auto& [float_name, float_tensor] : float_model_.NamedParameters()) {
+        if (name == float_name) {
+          tensor.copy_(float_tensor);
+        }
+      }
+    }
+    float_model_.To(at::Device(at::kCPU), at::kFloat);
+    int8_model_.To(at::Device(at::kCPU), at::kFloat);
+  }
+
+  static at::Tensor Pooled(const at::Tensor& hidden, const at::Tensor& mask) {
+    const at::Tensor m = mask.to(at::kFloat).unsqueeze(-1);
+    const at::Tensor pooled = (hidden.to(at::kFloat) * m).sum(1) / m.sum(1);
+    return pooled / pooled.norm(2, {1}, true);
+  }
+
+  BertModel float_model_{SmallConfig()};
+  BertModel int8_model_{SmallConfig()};
+};
+
+TEST_F(Int8ModelTest, StaysCloseToFloat32InEitherAttentionDType) {
+  const at::Tensor ids = at::randint(5, 50, {4, 12});
+  at::Tensor mask = at::ones({4, 12}, at::kLong);
+  mask[2].slice(0, 7).zero_();
+  const at::Tensor want = Pooled(float_model_.Forward(ids, mask), mask);
+  for (const at::ScalarType attention : {at::kFloat, at::kBFloat16}) {
+    ASSERT_TRUE(int8_model_.QuantizeToInt8(attention).ok());
+    ASSERT_TRUE(int8_model_.int8());
+    const at::Tensor hidden = int8_model_.Forward(ids, mask);
+    EXPECT_EQ(hidden.scalar_type(), at::kFloat);
+    const at::Tensor cosine = (Pooled(hidden, mask) * want).sum(1);
+    EXPECT_GT(cosine.min().item<double>(), 0.995) << c10::toString(attention);
+    EXPECT_LT(cosine.min().item<double>(), 1.0 - 1e-7) << "int8 gave float32's numbers exactly";
+    // A row's real tokens do not depend on the padding beside them.
+    const at::Tensor alone = Pooled(
+        int8_model_.Forward(ids.slice(0, 2, 3).slice(1, 0, 7), mask.slice(0, 2, 3).slice(1, 0, 7)),
+        mask.slice(0, 2, 3).slice(1, 0, 7));
+    EXPECT_LT((alone[0] - Pooled(hidden, mask)[2]).abs().max().item<double>(), 2e-3);
+    // Beyond the explicit attention's lengths, SDPA takes over.
+    const at::Tensor long_ids = at::randint(5, 50, {2, 70});
+    const at::Tensor long_mask = at::ones({2, 70}, at::kLong);
+    const at::Tensor long_cosine = (Pooled(int8_model_.Forward(long_ids, long_mask), long_mask) *
+                                    Pooled(float_model_.Forward(long_ids, long_mask), long_mask))
+                                       .sum(1);
+    EXPECT_GT(long_cosine.min().item<double>(), 0.995);
+  }
+  // Another To() goes back to float32.
+  int8_model_.To(at::Device(at::kCPU), at::kFloat);
+  EXPECT_FALSE(int8_model_.int8());
+  EXPECT_TRUE(at::allclose(int8_model_.Forward(ids, mask), float_model_.Forward(ids, mask)));
+}
+
+TEST_F(Int8ModelTest, NeedsTheFloat32ModelOnTheCpu) {
+  int8_model_.To(at::Device(at::kCPU), at::kBFloat16);
+  const Status status = int8_model_.QuantizeToInt8(at::kFloat);
+  EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << status;
+  EXPECT_FALSE(int8_model_.int8());
+}
+
+TEST(Int8DTypeTest, IsForTheCpuOnly) {
+  StatusOr<std::string> cpu = ResolveDType("int8", Device::Cpu());
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ(*cpu, "int8");
+  StatusOr<Device> cuda = Device::Parse("cuda:0");
+  ASSERT_TRUE(cuda.ok());
+  const StatusOr<std::string> on_cuda = ResolveDType("int8", *cuda);
+  ASSERT_FALSE(on_cuda.ok());
+  EXPECT_NE(on_cuda.status().message().find("CPU only"), std::string::npos) << on_cuda.status();
+  const StatusOr<std::string> unknown = ResolveDType("int4", Device::Cpu());
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("int8"), std::string::npos) << unknown.status();
+}
+
+}  // namespace
+}  // namespace gantry::sentence_encoder
