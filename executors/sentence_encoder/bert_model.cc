@@ -565,51 +565,25 @@ at::Tensor BertModel::ForwardInt8(const at::Tensor& input_ids, const at::Tensor&
   at::Tensor x = Embed(input_ids, token_type_ids).reshape({rows, hidden}).contiguous();
   QuantizedActivations xq = QuantizedActivations::FromTensor(x);
 
-  // Up to kExplicitAttentionMaxLength tokens: two batched products and
-  // the softmax of int8_rows (scaled already: QuantizeToInt8 folded
-  // 1/sqrt(head_dim) into the queries); beyond, ATen's SDPA.
-  const bool explicit_attention = length <= kExplicitAttentionMaxLength;
+  // Up to kExplicitAttentionMaxLength tokens the attention is one pass of
+  // int8_rows per text, in float32, from the product straight to the next
+  // product's input; beyond, ATen's SDPA (in int8_attention_dtype_) on
+  // query, key and value laid out per head. Either way the queries are
+  // scaled already: QuantizeToInt8 folded 1/sqrt(head_dim) into them.
+  const bool short_texts = length <= kExplicitAttentionMaxLength;
+  const bool bf16_attention = int8_attention_dtype_ == at::kBFloat16;
+  const int8_rows::HeadLayout layout{batch, length, heads, head_dim};
   std::optional<at::Tensor> mask;
   if (padded) {
     mask = attention_mask.to(at::kBool).view({batch, 1, 1, length});
-    if (explicit_attention) {
-      mask = at::zeros({batch, 1, 1, length}, float_options)
-                 .masked_fill_(mask->logical_not(), std::numeric_limits<float>::lowest());
+    if (short_texts) {
+      mask = at::zeros({batch, length}, float_options)
+                 .masked_fill_(mask->view({batch, length}).logical_not(),
+                               std::numeric_limits<float>::lowest());
     }
   }
-  const bool bf16_attention = int8_attention_dtype_ == at::kBFloat16;
-  const int8_rows::HeadLayout layout{batch, length, heads, head_dim};
-  auto attention = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    if (!explicit_attention) {
-      return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0,
-                                              /*is_causal=*/false, /*scale=*/1.0);
-    }
-    const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).contiguous();
-    at::Tensor weights = at::empty_like(scores);
-    const std::int64_t score_rows = batch * heads * length;
-    const float* mask_data = mask.has_value() ? mask->const_data_ptr<float>() : nullptr;
-    at::parallel_for(0, score_rows, kGrain * 4, [&](std::int64_t begin, std::int64_t end) {
-      if (bf16_attention) {
-        int8_rows::SoftmaxBFloat16Rows(static_cast<const std::uint16_t*>(scores.const_data_ptr()),
-                                       length, mask_data, heads * length, begin, end,
-                                       static_cast<std::uint16_t*>(weights.mutable_data_ptr()));
-      } else {
-        int8_rows::SoftmaxRows(scores.const_data_ptr<float>(), length, mask_data, heads * length,
-                               begin, end, weights.mutable_data_ptr<float>());
-      }
-    });
-    return at::matmul(weights, v);
-  };
-  for (std::size_t i = 0; i < int8_layers_.size(); ++i) {
-    const Int8Layer& q8 = int8_layers_[i];
-    const Layer& l = layers_[i];
-    const bool last = i + 1 == int8_layers_.size();
-
-    // Query, key and value straight into the attention's layout, each
-    // [batch, heads, length, head_dim] and contiguous, as the batched
-    // products want them (no copies).
-    const at::Tensor qkv_acc = q8.qkv.Multiply(xq);
-    const int8_rows::Product qkv_product = q8.qkv.Product(qkv_acc, xq);
+  auto long_attention = [&](const int8_rows::Product& qkv_product,
+                            const QuantizedActivations& out) {
     at::Tensor qkv =
         at::empty({3, batch, heads, length, head_dim}, float_options.dtype(int8_attention_dtype_));
     at::parallel_for(0, rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
@@ -621,18 +595,38 @@ at::Tensor BertModel::ForwardInt8(const at::Tensor& input_ids, const at::Tensor&
                                      qkv.mutable_data_ptr<float>());
       }
     });
-    const at::Tensor context = attention(qkv[0], qkv[1], qkv[2]).contiguous();
-    const QuantizedActivations cq = QuantizedActivations::Empty(rows, hidden);
-    const int8_rows::QuantizedRows cq_rows = cq.Rows();
+    const at::Tensor context =
+        at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], mask, /*dropout_p=*/0.0,
+                                         /*is_causal=*/false, /*scale=*/1.0)
+            .contiguous();
+    const int8_rows::QuantizedRows out_rows = out.Rows();
     at::parallel_for(0, rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
       if (bf16_attention) {
         int8_rows::QuantizeHeadRowsBFloat16(
             static_cast<const std::uint16_t*>(context.const_data_ptr()), layout, begin, end,
-            cq_rows);
+            out_rows);
       } else {
-        int8_rows::QuantizeHeadRows(context.const_data_ptr<float>(), layout, begin, end, cq_rows);
+        int8_rows::QuantizeHeadRows(context.const_data_ptr<float>(), layout, begin, end, out_rows);
       }
     });
+  };
+  for (std::size_t i = 0; i < int8_layers_.size(); ++i) {
+    const Int8Layer& q8 = int8_layers_[i];
+    const Layer& l = layers_[i];
+    const bool last = i + 1 == int8_layers_.size();
+
+    const at::Tensor qkv_acc = q8.qkv.Multiply(xq);
+    const int8_rows::Product qkv_product = q8.qkv.Product(qkv_acc, xq);
+    const QuantizedActivations cq = QuantizedActivations::Empty(rows, hidden);
+    if (short_texts) {
+      const int8_rows::QuantizedRows cq_rows = cq.Rows();
+      const float* mask_data = mask.has_value() ? mask->const_data_ptr<float>() : nullptr;
+      at::parallel_for(0, batch, 1, [&](std::int64_t begin, std::int64_t end) {
+        int8_rows::AttentionFromProduct(qkv_product, layout, mask_data, begin, end, cq_rows);
+      });
+    } else {
+      long_attention(qkv_product, cq);
+    }
 
     const at::Tensor attn_acc = q8.attn_out.Multiply(cq);
     const int8_rows::Product attn_product = q8.attn_out.Product(attn_acc, cq);

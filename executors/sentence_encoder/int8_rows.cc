@@ -4,6 +4,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 // Each entry point is compiled three times and picked by the loader from
 // the CPU it runs on (GCC's and Clang's target_clones): the loops below are
@@ -24,6 +26,22 @@ namespace {
 // Lanes the reductions keep apart, so that they vectorise without the
 // compiler having to reorder float additions (which it may not).
 constexpr std::int64_t kLanes = 16;
+
+// kLanes floats as one value (GCC's and Clang's vector extension): a
+// register in the AVX-512 clone, two or four in the others. For the
+// attention's loops, whose sums the vectoriser would not keep in registers.
+using Floats = float __attribute__((vector_size(kLanes * sizeof(float))));
+using Ints = std::int32_t __attribute__((vector_size(kLanes * sizeof(float))));
+
+GANTRY_ROW_INLINE Floats LoadFloats(const float* p) {
+  Floats v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+GANTRY_ROW_INLINE void StoreFloats(float* p, Floats v) { std::memcpy(p, &v, sizeof v); }
+
+GANTRY_ROW_INLINE Floats Splat(float x) { return Floats{} + x; }
 
 // Round to nearest, ties to even, for |v| < 2^22, without a libm call.
 GANTRY_ROW_INLINE float RoundEven(float v) {
@@ -48,6 +66,28 @@ GANTRY_ROW_INLINE float Exp(float x) {
   p = p * r + 1.0F;
   const auto bits = static_cast<std::uint32_t>(static_cast<std::int32_t>(n) + 127) << 23U;
   return underflows ? 0.0F : p * std::bit_cast<float>(bits);
+}
+
+// Exp on kLanes floats at once, as Exp computes each.
+GANTRY_ROW_INLINE Floats ExpFloats(Floats x) {
+  const Ints underflows = x < -87.0F;
+  x = x < -87.0F ? Splat(-87.0F) : x;
+  x = x > 88.0F ? Splat(88.0F) : x;
+  constexpr float kMagic = 12582912.0F;
+  const Floats n = (x * 1.44269504088896341F + kMagic) - kMagic;
+  Floats r = x - n * 0.693145751953125F;
+  r -= n * 1.428606765330187e-06F;
+  Floats p = Splat(1.0F / 720.0F);
+  p = p * r + 1.0F / 120.0F;
+  p = p * r + 1.0F / 24.0F;
+  p = p * r + 1.0F / 6.0F;
+  p = p * r + 0.5F;
+  p = p * r + 1.0F;
+  p = p * r + 1.0F;
+  const Ints bits = (__builtin_convertvector(n, Ints) + 127) << 23;
+  Floats scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return underflows ? Splat(0.0F) : p * scale;
 }
 
 // erf to 5e-7 absolute: x P(x^2) / Q(x^2) on x clamped to [-4, 4], where
@@ -294,76 +334,7 @@ GANTRY_ROW_INLINE T Store(float v) {
   }
 }
 
-template <typename T>
-GANTRY_ROW_INLINE void SoftmaxRowsOf(const T* scores, std::int64_t len, const float* mask,
-                                     std::int64_t rows_per_mask, std::int64_t begin,
-                                     std::int64_t end, T* out) {
-  constexpr std::int64_t kMaxLen = 4096;
-  float row[kMaxLen];
-  for (std::int64_t m = begin; m < end; ++m) {
-    const T* in = scores + m * len;
-    const float* add = mask != nullptr ? mask + (m / rows_per_mask) * len : nullptr;
-    if (len > kMaxLen) {
-      // Wider than the buffer (never this model's attention, whose rows are
-      // at most max_seq_length wide): three passes over the input instead.
-      float top = -3.4e38F;
-      for (std::int64_t k = 0; k < len; ++k) {
-        top = std::max(top, Load(in[k]) + (add != nullptr ? add[k] : 0.0F));
-      }
-      float sum = 0.0F;
-      for (std::int64_t k = 0; k < len; ++k) {
-        sum += Exp(Load(in[k]) + (add != nullptr ? add[k] : 0.0F) - top);
-      }
-      for (std::int64_t k = 0; k < len; ++k) {
-        out[m * len + k] =
-            Store<T>(Exp(Load(in[k]) + (add != nullptr ? add[k] : 0.0F) - top) / sum);
-      }
-      continue;
-    }
-    // The row padded to whole vectors with keys that weigh 0, so that the
-    // exponentials run vectorised also on rows shorter than one vector
-    // (a short text's attention is 10-20 keys wide).
-    const std::int64_t padded = (len + kLanes - 1) / kLanes * kLanes;
-    float top = -3.4e38F;
-    for (std::int64_t k = 0; k < len; ++k) {
-      row[k] = Load(in[k]) + (add != nullptr ? add[k] : 0.0F);
-      top = std::max(top, row[k]);
-    }
-    for (std::int64_t k = len; k < padded; ++k) {
-      row[k] = -3.4e38F;
-    }
-    float sums[kLanes] = {};
-    for (std::int64_t k = 0; k < padded; k += kLanes) {
-      for (std::int64_t j = 0; j < kLanes; ++j) {
-        row[k + j] = Exp(row[k + j] - top);
-        sums[j] += row[k + j];
-      }
-    }
-    float sum = 0.0F;
-    for (float v : sums) {
-      sum += v;
-    }
-    const float inverse = 1.0F / sum;
-    for (std::int64_t k = 0; k < len; ++k) {
-      out[m * len + k] = Store<T>(row[k] * inverse);
-    }
-  }
-}
-
 }  // namespace
-
-GANTRY_ROW_KERNEL
-void SoftmaxRows(const float* scores, std::int64_t len, const float* mask,
-                 std::int64_t rows_per_mask, std::int64_t begin, std::int64_t end, float* out) {
-  SoftmaxRowsOf(scores, len, mask, rows_per_mask, begin, end, out);
-}
-
-GANTRY_ROW_KERNEL
-void SoftmaxBFloat16Rows(const std::uint16_t* scores, std::int64_t len, const float* mask,
-                         std::int64_t rows_per_mask, std::int64_t begin, std::int64_t end,
-                         std::uint16_t* out) {
-  SoftmaxRowsOf(scores, len, mask, rows_per_mask, begin, end, out);
-}
 
 namespace {
 
@@ -435,6 +406,114 @@ GANTRY_ROW_KERNEL
 void QuantizeHeadRowsBFloat16(const std::uint16_t* x, const HeadLayout& layout, std::int64_t begin,
                               std::int64_t end, const QuantizedRows& out) {
   QuantizeHeadRowsOf(x, layout, begin, end, out);
+}
+
+GANTRY_ROW_KERNEL
+void AttentionFromProduct(const Product& p, const HeadLayout& layout, const float* mask,
+                          std::int64_t begin, std::int64_t end, const QuantizedRows& out) {
+  const std::int64_t length = layout.length;
+  const std::int64_t head_dim = layout.head_dim;
+  const std::int64_t hidden = layout.heads * head_dim;
+  // Keys padded to whole vectors; the padding weighs 0.
+  const std::int64_t keys = (length + kLanes - 1) / kLanes * kLanes;
+  std::vector<float> q(static_cast<std::size_t>(length * hidden));
+  std::vector<float> k_t(static_cast<std::size_t>(hidden * keys), 0.0F);  // [hidden, keys]
+  std::vector<float> v(static_cast<std::size_t>(length * hidden));
+  std::vector<float> context(static_cast<std::size_t>(hidden));
+  std::vector<float> weights(static_cast<std::size_t>(keys));
+  std::vector<float> key_mask(static_cast<std::size_t>(keys));
+  for (std::int64_t b = begin; b < end; ++b) {
+    for (std::int64_t i = 0; i < length; ++i) {
+      const std::int64_t m = b * length + i;
+      const float* acc = p.acc + m * p.cols;
+      const float s = p.row_scale[m];
+      const float o = p.row_offset[m];
+      float* q_row = q.data() + i * hidden;
+      float* v_row = v.data() + i * hidden;
+      for (std::int64_t n = 0; n < hidden; ++n) {
+        q_row[n] = s * (acc[n] + o * p.column_sums[n]) + p.bias[n];
+      }
+      for (std::int64_t n = 0; n < hidden; ++n) {
+        const std::int64_t c = hidden + n;
+        k_t[static_cast<std::size_t>(n * keys + i)] =
+            s * (acc[c] + o * p.column_sums[c]) + p.bias[c];
+      }
+      for (std::int64_t n = 0; n < hidden; ++n) {
+        const std::int64_t c = 2 * hidden + n;
+        v_row[n] = s * (acc[c] + o * p.column_sums[c]) + p.bias[c];
+      }
+    }
+    for (std::int64_t j = 0; j < keys; ++j) {
+      key_mask[j] = j >= length ? -3.4e38F : (mask != nullptr ? mask[b * length + j] : 0.0F);
+    }
+    for (std::int64_t i = 0; i < length; ++i) {
+      for (std::int64_t h = 0; h < layout.heads; ++h) {
+        // Blocks of kLanes keys and of kLanes context columns, each summed
+        // in a register.
+        const float* q_head = q.data() + i * hidden + h * head_dim;
+        Floats top = Splat(-3.4e38F);
+        for (std::int64_t jb = 0; jb < keys; jb += kLanes) {
+          // Four sums in turn, so that the multiply-adds do not wait on
+          // each other.
+          const float* k_block = k_t.data() + h * head_dim * keys + jb;
+          Floats part[4] = {LoadFloats(key_mask.data() + jb), {}, {}, {}};
+          std::int64_t d = 0;
+          for (; d + 4 <= head_dim; d += 4) {
+            for (std::int64_t u = 0; u < 4; ++u) {
+              part[u] += q_head[d + u] * LoadFloats(k_block + (d + u) * keys);
+            }
+          }
+          for (; d < head_dim; ++d) {
+            part[0] += q_head[d] * LoadFloats(k_block + d * keys);
+          }
+          const Floats block = (part[0] + part[1]) + (part[2] + part[3]);
+          StoreFloats(weights.data() + jb, block);
+          top = block > top ? block : top;
+        }
+        float top_all = top[0];
+        for (std::int64_t l = 1; l < kLanes; ++l) {
+          top_all = std::max(top_all, top[l]);
+        }
+        Floats sums = {};
+        for (std::int64_t jb = 0; jb < keys; jb += kLanes) {
+          const Floats e = ExpFloats(LoadFloats(weights.data() + jb) - top_all);
+          sums += e;
+          StoreFloats(weights.data() + jb, e);
+        }
+        float sum = 0.0F;
+        for (std::int64_t l = 0; l < kLanes; ++l) {
+          sum += sums[l];
+        }
+        const float inverse = 1.0F / sum;
+        float* ctx = context.data() + h * head_dim;
+        std::int64_t db = 0;
+        for (; db + kLanes <= head_dim; db += kLanes) {
+          const float* v_block = v.data() + h * head_dim + db;
+          Floats part[2] = {};
+          std::int64_t j = 0;
+          for (; j + 2 <= length; j += 2) {
+            part[0] += weights[static_cast<std::size_t>(j)] * LoadFloats(v_block + j * hidden);
+            part[1] +=
+                weights[static_cast<std::size_t>(j + 1)] * LoadFloats(v_block + (j + 1) * hidden);
+          }
+          if (j < length) {
+            part[0] += weights[static_cast<std::size_t>(j)] * LoadFloats(v_block + j * hidden);
+          }
+          StoreFloats(ctx + db, (part[0] + part[1]) * inverse);
+        }
+        for (; db < head_dim; ++db) {
+          float c = 0.0F;
+          for (std::int64_t j = 0; j < length; ++j) {
+            c += weights[static_cast<std::size_t>(j)] *
+                 v[static_cast<std::size_t>(j * hidden + h * head_dim + db)];
+          }
+          ctx[db] = c * inverse;
+        }
+      }
+      const std::int64_t m = b * length + i;
+      QuantizeRow(context.data(), hidden, out.q + m * hidden, out.scale + m, out.offset + m);
+    }
+  }
 }
 
 float Gelu(float x) { return GeluInline(x); }

@@ -93,15 +93,17 @@ void QuantizeHeadRows(const float* x, const HeadLayout& layout, std::int64_t beg
 void QuantizeHeadRowsBFloat16(const std::uint16_t* x, const HeadLayout& layout, std::int64_t begin,
                               std::int64_t end, const QuantizedRows& out);
 
-// softmax(scores + mask) of rows [begin, end) of `scores` (`len` wide) into
-// `out`, in float32 or bfloat16 (raw bits). `mask` (additive, float's lowest
-// to mask; nullptr for none) is `len` wide per group of `rows_per_mask` rows
-// (one batch row's heads and queries). Masked keys weigh exactly 0.
-void SoftmaxRows(const float* scores, std::int64_t len, const float* mask,
-                 std::int64_t rows_per_mask, std::int64_t begin, std::int64_t end, float* out);
-void SoftmaxBFloat16Rows(const std::uint16_t* scores, std::int64_t len, const float* mask,
-                         std::int64_t rows_per_mask, std::int64_t begin, std::int64_t end,
-                         std::uint16_t* out);
+// The whole self-attention of texts [begin, end) from the product of the
+// fused query/key/value layer (p.cols = 3 * heads * head_dim; the queries
+// already scaled by 1/sqrt(head_dim)), in float32, for short texts:
+// dequantised into the cache, softmax(q k^T + mask) v per head, and each
+// token's context row quantised for the output projection into `out` (rows
+// b * length + i). `mask`: additive, [batch, length], float's lowest to
+// mask (masked keys weigh exactly 0), or nullptr. Its work is quadratic
+// in the length, as any attention's, but on one core per text: the caller
+// sends long texts to a blocked kernel instead.
+void AttentionFromProduct(const Product& p, const HeadLayout& layout, const float* mask,
+                          std::int64_t begin, std::int64_t end, const QuantizedRows& out);
 
 // GELU of one float, as DequantizeGeluQuantize computes it (for tests).
 float Gelu(float x);

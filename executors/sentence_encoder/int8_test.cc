@@ -183,28 +183,45 @@ TEST_F(Int8EpilogueTest, HeadLayoutIsTheAttentionsPermutation) {
   EXPECT_TRUE(at::equal(got.scale, direct.scale));
 }
 
-TEST(Int8RowsTest, SoftmaxMatchesAtenAndMaskedKeysWeighNothing) {
+// The fused attention of short texts against ATen's, on the product of a
+// query/key/value layer: 3 texts of 7 tokens, 2 heads of 16, the last text
+// padded after 4 tokens.
+TEST(Int8RowsTest, AttentionFromProductMatchesAtenAndIgnoresMaskedKeys) {
   at::manual_seed(14);
-  const std::int64_t batch = 3, per_text = 8, len = 21;  // 21: not a whole vector
-  const at::Tensor scores = FloatRows(batch * per_text, len, 4.0);
-  at::Tensor mask = at::zeros({batch, len});
-  mask[1].slice(0, 15).fill_(std::numeric_limits<float>::lowest());
-  at::Tensor got = at::empty_like(scores);
-  int8_rows::SoftmaxRows(scores.data_ptr<float>(), len, mask.data_ptr<float>(), per_text, 0,
-                         batch * per_text, got.data_ptr<float>());
-  const at::Tensor want =
-      at::softmax(scores.view({batch, per_text, len}) + mask.unsqueeze(1), -1).view_as(scores);
-  EXPECT_LT((got - want).abs().max().item<double>(), 1e-6);
-  EXPECT_EQ(got.view({batch, per_text, len})[1].slice(1, 15).abs().max().item<float>(), 0.0F);
-  // bfloat16 in and out, no mask.
-  const at::Tensor bf16 = scores.to(at::kBFloat16);
-  at::Tensor got_bf16 = at::empty_like(bf16);
-  int8_rows::SoftmaxBFloat16Rows(static_cast<const std::uint16_t*>(bf16.data_ptr()), len, nullptr,
-                                 per_text, 0, batch * per_text,
-                                 static_cast<std::uint16_t*>(got_bf16.data_ptr()));
-  EXPECT_LT(
-      (got_bf16.to(at::kFloat) - at::softmax(bf16.to(at::kFloat), -1)).abs().max().item<double>(),
-      4e-3);
+  const std::int64_t batch = 3, length = 7, heads = 2, head_dim = 16, hidden = 32;
+  const std::int64_t rows = batch * length;
+  const at::Tensor x = FloatRows(rows, 24);
+  StatusOr<Int8Linear> qkv =
+      Int8Linear::FromFloat(at::randn({3 * hidden, 24}) * 0.3, at::randn({3 * hidden}), rows);
+  ASSERT_TRUE(qkv.ok()) << qkv.status();
+  const QuantizedActivations xq = QuantizedActivations::FromTensor(x);
+  const at::Tensor acc = qkv->Multiply(xq);
+  const int8_rows::Product product = qkv->Product(acc, xq);
+  at::Tensor mask = at::zeros({batch, length});
+  mask[2].slice(0, 4).fill_(std::numeric_limits<float>::lowest());
+  const int8_rows::HeadLayout layout{batch, length, heads, head_dim};
+  QuantizedActivations got = QuantizedActivations::Empty(rows, hidden);
+  int8_rows::AttentionFromProduct(product, layout, mask.data_ptr<float>(), 0, batch, got.Rows());
+
+  at::Tensor y = at::empty({rows, 3 * hidden});
+  int8_rows::DequantizeToFloat(product, 0, rows, y.data_ptr<float>());
+  const at::Tensor parts = y.view({batch, length, 3, heads, head_dim}).permute({2, 0, 3, 1, 4});
+  const at::Tensor weights = at::softmax(
+      at::matmul(parts[0], parts[1].transpose(-1, -2)) + mask.view({batch, 1, 1, length}), -1);
+  const at::Tensor context =
+      at::matmul(weights, parts[2]).permute({0, 2, 1, 3}).reshape({rows, hidden});
+  const at::Tensor step = got.scale.unsqueeze(1);
+  EXPECT_LE(((Dequantize(got) - context).abs() / step).max().item<double>(), 0.5 + 1e-3);
+  // The masked keys weigh nothing: text 2's first 4 tokens alone agree.
+  QuantizedActivations alone = QuantizedActivations::Empty(4, hidden);
+  const at::Tensor acc_alone = acc.slice(0, 2 * length, 2 * length + 4).contiguous();
+  int8_rows::Product product_alone = product;
+  product_alone.acc = acc_alone.data_ptr<float>();
+  product_alone.row_scale += 2 * length;
+  product_alone.row_offset += 2 * length;
+  int8_rows::AttentionFromProduct(product_alone, {1, 4, heads, head_dim}, nullptr, 0, 1,
+                                  alone.Rows());
+  EXPECT_TRUE(at::equal(alone.q, got.q.slice(0, 2 * length, 2 * length + 4)));
 }
 
 BertConfig SmallConfig() {
