@@ -49,26 +49,8 @@ GANTRY_ROW_INLINE float RoundEven(float v) {
   return (v + kMagic) - kMagic;
 }
 
-// e^x to about 2e-7 relative for x in [-87, 88] (0 below, clamped above): 2^n
-// times a degree-6 polynomial on the rest.
-GANTRY_ROW_INLINE float Exp(float x) {
-  const bool underflows = x < -87.0F;
-  x = std::min(std::max(x, -87.0F), 88.0F);
-  const float n = RoundEven(x * 1.44269504088896341F);
-  float r = x - n * 0.693145751953125F;
-  r -= n * 1.428606765330187e-06F;
-  float p = 1.0F / 720.0F;
-  p = p * r + 1.0F / 120.0F;
-  p = p * r + 1.0F / 24.0F;
-  p = p * r + 1.0F / 6.0F;
-  p = p * r + 0.5F;
-  p = p * r + 1.0F;
-  p = p * r + 1.0F;
-  const auto bits = static_cast<std::uint32_t>(static_cast<std::int32_t>(n) + 127) << 23U;
-  return underflows ? 0.0F : p * std::bit_cast<float>(bits);
-}
-
-// Exp on kLanes floats at once, as Exp computes each.
+// e^x of kLanes floats to about 2e-7 relative for x in [-87, 88] (0 below,
+// clamped above): 2^n times a degree-6 polynomial on the rest.
 GANTRY_ROW_INLINE Floats ExpFloats(Floats x) {
   const Ints underflows = x < -87.0F;
   x = x < -87.0F ? Splat(-87.0F) : x;
