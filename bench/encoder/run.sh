@@ -24,6 +24,9 @@
 #       `tokenizers` in front, mean pooling after, in one process
 #       (onnx_encode.py, venv from onnx_venv.sh); each in its own precision
 #       whatever --dtype says, on the same threads
+#   (k) bare int8, (l) Gantry int8: sides a and b with SentenceEncoder's
+#       dtype int8 (CPU only) whatever --dtype says; run them beside a
+#       --dtype bfloat16 run's a and b for what int8 gains over bfloat16
 # --gantry-batching P:T serves side b with dynamic batching of /encode
 # (preferred_batch_size P, timeout T ms) and SentenceEncoder batch_size P,
 # so the 32-document requests in flight share forward passes of up to P.
@@ -47,7 +50,7 @@
 # R replicas on cores / R threads each, to check that again.
 #
 #   bash bench/encoder/run.sh [--docs N] [--rounds R] [--threads T]
-#                             [--build-dir DIR] [--modes abcdefghij] [--dtype T] [--out FILE.tsv]
+#                             [--build-dir DIR] [--modes abcdefghijkl] [--dtype T] [--out FILE.tsv]
 #                             [--ceiling] [--replicas R] [--jina-replicas R] [--device D]
 #                             [--gantry-batching P:T]
 # Defaults: --docs 1000, --rounds 3, --threads 1, --build-dir
@@ -91,19 +94,19 @@ while [[ $# -gt 0 ]]; do
     --jina-replicas) jina_replicas="$2"; shift 2 ;;
     --device) device="$2"; shift 2 ;;
     --gantry-batching) gantry_batching="$2"; shift 2 ;;
-    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abcdefghij] [--dtype float32|bfloat16|float16] [--out FILE] [--ceiling] [--replicas R] [--jina-replicas R] [--device cpu|cuda|cuda:N] [--gantry-batching P:T]" >&2
+    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abcdefghijkl] [--dtype float32|bfloat16|float16] [--out FILE] [--ceiling] [--replicas R] [--jina-replicas R] [--device cpu|cuda|cuda:N] [--gantry-batching P:T]" >&2
        exit 2 ;;
   esac
 done
-if ! [[ "${docs}" =~ ^[1-9][0-9]*$ && "${rounds}" =~ ^[1-9][0-9]?$ && "${modes}" =~ ^[abcdefghij]+$ &&
+if ! [[ "${docs}" =~ ^[1-9][0-9]*$ && "${rounds}" =~ ^[1-9][0-9]?$ && "${modes}" =~ ^[abcdefghijkl]+$ &&
         "${threads}" =~ ^[0-9]+$ && "${dtype}" =~ ^(float32|bfloat16|float16)$ &&
         "${replicas}" =~ ^[1-9]$ && "${jina_replicas}" =~ ^[1-9]$ &&
         "${device}" =~ ^(cpu|cuda|cuda:[0-9]+)$ &&
         "${gantry_batching}" =~ ^([1-9][0-9]*:[0-9]+)?$ ]]; then
-  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --threads >= 0, --modes letters of abcdefghij, --dtype float32, bfloat16 or float16, --replicas and --jina-replicas 1..9, --device cpu, cuda or cuda:N, --gantry-batching P:T (positive integers)" >&2
+  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --threads >= 0, --modes letters of abcdefghijkl, --dtype float32, bfloat16 or float16, --replicas and --jina-replicas 1..9, --device cpu, cuda or cuda:N, --gantry-batching P:T (positive integers)" >&2
   exit 2
 fi
-if [[ "${device}" != cpu && ( "${modes}" =~ [cdfghij] || ${ceiling} -eq 1 || "${replicas}" -gt 1 ) ]]; then
+if [[ "${device}" != cpu && ( "${modes}" =~ [cdfghijkl] || ${ceiling} -eq 1 || "${replicas}" -gt 1 ) ]]; then
   echo "run.sh: --device ${device} runs sides a, b and e with one replica (no Jina, Infinity, --ceiling, ONNX Runtime, OpenVINO or side f, whose package is compiled for the CPU, there)" >&2
   exit 2
 fi
@@ -208,15 +211,19 @@ RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
   # Runs in this shell, not in $(...), so that Cleanup sees `child`.
   local mode="$1" log="$2"
   local -a cmd
+  local side_dtype="${dtype}"
+  if [[ "${mode}" == k || "${mode}" == l ]]; then
+    side_dtype=int8
+  fi
   case "${mode}" in
-    a) cmd=("${bare_bin}" --model-path "${model}" --dtype "${dtype}" --device "${device}")
+    a|k) cmd=("${bare_bin}" --model-path "${model}" --dtype "${side_dtype}" --device "${device}")
        if [[ "${replicas}" -gt 1 ]]; then
          cmd=("${gantry_env[@]}" bash "${here}/bare_processes.sh" "${replicas}" "${docs}" "${cmd[@]}")
        else
          cmd+=(--n "${docs}")
        fi ;;
-    b) cmd=("${gantry_env[@]}" "${gantry_bin}" --docs "${docs}" --model-path "${model}"
-            --dtype "${dtype}" --replicas "${replicas}" --device "${device}" --no-progress)
+    b|l) cmd=("${gantry_env[@]}" "${gantry_bin}" --docs "${docs}" --model-path "${model}"
+            --dtype "${side_dtype}" --replicas "${replicas}" --device "${device}" --no-progress)
        if [[ -n "${gantry_batching}" ]]; then
          cmd+=(--batch-size "${gantry_batching%%:*}" --dynamic-batching "${gantry_batching}")
        fi ;;
@@ -299,7 +306,9 @@ names = {'a': '(a) bare model (encoder_bare)',
          'g': '(g) ONNX Runtime float32 (BERT-optimised graph)',
          'h': '(h) ONNX Runtime int8 (quantize_dynamic, per channel)',
          'i': '(i) OpenVINO float32',
-         'j': '(j) OpenVINO int8 (NNCF int8 weights)'}
+         'j': '(j) OpenVINO int8 (NNCF int8 weights)',
+         'k': '(k) bare model, dtype int8 (encoder_bare)',
+         'l': '(l) Gantry Deployment, dtype int8 (encode_10k)'}
 runs = {}
 startups = {}
 ceiling = None
@@ -336,6 +345,11 @@ for peer, label in (('g', 'ONNX Runtime float32'), ('h', 'ONNX Runtime int8'),
                     ('i', 'OpenVINO float32'), ('j', 'OpenVINO int8')):
     if 'b' in med and peer in med:
         print(f'  ratio Gantry/{label} (b/{peer}): {med["b"] / med[peer]:.3f}')
+for num, den, label in (('k', 'a', 'bare int8/bare'), ('l', 'b', 'Gantry int8/Gantry'),
+                        ('l', 'k', 'Gantry int8/bare int8'), ('l', 'h', 'Gantry int8/ONNX Runtime int8'),
+                        ('l', 'j', 'Gantry int8/OpenVINO int8')):
+    if num in med and den in med:
+        print(f'  ratio {label} ({num}/{den}): {med[num] / med[den]:.3f}')
 if 'b' in med:
     print(f'  Gantry post time for N docs (median): '
           f'{int(sys.argv[2]) / med["b"]:.3f} s')

@@ -85,14 +85,32 @@ Status Int8Linear::Available() {
           "onednn::qlinear_pointwise), which this libtorch does not have");
     }
     try {
-      const at::Tensor w = at::randn({8, 32});
+      // The worst case for the product's arithmetic: every activation at
+      // 255 times weights of +-127. CPUs without VNNI multiply bytes in
+      // pairs summed in 16 bits (vpmaddubsw), where 2 * 255 * 127
+      // saturates; the sums would come back wrong, so int8 is refused there.
+      constexpr std::int64_t kIn = 64;
+      at::Tensor w = at::full({8, kIn}, 127.0F);
+      w.slice(0, 4).neg_();
       StatusOr<Int8Linear> linear = FromFloat(w, at::zeros({8}), 4);
       if (!linear.ok()) {
         return linear.status();
       }
-      const at::Tensor x = at::randn({4, 32});
-      const QuantizedActivations q = QuantizedActivations::FromTensor(x);
-      (void)linear->Multiply(q);
+      QuantizedActivations x = QuantizedActivations::Empty(4, kIn);
+      x.q.fill_(255);
+      x.scale.fill_(1.0F);
+      x.offset.zero_();
+      const at::Tensor acc = linear->Multiply(x);
+      // (255 - 128) * 127 * 64 rows of ones times the weight scale 1.
+      const double want = (255.0 - int8_rows::kProductZeroPoint) * 127.0 * kIn;
+      const double got_positive = acc.select(1, 0).min().item<double>();
+      const double got_negative = acc.select(1, 7).max().item<double>();
+      if (got_positive != want || got_negative != -want) {
+        return UnimplementedError(
+            "dtype int8 needs a CPU whose int8 products do not saturate (AVX512-VNNI, AVX-VNNI "
+            "or AMX): oneDNN's gave " +
+            std::to_string(got_positive) + " for " + std::to_string(want) + " here");
+      }
     } catch (const std::exception& e) {
       return UnimplementedError(
           std::string("dtype int8: oneDNN's int8 linear fails on this CPU: ") + e.what());
