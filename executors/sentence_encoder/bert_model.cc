@@ -586,7 +586,7 @@ at::Tensor BertModel::ForwardInt8(const at::Tensor& input_ids, const at::Tensor&
                             const QuantizedActivations& out) {
     at::Tensor qkv =
         at::empty({3, batch, heads, length, head_dim}, float_options.dtype(int8_attention_dtype_));
-    at::parallel_for(0, rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
+    ParallelRows(rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
       if (bf16_attention) {
         int8_rows::DequantizeToHeadsBFloat16(qkv_product, layout, begin, end,
                                              static_cast<std::uint16_t*>(qkv.mutable_data_ptr()));
@@ -600,7 +600,7 @@ at::Tensor BertModel::ForwardInt8(const at::Tensor& input_ids, const at::Tensor&
                                          /*is_causal=*/false, /*scale=*/1.0)
             .contiguous();
     const int8_rows::QuantizedRows out_rows = out.Rows();
-    at::parallel_for(0, rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
+    ParallelRows(rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
       if (bf16_attention) {
         int8_rows::QuantizeHeadRowsBFloat16(
             static_cast<const std::uint16_t*>(context.const_data_ptr()), layout, begin, end,
@@ -621,7 +621,7 @@ at::Tensor BertModel::ForwardInt8(const at::Tensor& input_ids, const at::Tensor&
     if (short_texts) {
       const int8_rows::QuantizedRows cq_rows = cq.Rows();
       const float* mask_data = mask.has_value() ? mask->const_data_ptr<float>() : nullptr;
-      at::parallel_for(0, batch, 1, [&](std::int64_t begin, std::int64_t end) {
+      ParallelRows(batch, 1, [&](std::int64_t begin, std::int64_t end) {
         int8_rows::AttentionFromProduct(qkv_product, layout, mask_data, begin, end, cq_rows);
       });
     } else {
@@ -633,7 +633,7 @@ at::Tensor BertModel::ForwardInt8(const at::Tensor& input_ids, const at::Tensor&
     at::Tensor a = at::empty({rows, hidden}, float_options);
     QuantizedActivations aq = QuantizedActivations::Empty(rows, hidden);
     const int8_rows::QuantizedRows aq_rows = aq.Rows();
-    at::parallel_for(0, rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
+    ParallelRows(rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
       int8_rows::DequantizeAddNorm(
           attn_product, begin, end, x.const_data_ptr<float>(), l.attn_ln_w.const_data_ptr<float>(),
           l.attn_ln_b.const_data_ptr<float>(), eps, a.mutable_data_ptr<float>(), &aq_rows);
@@ -643,7 +643,7 @@ at::Tensor BertModel::ForwardInt8(const at::Tensor& input_ids, const at::Tensor&
     const int8_rows::Product inter_product = q8.inter.Product(inter_acc, aq);
     QuantizedActivations iq = QuantizedActivations::Empty(rows, q8.inter.out_features());
     const int8_rows::QuantizedRows iq_rows = iq.Rows();
-    at::parallel_for(0, rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
+    ParallelRows(rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
       std::vector<float> scratch(static_cast<std::size_t>(inter_product.cols));
       int8_rows::DequantizeGeluQuantize(inter_product, begin, end, iq_rows, scratch.data());
     });
@@ -654,7 +654,7 @@ at::Tensor BertModel::ForwardInt8(const at::Tensor& input_ids, const at::Tensor&
     QuantizedActivations next_q =
         last ? QuantizedActivations() : QuantizedActivations::Empty(rows, hidden);
     const int8_rows::QuantizedRows next_rows = last ? int8_rows::QuantizedRows{} : next_q.Rows();
-    at::parallel_for(0, rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
+    ParallelRows(rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
       int8_rows::DequantizeAddNorm(out_product, begin, end, a.const_data_ptr<float>(),
                                    l.out_ln_w.const_data_ptr<float>(),
                                    l.out_ln_b.const_data_ptr<float>(), eps,

@@ -60,12 +60,12 @@ QuantizedActivations QuantizedActivations::FromTensor(const at::Tensor& x) {
   const int8_rows::QuantizedRows target = out.Rows();
   if (x.scalar_type() == at::kBFloat16) {
     const auto* data = static_cast<const std::uint16_t*>(x.const_data_ptr());
-    at::parallel_for(0, rows, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
+    ParallelRows(rows, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
       int8_rows::QuantizeBFloat16Rows(data, cols, begin, end, target);
     });
   } else {
     const float* data = x.const_data_ptr<float>();
-    at::parallel_for(0, rows, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
+    ParallelRows(rows, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
       int8_rows::QuantizeRows(data, cols, begin, end, target);
     });
   }

@@ -14,6 +14,7 @@
 #ifndef GANTRY_EXECUTORS_SENTENCE_ENCODER_INT8_LINEAR_H_
 #define GANTRY_EXECUTORS_SENTENCE_ENCODER_INT8_LINEAR_H_
 
+#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <gantry/status.h>
 
@@ -22,6 +23,22 @@
 #include "int8_rows.h"
 
 namespace gantry::sentence_encoder {
+
+// Runs body(begin, end) over [0, count) in pieces of at least `grain` on
+// libtorch's intra-op (OpenMP) threads: at::parallel_for. Under TSan on
+// the calling thread alone: libgomp is not instrumented, so TSan would see
+// the threads' accesses without the fork and barrier that order them.
+template <typename Body>
+void ParallelRows(std::int64_t count, std::int64_t grain, const Body& body) {
+#if defined(GANTRY_TSAN)
+  (void)grain;
+  if (count > 0) {
+    body(std::int64_t{0}, count);
+  }
+#else
+  at::parallel_for(0, count, grain, body);
+#endif
+}
 
 // Activations quantised per row, owning their tensors.
 struct QuantizedActivations {

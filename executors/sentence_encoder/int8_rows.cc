@@ -12,8 +12,20 @@
 // written so the compiler vectorises them (this file builds at -O3), and
 // the helpers are forced inline so that they take each clone's instruction
 // set instead of the baseline's.
+// Not under the sanitizers: the loader runs the clones' resolvers before
+// the sanitizer's runtime is up, and their instrumented code crashes there.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define GANTRY_ROW_KERNEL_SANITIZED 1
+#endif
+#endif
+// (The TSan build undefines __SANITIZE_THREAD__ and says GANTRY_TSAN: see
+// CMakeLists.txt.)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(GANTRY_TSAN)
+#define GANTRY_ROW_KERNEL_SANITIZED 1
+#endif
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(GANTRY_NO_TARGET_CLONES)
+    !defined(GANTRY_ROW_KERNEL_SANITIZED)
 #define GANTRY_ROW_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define GANTRY_ROW_KERNEL
