@@ -595,7 +595,7 @@ TEST_F(TinyFolderTest, LoadErrorsNameTheFile) {
   StatusOr<std::unique_ptr<SentenceEmbedder>> e = SentenceEmbedder::Load(options);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("dtype 'float64' is not supported (float32, float16, "
-                                      "bfloat16, auto)"),
+                                      "bfloat16, int8, auto)"),
             std::string::npos)
       << e.status();
 
