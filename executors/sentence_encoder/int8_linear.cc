@@ -58,17 +58,10 @@ QuantizedActivations QuantizedActivations::FromTensor(const at::Tensor& x) {
   const std::int64_t cols = x.size(1);
   QuantizedActivations out = Empty(rows, cols);
   const int8_rows::QuantizedRows target = out.Rows();
-  if (x.scalar_type() == at::kBFloat16) {
-    const auto* data = static_cast<const std::uint16_t*>(x.const_data_ptr());
-    ParallelRows(rows, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
-      int8_rows::QuantizeBFloat16Rows(data, cols, begin, end, target);
-    });
-  } else {
-    const float* data = x.const_data_ptr<float>();
-    ParallelRows(rows, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
-      int8_rows::QuantizeRows(data, cols, begin, end, target);
-    });
-  }
+  const float* data = x.const_data_ptr<float>();
+  ParallelRows(rows, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
+    int8_rows::QuantizeRows(data, cols, begin, end, target);
+  });
   return out;
 }
 

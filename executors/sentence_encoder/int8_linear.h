@@ -47,8 +47,7 @@ struct QuantizedActivations {
   at::Tensor offset;  // float32 [rows], see int8_rows::QuantizedRows
 
   static QuantizedActivations Empty(std::int64_t rows, std::int64_t cols);
-  // x: contiguous float32 or bfloat16 [rows, cols] on CPU; all rows, in
-  // parallel.
+  // x: contiguous float32 [rows, cols] on CPU; all rows, in parallel.
   static QuantizedActivations FromTensor(const at::Tensor& x);
   int8_rows::QuantizedRows Rows() const;
 };

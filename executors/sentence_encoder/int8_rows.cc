@@ -177,58 +177,6 @@ void QuantizeRows(const float* x, std::int64_t cols, std::int64_t begin, std::in
 }
 
 GANTRY_ROW_KERNEL
-void QuantizeBFloat16Rows(const std::uint16_t* x, std::int64_t cols, std::int64_t begin,
-                          std::int64_t end, const QuantizedRows& out) {
-  constexpr std::int64_t kMaxCols = 4096;
-  float row[kMaxCols];
-  for (std::int64_t m = begin; m < end; ++m) {
-    const std::uint16_t* in = x + m * cols;
-    // Rows wider than the stack buffer go in pieces of one range each;
-    // the model's never are (hidden sizes are at most a few thousand).
-    if (cols <= kMaxCols) {
-      for (std::int64_t k = 0; k < cols; ++k) {
-        row[k] = FromBFloat16(in[k]);
-      }
-      QuantizeRow(row, cols, out.q + m * cols, out.scale + m, out.offset + m);
-      continue;
-    }
-    float lo = 0.0F;
-    float hi = 0.0F;
-    for (std::int64_t k = 0; k < cols; ++k) {
-      lo = std::min(lo, FromBFloat16(in[k]));
-      hi = std::max(hi, FromBFloat16(in[k]));
-    }
-    float s = (hi - lo) / 255.0F;
-    if (!(s > 0.0F)) {
-      s = 1.0F;
-    }
-    const float inverse = 1.0F / s;
-    const float zero = std::min(std::max(RoundEven(-lo * inverse), 0.0F), 255.0F);
-    for (std::int64_t k = 0; k < cols; ++k) {
-      const float v =
-          std::min(std::max(RoundEven(FromBFloat16(in[k]) * inverse) + zero, 0.0F), 255.0F);
-      out.q[m * cols + k] = static_cast<std::uint8_t>(static_cast<std::int32_t>(v));
-    }
-    out.scale[m] = s;
-    out.offset[m] = static_cast<float>(kProductZeroPoint) - zero;
-  }
-}
-
-GANTRY_ROW_KERNEL
-void DequantizeToBFloat16(const Product& p, std::int64_t begin, std::int64_t end,
-                          std::uint16_t* out) {
-  for (std::int64_t m = begin; m < end; ++m) {
-    const float* acc = p.acc + m * p.cols;
-    const float s = p.row_scale[m];
-    const float o = p.row_offset[m];
-    std::uint16_t* row = out + m * p.cols;
-    for (std::int64_t n = 0; n < p.cols; ++n) {
-      row[n] = ToBFloat16(s * (acc[n] + o * p.column_sums[n]) + p.bias[n]);
-    }
-  }
-}
-
-GANTRY_ROW_KERNEL
 void DequantizeToFloat(const Product& p, std::int64_t begin, std::int64_t end, float* out) {
   for (std::int64_t m = begin; m < end; ++m) {
     DequantizeRow(p, m, out + m * p.cols);

@@ -47,13 +47,9 @@ struct Product {
 // Quantises rows [begin, end) of x (`cols` wide) into `out`.
 void QuantizeRows(const float* x, std::int64_t cols, std::int64_t begin, std::int64_t end,
                   const QuantizedRows& out);
-// The same from bfloat16 (raw bits).
-void QuantizeBFloat16Rows(const std::uint16_t* x, std::int64_t cols, std::int64_t begin,
-                          std::int64_t end, const QuantizedRows& out);
 
-// The product's rows [begin, end), in bfloat16 (raw bits) or float32.
-void DequantizeToBFloat16(const Product& p, std::int64_t begin, std::int64_t end,
-                          std::uint16_t* out);
+// The product's rows [begin, end) in float32: the plain epilogue, which the
+// ones below extend.
 void DequantizeToFloat(const Product& p, std::int64_t begin, std::int64_t end, float* out);
 
 // GELU (exact erf form, to 1e-6) of the product's rows [begin, end),

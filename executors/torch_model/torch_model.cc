@@ -601,6 +601,13 @@ TorchModel::TorchModel(const ExecutorContext& context) : impl_(std::make_unique<
   if (!dtype.ok()) {
     throw impl.WithError("dtype", dtype.status().message());
   }
+  if (*dtype == "int8") {
+    // SentenceEncoder's int8 quantises its own layers; a module's weights
+    // cannot simply be cast to int8.
+    throw impl.WithError("dtype",
+                         "int8 is SentenceEncoder's; a TorchScript module runs in float32, "
+                         "float16 or bfloat16 (quantise it in PyTorch before saving it)");
+  }
   impl.dtype = *dtype;
   impl.compute_type = ScalarTypeOfSpec(impl.dtype);
   impl.batch_size = GetPositive(impl, context.with, "batch_size",

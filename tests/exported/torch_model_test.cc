@@ -450,8 +450,8 @@ TEST_F(ExportedModelTest, BadModelFilesFailTheStartWithTheirCause) {
     EXPECT_THAT(dep.status().message(), HasSubstr(bad.message)) << bad.file;
     EXPECT_THAT(dep.status().message(), HasSubstr(bad.file)) << bad.file;
   }
-  // Inputs a package contradicts (it checks them), and a dtype for a
-  // package, which runs in the one it was compiled in.
+  // Inputs a package contradicts (it checks them), a dtype for a package,
+  // which runs in the one it was compiled in, and int8 for a module.
   for (const auto& [with, message] : std::vector<std::pair<std::string, std::string>>{
            {"      model: models/cnn.pt2\n"
             "      inputs: [{name: image, dtype: float32, shape: [3, 16, 16], field: tensor}]\n"
@@ -462,7 +462,9 @@ TEST_F(ExportedModelTest, BadModelFilesFailTheStartWithTheirCause) {
             "      outputs: [{name: logits, dtype: float32, shape: [4], field: embedding}]\n",
             "input_handles[0]: unmatched dtype"},
            {"      model: models/mlp.pt2\n      dtype: bfloat16\n" + std::string(kMlpWith),
-            "with.dtype: a .pt2 package runs in the dtype it was compiled in"}}) {
+            "with.dtype: a .pt2 package runs in the dtype it was compiled in"},
+           {"      model: models/mlp.pt\n      dtype: int8\n" + std::string(kMlpWith),
+            "with.dtype: int8 is SentenceEncoder's"}}) {
     auto contradicted = Load(with, 1);
     ASSERT_TRUE(contradicted.ok()) << contradicted.status();
     Deployment dep(*contradicted);
