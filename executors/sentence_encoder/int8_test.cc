@@ -27,6 +27,15 @@ at::Tensor Dequantize(const QuantizedActivations& x) {
          (x.q.to(at::kFloat) - int8_rows::kProductZeroPoint + x.offset.unsqueeze(1));
 }
 
+// The layer's output for x in float32, through the plain epilogue.
+at::Tensor Int8Output(const Int8Linear& linear, const at::Tensor& x) {
+  const QuantizedActivations xq = QuantizedActivations::FromTensor(x);
+  const at::Tensor acc = linear.Multiply(xq);
+  at::Tensor out = at::empty({x.size(0), linear.out_features()});
+  int8_rows::DequantizeToFloat(linear.Product(acc, xq), 0, x.size(0), out.data_ptr<float>());
+  return out;
+}
+
 TEST(Int8RowsTest, GeluFollowsTheErfForm) {
   double worst = 0;
   for (double x = -9; x <= 9; x += 1.0 / 1024) {
@@ -74,10 +83,7 @@ TEST(Int8LinearTest, ExactlyRepresentableInputsGiveTheFloatProduct) {
   const at::Tensor x = ((q - zero) * 0.0625).contiguous();  // a power of two: exact
   StatusOr<Int8Linear> linear = Int8Linear::FromFloat(w, bias, rows);
   ASSERT_TRUE(linear.ok()) << linear.status();
-  const QuantizedActivations xq = QuantizedActivations::FromTensor(x);
-  const at::Tensor acc = linear->Multiply(xq);
-  at::Tensor got = at::empty({rows, out});
-  int8_rows::DequantizeToFloat(linear->Product(acc, xq), 0, rows, got.data_ptr<float>());
+  const at::Tensor got = Int8Output(*linear, x);
   const at::Tensor want = at::linear(x.to(at::kDouble), w.to(at::kDouble), bias.to(at::kDouble));
   EXPECT_LT((got.to(at::kDouble) - want).abs().max().item<double>(),
             1e-5 * want.abs().max().item<double>());
@@ -91,10 +97,7 @@ TEST(Int8LinearTest, RandomLayerIsWithinItsQuantisationError) {
   const at::Tensor x = FloatRows(rows, in) + 0.5;  // not centred on 0
   StatusOr<Int8Linear> linear = Int8Linear::FromFloat(w, bias, rows);
   ASSERT_TRUE(linear.ok()) << linear.status();
-  const QuantizedActivations xq = QuantizedActivations::FromTensor(x);
-  const at::Tensor acc = linear->Multiply(xq);
-  at::Tensor got = at::empty({rows, out});
-  int8_rows::DequantizeToFloat(linear->Product(acc, xq), 0, rows, got.data_ptr<float>());
+  const at::Tensor got = Int8Output(*linear, x);
   const at::Tensor want = at::linear(x, w, bias);
   const double relative = ((got - want).norm() / want.norm()).item<double>();
   EXPECT_LT(relative, 0.01);

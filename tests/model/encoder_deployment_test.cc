@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -70,6 +71,34 @@ double Cosine(std::span<const float> a, const float* b) {
     nb += static_cast<double>(b[k]) * b[k];
   }
   return dot / std::sqrt(na * nb);
+}
+
+// `texts` through a Deployment of SentenceEncoder with `uses_with` (plus
+// model_path), in requests of `request_size`.
+StatusOr<DocList> EncodeThroughDeployment(const std::string& model_path,
+                                          const std::vector<std::string>& texts, int replicas,
+                                          std::map<std::string, Value> uses_with,
+                                          int request_size) {
+  DeploymentOptions options{.uses = "SentenceEncoder", .name = "encoder", .replicas = replicas};
+  options.uses_with.insert_or_assign("model_path", Value(model_path));
+  for (auto& [key, value] : uses_with) {
+    options.uses_with.insert_or_assign(key, std::move(value));
+  }
+  Deployment dep(std::move(options));
+  if (!dep.ok()) {
+    return dep.status();
+  }
+  DocList docs;
+  for (const std::string& text : texts) {
+    docs.emplace_back(text);
+  }
+  StatusOr<DocList> result = dep.Post(
+      "/encode", docs, {.request_size = request_size, .timeout = std::chrono::seconds(50)});
+  if (result.ok() && result->size() != docs.size()) {
+    return InternalError(std::to_string(result->size()) + " documents back for " +
+                         std::to_string(docs.size()));
+  }
+  return result;
 }
 
 class EncoderDeploymentTest : public ::testing::Test {
@@ -157,21 +186,11 @@ TEST_F(EncoderDeploymentTest, ReducedPrecisionDTypesStayWithinCosine0999OfFloat3
 
   for (const char* dtype : {"bfloat16", "float16", "auto"}) {
     SCOPED_TRACE(dtype);
-    DeploymentOptions options{.uses = "SentenceEncoder", .name = "encoder", .replicas = 1};
-    options.uses_with.insert_or_assign("model_path", Value(model_path_));
-    options.uses_with.insert_or_assign("dtype", Value(std::string(dtype)));
-    Deployment dep(std::move(options));
-    ASSERT_TRUE(dep.ok()) << dep.status();
-    DocList docs;
-    for (const std::string& text : texts) {
-      docs.emplace_back(text);
-    }
-    StatusOr<DocList> result =
-        dep.Post("/encode", docs, {.request_size = 16, .timeout = std::chrono::seconds(50)});
+    const StatusOr<DocList> result = EncodeThroughDeployment(
+        model_path_, texts, /*replicas=*/1, {{"dtype", Value(std::string(dtype))}}, 16);
     ASSERT_TRUE(result.ok()) << result.status();
-    ASSERT_EQ(result->size(), docs.size());
     double worst = 1.0;
-    for (std::size_t i = 0; i < docs.size(); ++i) {
+    for (std::size_t i = 0; i < result->size(); ++i) {
       const Tensor* embedding = (*result)[i].embedding();
       ASSERT_NE(embedding, nullptr) << "document " << i;
       ASSERT_EQ(embedding->shape(), std::vector<std::int64_t>{kDimension}) << "document " << i;
@@ -180,7 +199,7 @@ TEST_F(EncoderDeploymentTest, ReducedPrecisionDTypesStayWithinCosine0999OfFloat3
       worst = std::min(worst, std::isfinite(cosine) ? cosine : -1.0);
     }
     std::printf("dtype %s through a Deployment: %zu documents, worst cosine to float32 %.6f\n",
-                dtype, docs.size(), worst);
+                dtype, result->size(), worst);
     EXPECT_GE(worst, 0.999);
   }
 }
@@ -208,23 +227,13 @@ TEST_F(EncoderDeploymentTest, Int8ThroughTheWholePathStaysNearFloat32) {
   const at::Tensor want_float32 = (*float32)->Encode(views).contiguous();
   const at::Tensor want_int8 = (*int8)->Encode(views).contiguous();
 
-  DeploymentOptions options{.uses = "SentenceEncoder", .name = "encoder", .replicas = 2};
-  options.uses_with.insert_or_assign("model_path", Value(model_path_));
-  options.uses_with.insert_or_assign("dtype", Value(std::string("int8")));
-  Deployment dep(std::move(options));
-  ASSERT_TRUE(dep.ok()) << dep.status();
-  DocList docs;
-  for (const std::string& text : texts) {
-    docs.emplace_back(text);
-  }
-  StatusOr<DocList> result =
-      dep.Post("/encode", docs, {.request_size = 16, .timeout = std::chrono::seconds(50)});
+  const StatusOr<DocList> result = EncodeThroughDeployment(
+      model_path_, texts, /*replicas=*/2, {{"dtype", Value(std::string("int8"))}}, 16);
   ASSERT_TRUE(result.ok()) << result.status();
-  ASSERT_EQ(result->size(), docs.size());
   double worst_to_int8 = 1.0;
   double worst_to_float32 = 1.0;
   double mean_to_float32 = 0.0;
-  for (std::size_t i = 0; i < docs.size(); ++i) {
+  for (std::size_t i = 0; i < result->size(); ++i) {
     const Tensor* embedding = (*result)[i].embedding();
     ASSERT_NE(embedding, nullptr) << "document " << i;
     ASSERT_EQ(embedding->shape(), std::vector<std::int64_t>{kDimension}) << "document " << i;
@@ -234,12 +243,12 @@ TEST_F(EncoderDeploymentTest, Int8ThroughTheWholePathStaysNearFloat32) {
     const double to_float32 =
         Cosine(embedding->Values<float>(), want_float32.data_ptr<float>() + row);
     worst_to_float32 = std::min(worst_to_float32, std::isfinite(to_float32) ? to_float32 : -1.0);
-    mean_to_float32 += to_float32 / static_cast<double>(docs.size());
+    mean_to_float32 += to_float32 / static_cast<double>(result->size());
   }
   std::printf(
       "dtype int8 through a Deployment: %zu documents, cosine to float32 mean %.5f worst %.5f, "
       "worst to the bare int8 model %.5f\n",
-      docs.size(), mean_to_float32, worst_to_float32, worst_to_int8);
+      result->size(), mean_to_float32, worst_to_float32, worst_to_int8);
   EXPECT_GE(mean_to_float32, 0.995);
   EXPECT_GE(worst_to_float32, 0.98);
   EXPECT_LT(mean_to_float32, 0.99999) << "the replicas did not run in int8";
