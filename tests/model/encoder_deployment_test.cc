@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "int8_linear.h"
 #include "sentence_embedder.h"
 
 namespace gantry {
@@ -211,6 +212,9 @@ TEST_F(EncoderDeploymentTest, ReducedPrecisionDTypesStayWithinCosine0999OfFloat3
 // that into a rounding step here and there (cosine 0.996-0.9999 to the
 // same model batched otherwise, as the distance to float32 itself).
 TEST_F(EncoderDeploymentTest, Int8ThroughTheWholePathStaysNearFloat32) {
+  if (const Status available = sentence_encoder::Int8Linear::Available(); !available.ok()) {
+    GTEST_SKIP() << available;
+  }
   const std::vector<std::string> all_texts = MakeTexts();
   const std::vector<std::string> texts(all_texts.begin(), all_texts.begin() + 60);
   const std::vector<std::string_view> views(texts.begin(), texts.end());
