@@ -78,12 +78,12 @@ double Cosine(std::span<const float> a, const float* b) {
 // model_path), in requests of `request_size`.
 StatusOr<DocList> EncodeThroughDeployment(const std::string& model_path,
                                           const std::vector<std::string>& texts, int replicas,
-                                          std::map<std::string, Value> uses_with,
+                                          const std::map<std::string, Value>& uses_with,
                                           int request_size) {
   DeploymentOptions options{.uses = "SentenceEncoder", .name = "encoder", .replicas = replicas};
   options.uses_with.insert_or_assign("model_path", Value(model_path));
-  for (auto& [key, value] : uses_with) {
-    options.uses_with.insert_or_assign(key, std::move(value));
+  for (const auto& [key, value] : uses_with) {
+    options.uses_with.insert_or_assign(key, value);
   }
   Deployment dep(std::move(options));
   if (!dep.ok()) {
