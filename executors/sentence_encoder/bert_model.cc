@@ -516,6 +516,7 @@ Status BertModel::QuantizeToInt8(at::ScalarType attention_dtype) {
                                 " is over the " + std::to_string(kMaxHidden) + " it supports");
   }
   constexpr std::int64_t kRowsHint = std::int64_t{32} * 14;  // as the float weights' packing
+  const std::int64_t head_dim = config_.hidden_size / config_.num_attention_heads;
   std::vector<Int8Layer> quantized;
   quantized.reserve(layers_.size());
   for (Layer& l : layers_) {
@@ -530,7 +531,6 @@ Status BertModel::QuantizeToInt8(at::ScalarType attention_dtype) {
                             Int8Linear::FromFloat(l.inter_w, l.inter_b, kRowsHint));
     GANTRY_ASSIGN_OR_RETURN(Int8Linear out, Int8Linear::FromFloat(l.out_w, l.out_b, kRowsHint));
     // The attention's 1/sqrt(head_dim) on the queries, in their scales.
-    const std::int64_t head_dim = config_.hidden_size / config_.num_attention_heads;
     qkv.ScaleOutputs(0, config_.hidden_size,
                      static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))));
     quantized.push_back({std::move(qkv), std::move(attn_out), std::move(inter), std::move(out)});

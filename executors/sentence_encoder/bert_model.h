@@ -92,8 +92,9 @@ class BertModel {
   // After To(cpu, float32): runs the linear layers in int8 from now on
   // (int8_linear.h), the four of each layer (query, key and value as one)
   // with activations quantised per token, and GELU, the residual adds and
-  // LayerNorm in float32 in the products' epilogues; the attention runs in
-  // `attention_dtype` (float32 or bfloat16). Forward then returns float32.
+  // LayerNorm in float32 in the products' epilogues; the attention of texts
+  // up to 64 tokens in float32 too, longer ones in `attention_dtype`
+  // (float32 or bfloat16). Forward then returns float32.
   // Errors say what this libtorch or CPU lacks. Another To() undoes it.
   Status QuantizeToInt8(at::ScalarType attention_dtype);
   bool int8() const { return !int8_layers_.empty(); }

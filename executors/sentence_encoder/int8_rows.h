@@ -52,7 +52,7 @@ void QuantizeRows(const float* x, std::int64_t cols, std::int64_t begin, std::in
 // ones below extend.
 void DequantizeToFloat(const Product& p, std::int64_t begin, std::int64_t end, float* out);
 
-// GELU (exact erf form, to 1e-6) of the product's rows [begin, end),
+// GELU (exact erf form; erf to 5e-7) of the product's rows [begin, end),
 // quantised for the next product. `scratch`: p.cols floats of the caller's.
 void DequantizeGeluQuantize(const Product& p, std::int64_t begin, std::int64_t end,
                             const QuantizedRows& out, float* scratch);
