@@ -53,10 +53,19 @@ TEST(DrainTest, DestructorFinishesRequestsInFlightAndRefusesNewOnes) {
   constexpr int kInFlight = 4;
   std::vector<StatusOr<DocList>> results(kInFlight, InternalError("not run"));
   std::vector<std::thread> posters;
+  // When each post ended, for a failure's message.
+  std::vector<Ms> ended(kInFlight, Ms(0));
+  const auto posts_start = SteadyClock::now();
   for (int t = 0; t < kInFlight; ++t) {
     posters.emplace_back([&, t] {
+      // Connected first (a bounded retry): what is tested is the drain, and
+      // once in CI one of the four channels' first connect failed at once
+      // ("failed to connect to all addresses"), which fails a call fast.
+      Client client(address);
+      WaitUntil([&] { return client.Ping(Ms(2000)).ok(); }, Ms(10000));
       results[static_cast<std::size_t>(t)] =
-          Client(address).Post("/work", {Doc("inflight " + std::to_string(t))}, Slow(Ms(3000)));
+          client.Post("/work", {Doc("inflight " + std::to_string(t))}, Slow(Ms(3000)));
+      ended[static_cast<std::size_t>(t)] = Since(posts_start);
     });
   }
   // No ASSERT while threads run: they are joined (bounded) first.
@@ -88,7 +97,9 @@ TEST(DrainTest, DestructorFinishesRequestsInFlightAndRefusesNewOnes) {
   testing::JoinWithin(stopper, Ms(30000), "the destructor");
   for (int t = 0; t < kInFlight; ++t) {
     const auto& result = results[static_cast<std::size_t>(t)];
-    ASSERT_TRUE(result.ok()) << "request " << t << " was in flight and lost: " << result.status();
+    ASSERT_TRUE(result.ok()) << "request " << t << " was in flight and lost, "
+                             << ended[static_cast<std::size_t>(t)].count()
+                             << " ms after the posts began: " << result.status();
     EXPECT_EQ((*result)[0].text(), "done:inflight " + std::to_string(t));
   }
   std::printf("[ measured ] destructor with %d requests of 3 s in flight took %lld ms\n", kInFlight,
