@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -582,10 +583,28 @@ TEST_F(TinyFolderTest, BFloat16WeightsComeFromOneSharedConvertedFile) {
 
 TEST(ResolveDTypeTest, AutoIsFloat16OnCudaAndFollowsTheCpu) {
   EXPECT_EQ(*ResolveDType("auto", Device::Cuda(0)), "float16");
-  EXPECT_EQ(*ResolveDType("auto", Device::Cpu()), CpuHasFastBFloat16() ? "bfloat16" : "float32");
+  const CpuMatmulSpeed& speed = MeasuredCpuMatmulSpeed();
+  std::printf("[ measured ] matrix products: float32 %.1f GFLOP/s, bfloat16 %.1f GFLOP/s\n",
+              speed.float32_gflops, speed.bfloat16_gflops);
+  EXPECT_GT(speed.float32_gflops, 0.0);
+  EXPECT_GE(speed.bfloat16_gflops, 0.0);
+  EXPECT_EQ(&MeasuredCpuMatmulSpeed(), &speed);  // once per process
+  EXPECT_EQ(*ResolveDType("auto", Device::Cpu()), FasterCpuDType(speed));
+  EXPECT_EQ(CpuHasFastBFloat16(), FasterCpuDType(speed) == "bfloat16");
   EXPECT_EQ(*ResolveDType("bfloat16", Device::Cpu()), "bfloat16");
   EXPECT_EQ(*ResolveDType("float16", Device::Cuda(0)), "float16");
   EXPECT_EQ(ResolveDType("fp16", Device::Cpu()).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ResolveDTypeTest, AutoOnACpuTakesBFloat16OnlyWhereItsProductsAreClearlyFaster) {
+  // Figures of the kind measured: an AMD Zen 4 (AVX512-BF16), a Xeon whose
+  // AMX is hidden (AVX512-BF16 at half float32's speed), a CPU without
+  // bfloat16 instructions, and a near tie.
+  EXPECT_EQ(FasterCpuDType({.float32_gflops = 150, .bfloat16_gflops = 300}), "bfloat16");
+  EXPECT_EQ(FasterCpuDType({.float32_gflops = 310, .bfloat16_gflops = 167}), "float32");
+  EXPECT_EQ(FasterCpuDType({.float32_gflops = 90, .bfloat16_gflops = 0}), "float32");
+  EXPECT_EQ(FasterCpuDType({.float32_gflops = 100, .bfloat16_gflops = 110}), "float32");
+  EXPECT_EQ(FasterCpuDType({.float32_gflops = 100, .bfloat16_gflops = 120}), "bfloat16");
 }
 
 TEST_F(TinyFolderTest, LoadErrorsNameTheFile) {

