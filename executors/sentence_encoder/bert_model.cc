@@ -38,17 +38,17 @@
 #include <string>
 #include <utility>
 
+#include "attention_rows.h"
+#include "int8_linear.h"
+
 namespace gantry::sentence_encoder {
 namespace {
 
-// In bfloat16 and float16 on CPU, sequences up to this many tokens take
-// ExplicitAttention. ATen's CPU scaled_dot_product_attention (a blocked
-// kernel built for long sequences) took 2.3x as long at 14 tokens (the seed
-// text) and was still slower at 64; at 96 and beyond it wins. The whole
-// bfloat16 model gained 6% (docs/benchmarks-encoder.md). In float32 the
-// attention alone gained as much, but the model as a whole did not, also
-// with page faults ruled out; not understood, so float32 keeps SDPA.
-constexpr std::int64_t kExplicitAttentionMaxLength = 64;
+// In float16 on CPU (no fused query/key/value there), sequences up to this
+// many tokens take ExplicitAttention. ATen's CPU scaled_dot_product_attention
+// (a blocked kernel built for long sequences) took 2.3x as long at 14 tokens
+// (the seed text) and was still slower at 64; at 96 and beyond it wins.
+constexpr std::int64_t kExplicitAttentionMaxLength = kShortAttentionMaxLength;
 
 std::string ShapeString(at::IntArrayRef shape) {
   std::string s = "[";
@@ -162,6 +162,30 @@ bool OneDnnLinearWorks(at::ScalarType dtype) {
   } catch (const std::exception&) {
     return false;
   }
+}
+
+// attention_rows' attention of each text of `qkv` ([B, L, 3 * hidden],
+// float32 or bfloat16, contiguous), one text per task on libtorch's
+// threads: [B, L, hidden] in qkv's dtype.
+at::Tensor ShortAttention(const at::Tensor& qkv, const HeadLayout& layout,
+                          const std::optional<at::Tensor>& additive_mask, double scale) {
+  const at::Tensor in = qkv.contiguous();
+  at::Tensor out =
+      at::empty({layout.batch, layout.length, layout.heads * layout.head_dim}, in.options());
+  const float* mask = additive_mask.has_value() ? additive_mask->const_data_ptr<float>() : nullptr;
+  const auto s = static_cast<float>(scale);
+  const bool bf16 = in.scalar_type() == at::kBFloat16;
+  ParallelRows(layout.batch, 1, [&](std::int64_t begin, std::int64_t end) {
+    if (bf16) {
+      attention_rows::AttentionFromQkvBFloat16(
+          static_cast<const std::uint16_t*>(in.const_data_ptr()), layout, mask, s, begin, end,
+          static_cast<std::uint16_t*>(out.mutable_data_ptr()));
+    } else {
+      attention_rows::AttentionFromQkv(in.const_data_ptr<float>(), layout, mask, s, begin, end,
+                                       out.mutable_data_ptr<float>());
+    }
+  });
+  return out;
 }
 
 }  // namespace
@@ -389,14 +413,27 @@ void BertModel::To(at::Device device, at::ScalarType dtype) {
     *slot.tensor = slot.tensor->to(device, dtype);
   }
   fused_cpu_linear_ = device.is_cpu() && OneDnnLinearWorks(dtype);
+  // On the CPU in float32 and bfloat16 the query, key and value layers run
+  // as one product (float16 has no oneDNN kernels on most CPUs; CUDA keeps
+  // the three, not measured there).
+  fused_cpu_qkv_ = fused_cpu_linear_ && (dtype == at::kFloat || dtype == at::kBFloat16);
   // Packed copies beside the plain weights, which stay what NamedParameters
   // shows and what another To() reads. Unlike a weight file's pages, which
   // replicas share through the page cache, each replica's copies are its own.
   prepacked_cpu_linear_ = fused_cpu_linear_;
   for (Layer& l : layers_) {
+    l.qkv_w = l.qkv_b = l.qkv_packed = at::Tensor();
+    if (fused_cpu_qkv_) {
+      l.qkv_b = at::cat({l.query_b, l.key_b, l.value_b});
+      // Packed from a transient copy, one layer at a time.
+      l.qkv_packed = PrepackOneDnnLinearWeight(at::cat({l.query_w, l.key_w, l.value_w}));
+      prepacked_cpu_linear_ = prepacked_cpu_linear_ && l.qkv_packed.defined();
+    }
     for (auto [plain, packed] : l.Linears()) {
-      *packed = fused_cpu_linear_ ? PrepackOneDnnLinearWeight(*plain) : at::Tensor();
-      prepacked_cpu_linear_ = prepacked_cpu_linear_ && packed->defined();
+      const bool in_qkv =
+          fused_cpu_qkv_ && (plain == &l.query_w || plain == &l.key_w || plain == &l.value_w);
+      *packed = fused_cpu_linear_ && !in_qkv ? PrepackOneDnnLinearWeight(*plain) : at::Tensor();
+      prepacked_cpu_linear_ = prepacked_cpu_linear_ && (in_qkv || packed->defined());
     }
   }
   for (Layer& l : layers_) {
@@ -406,6 +443,10 @@ void BertModel::To(at::Device device, at::ScalarType dtype) {
       } else {
         *packed = at::Tensor();
       }
+    }
+    if (fused_cpu_qkv_ && !prepacked_cpu_linear_) {
+      l.qkv_packed = at::Tensor();
+      l.qkv_w = at::cat({l.query_w, l.key_w, l.value_w});
     }
   }
 }
@@ -436,15 +477,16 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
 
   at::Tensor x = Embed(input_ids, token_type_ids);
 
-  const bool explicit_attention =
-      x.is_cpu() && x.scalar_type() != at::kFloat && length <= kExplicitAttentionMaxLength;
-  // Key mask [B, 1, 1, L]: boolean (true = attend) for SDPA, additive for
-  // ExplicitAttention. None when nothing is padded, as transformers does,
-  // which lets SDPA pick its fastest kernel.
+  const bool short_fused = fused_cpu_qkv_ && length <= kShortAttentionMaxLength;
+  const bool explicit_attention = !fused_cpu_qkv_ && x.is_cpu() && x.scalar_type() != at::kFloat &&
+                                  length <= kExplicitAttentionMaxLength;
+  // Key mask [B, 1, 1, L]: boolean (true = attend) for SDPA, additive
+  // float32 for ExplicitAttention and attention_rows. None when nothing is
+  // padded, as transformers does, which lets SDPA pick its fastest kernel.
   std::optional<at::Tensor> mask;
   if (any_padding) {
     mask = attention_mask.to(at::kBool).view({batch, 1, 1, length});
-    if (explicit_attention) {
+    if (explicit_attention || short_fused) {
       mask = at::zeros({batch, 1, 1, length}, x.options().dtype(at::kFloat))
                  .masked_fill_(mask->logical_not(), std::numeric_limits<float>::lowest());
     }
@@ -470,15 +512,31 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
                            const at::Tensor& prepacked) -> const at::Tensor& {
       return packed ? prepacked : plain;
     };
-    const at::Tensor q = split_heads(linear(x, weight(l.query_w, l.query_packed), l.query_b));
-    const at::Tensor k = split_heads(linear(x, weight(l.key_w, l.key_packed), l.key_b));
-    const at::Tensor v = split_heads(linear(x, weight(l.value_w, l.value_packed), l.value_b));
-    const at::Tensor context =
-        (explicit_attention ? ExplicitAttention(q, k, v, mask, scale)
-                            : at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0,
-                                                               /*is_causal=*/false, scale))
-            .transpose(1, 2)
-            .reshape({batch, length, hidden});
+    at::Tensor context;
+    if (fused_cpu_qkv_) {
+      const at::Tensor qkv = linear(x, weight(l.qkv_w, l.qkv_packed), l.qkv_b);  // [B, L, 3h]
+      if (short_fused) {
+        context = ShortAttention(qkv, {batch, length, heads, head_dim}, mask, scale);
+      } else {
+        context =
+            at::scaled_dot_product_attention(split_heads(qkv.narrow(-1, 0, hidden)),
+                                             split_heads(qkv.narrow(-1, hidden, hidden)),
+                                             split_heads(qkv.narrow(-1, 2 * hidden, hidden)), mask,
+                                             /*dropout_p=*/0.0, /*is_causal=*/false, scale)
+                .transpose(1, 2)
+                .reshape({batch, length, hidden});
+      }
+    } else {
+      const at::Tensor q = split_heads(linear(x, weight(l.query_w, l.query_packed), l.query_b));
+      const at::Tensor k = split_heads(linear(x, weight(l.key_w, l.key_packed), l.key_b));
+      const at::Tensor v = split_heads(linear(x, weight(l.value_w, l.value_packed), l.value_b));
+      context =
+          (explicit_attention ? ExplicitAttention(q, k, v, mask, scale)
+                              : at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0,
+                                                                 /*is_causal=*/false, scale))
+              .transpose(1, 2)
+              .reshape({batch, length, hidden});
+    }
     const at::Tensor a = at::layer_norm(
         linear_add(context, weight(l.attn_out_w, l.attn_out_packed), l.attn_out_b, x), norm_shape,
         l.attn_ln_w, l.attn_ln_b, eps);
@@ -570,7 +628,7 @@ at::Tensor BertModel::ForwardInt8(const at::Tensor& input_ids, const at::Tensor&
   // product's input; beyond, ATen's SDPA (in int8_attention_dtype_) on
   // query, key and value laid out per head. Either way the queries are
   // scaled already: QuantizeToInt8 folded 1/sqrt(head_dim) into them.
-  const bool short_texts = length <= kExplicitAttentionMaxLength;
+  const bool short_texts = length <= kShortAttentionMaxLength;
   const bool bf16_attention = int8_attention_dtype_ == at::kBFloat16;
   const int8_rows::HeadLayout layout{batch, length, heads, head_dim};
   std::optional<at::Tensor> mask;

@@ -88,6 +88,10 @@ class BertModel {
   // Whether those layers also run on weights prepacked into oneDNN's layout
   // at To() (a private copy of each linear weight, for speed).
   bool prepacked_cpu_linear() const { return prepacked_cpu_linear_; }
+  // Whether the query, key and value layers run as one product, and texts
+  // up to kShortAttentionMaxLength tokens take attention_rows.h's attention
+  // straight from it (on the CPU in float32 and bfloat16, with oneDNN).
+  bool fused_cpu_qkv() const { return fused_cpu_qkv_; }
 
   // After To(cpu, float32): runs the linear layers in int8 from now on
   // (int8_linear.h), the four of each layer (query, key and value as one)
@@ -118,6 +122,10 @@ class BertModel {
     at::Tensor query_packed, key_packed, value_packed, attn_out_packed, inter_packed, out_packed;
     // (plain weight, its packed copy) for each linear layer.
     std::array<std::pair<const at::Tensor*, at::Tensor*>, 6> Linears();
+    // On the CPU in float32 and bfloat16 (fused_cpu_qkv()): the query, key
+    // and value layers as one, three times as wide (and its packed copy),
+    // in place of the three.
+    at::Tensor qkv_w, qkv_b, qkv_packed;
   };
   struct Int8Layer {
     Int8Linear qkv, attn_out, inter, out;
@@ -139,6 +147,7 @@ class BertModel {
   std::vector<Layer> layers_;
   bool fused_cpu_linear_ = false;
   bool prepacked_cpu_linear_ = false;
+  bool fused_cpu_qkv_ = false;
   std::vector<Int8Layer> int8_layers_;
   at::ScalarType int8_attention_dtype_ = at::kFloat;
 };

@@ -7,116 +7,16 @@
 #include <cstring>
 #include <vector>
 
-// Each entry point is compiled three times and picked by the loader from
-// the CPU it runs on (GCC's and Clang's target_clones): the loops below are
-// written so the compiler vectorises them (this file builds at -O3), and
-// the helpers are forced inline so that they take each clone's instruction
-// set instead of the baseline's.
-// Not under the sanitizers: the loader runs the clones' resolvers before
-// the sanitizer's runtime is up, and their instrumented code crashes there.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define GANTRY_ROW_KERNEL_SANITIZED 1
-#endif
-#endif
-// (The TSan build undefines __SANITIZE_THREAD__ and says GANTRY_TSAN: see
-// CMakeLists.txt.)
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(GANTRY_TSAN)
-#define GANTRY_ROW_KERNEL_SANITIZED 1
-#endif
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(GANTRY_ROW_KERNEL_SANITIZED)
-#define GANTRY_ROW_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define GANTRY_ROW_KERNEL
-#endif
-#define GANTRY_ROW_INLINE inline __attribute__((always_inline))
+#include "row_vectors.h"
 
 namespace gantry::sentence_encoder::int8_rows {
 namespace {
 
-// Lanes the reductions keep apart, so that they vectorise without the
-// compiler having to reorder float additions (which it may not).
-constexpr std::int64_t kLanes = 16;
-
-// kLanes floats as one value (GCC's and Clang's vector extension): a
-// register in the AVX-512 clone, two or four in the others. For the
-// attention's loops, whose sums the vectoriser would not keep in registers.
-using Floats = float __attribute__((vector_size(kLanes * sizeof(float))));
-using Ints = std::int32_t __attribute__((vector_size(kLanes * sizeof(float))));
-
-GANTRY_ROW_INLINE Floats LoadFloats(const float* p) {
-  Floats v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-GANTRY_ROW_INLINE void StoreFloats(float* p, Floats v) { std::memcpy(p, &v, sizeof v); }
-
-GANTRY_ROW_INLINE Floats Splat(float x) { return Floats{} + x; }
-
-// Round to nearest, ties to even, for |v| < 2^22, without a libm call.
-GANTRY_ROW_INLINE float RoundEven(float v) {
-  constexpr float kMagic = 12582912.0F;  // 1.5 * 2^23
-  return (v + kMagic) - kMagic;
-}
-
-// e^x of kLanes floats to about 2e-7 relative for x in [-87, 88] (0 below,
-// clamped above): 2^n times a degree-6 polynomial on the rest.
-GANTRY_ROW_INLINE Floats ExpFloats(Floats x) {
-  const Ints underflows = x < -87.0F;
-  x = x < -87.0F ? Splat(-87.0F) : x;
-  x = x > 88.0F ? Splat(88.0F) : x;
-  constexpr float kMagic = 12582912.0F;
-  const Floats n = (x * 1.44269504088896341F + kMagic) - kMagic;
-  Floats r = x - n * 0.693145751953125F;
-  r -= n * 1.428606765330187e-06F;
-  Floats p = Splat(1.0F / 720.0F);
-  p = p * r + 1.0F / 120.0F;
-  p = p * r + 1.0F / 24.0F;
-  p = p * r + 1.0F / 6.0F;
-  p = p * r + 0.5F;
-  p = p * r + 1.0F;
-  p = p * r + 1.0F;
-  const Ints bits = (__builtin_convertvector(n, Ints) + 127) << 23;
-  Floats scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return underflows ? Splat(0.0F) : p * scale;
-}
-
-// erf to 5e-7 absolute: x P(x^2) / Q(x^2) on x clamped to [-4, 4], where
-// erf is 1 to float precision (the rational form Eigen and XLA use), with no
-// exp and one division.
-GANTRY_ROW_INLINE float Erf(float x) {
-  x = std::min(std::max(x, -4.0F), 4.0F);
-  const float x2 = x * x;
-  float p = -2.72614225801306e-10F;
-  p = p * x2 + 2.77068142495902e-08F;
-  p = p * x2 - 2.10102402082508e-06F;
-  p = p * x2 - 5.69250639462346e-05F;
-  p = p * x2 - 7.34990630326855e-04F;
-  p = p * x2 - 2.95459980854025e-03F;
-  p = p * x2 - 1.60960333262415e-02F;
-  float q = -1.45660718464996e-05F;
-  q = q * x2 - 2.13374055278905e-04F;
-  q = q * x2 - 1.68282697438203e-03F;
-  q = q * x2 - 7.37332916720468e-03F;
-  q = q * x2 - 1.42647390514189e-02F;
-  return x * p / q;
-}
-
-GANTRY_ROW_INLINE float GeluInline(float x) {
-  return 0.5F * x * (1.0F + Erf(x * 0.70710678118654752F));
-}
-
-GANTRY_ROW_INLINE std::uint16_t ToBFloat16(float f) {
-  const auto u = std::bit_cast<std::uint32_t>(f);
-  return static_cast<std::uint16_t>((u + 0x7FFFU + ((u >> 16U) & 1U)) >> 16U);
-}
-
-GANTRY_ROW_INLINE float FromBFloat16(std::uint16_t b) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16U);
-}
+using row_vectors::FromBFloat16;
+using row_vectors::GeluInline;
+using row_vectors::kLanes;
+using row_vectors::RoundEven;
+using row_vectors::ToBFloat16;
 
 // The row's range, widened to hold 0 (so that 0 stays exact).
 GANTRY_ROW_INLINE void RowRange(const float* x, std::int64_t cols, float* lo, float* hi) {
@@ -350,6 +250,21 @@ void QuantizeHeadRowsBFloat16(const std::uint16_t* x, const HeadLayout& layout, 
   QuantizeHeadRowsOf(x, layout, begin, end, out);
 }
 
+namespace {
+
+// Quantises token i's context row as row first_row + i of `out`.
+struct QuantizeContextRow {
+  const QuantizedRows& out;
+  std::int64_t first_row;
+  std::int64_t hidden;
+  GANTRY_ROW_INLINE void operator()(std::int64_t i, const float* row) const {
+    const std::int64_t m = first_row + i;
+    QuantizeRow(row, hidden, out.q + m * hidden, out.scale + m, out.offset + m);
+  }
+};
+
+}  // namespace
+
 GANTRY_ROW_KERNEL
 void AttentionFromProduct(const Product& p, const HeadLayout& layout, const float* mask,
                           std::int64_t begin, std::int64_t end, const QuantizedRows& out) {
@@ -388,73 +303,9 @@ void AttentionFromProduct(const Product& p, const HeadLayout& layout, const floa
     for (std::int64_t j = 0; j < keys; ++j) {
       key_mask[j] = j >= length ? -3.4e38F : (mask != nullptr ? mask[b * length + j] : 0.0F);
     }
-    for (std::int64_t i = 0; i < length; ++i) {
-      for (std::int64_t h = 0; h < layout.heads; ++h) {
-        // Blocks of kLanes keys and of kLanes context columns, each summed
-        // in a register.
-        const float* q_head = q.data() + i * hidden + h * head_dim;
-        Floats top = Splat(-3.4e38F);
-        for (std::int64_t jb = 0; jb < keys; jb += kLanes) {
-          // Four sums in turn, so that the multiply-adds do not wait on
-          // each other.
-          const float* k_block = k_t.data() + h * head_dim * keys + jb;
-          Floats part[4] = {LoadFloats(key_mask.data() + jb), {}, {}, {}};
-          std::int64_t d = 0;
-          for (; d + 4 <= head_dim; d += 4) {
-            for (std::int64_t u = 0; u < 4; ++u) {
-              part[u] += q_head[d + u] * LoadFloats(k_block + (d + u) * keys);
-            }
-          }
-          for (; d < head_dim; ++d) {
-            part[0] += q_head[d] * LoadFloats(k_block + d * keys);
-          }
-          const Floats block = (part[0] + part[1]) + (part[2] + part[3]);
-          StoreFloats(weights.data() + jb, block);
-          top = block > top ? block : top;
-        }
-        float top_all = top[0];
-        for (std::int64_t l = 1; l < kLanes; ++l) {
-          top_all = std::max(top_all, top[l]);
-        }
-        Floats sums = {};
-        for (std::int64_t jb = 0; jb < keys; jb += kLanes) {
-          const Floats e = ExpFloats(LoadFloats(weights.data() + jb) - top_all);
-          sums += e;
-          StoreFloats(weights.data() + jb, e);
-        }
-        float sum = 0.0F;
-        for (std::int64_t l = 0; l < kLanes; ++l) {
-          sum += sums[l];
-        }
-        const float inverse = 1.0F / sum;
-        float* ctx = context.data() + h * head_dim;
-        std::int64_t db = 0;
-        for (; db + kLanes <= head_dim; db += kLanes) {
-          const float* v_block = v.data() + h * head_dim + db;
-          Floats part[2] = {};
-          std::int64_t j = 0;
-          for (; j + 2 <= length; j += 2) {
-            part[0] += weights[static_cast<std::size_t>(j)] * LoadFloats(v_block + j * hidden);
-            part[1] +=
-                weights[static_cast<std::size_t>(j + 1)] * LoadFloats(v_block + (j + 1) * hidden);
-          }
-          if (j < length) {
-            part[0] += weights[static_cast<std::size_t>(j)] * LoadFloats(v_block + j * hidden);
-          }
-          StoreFloats(ctx + db, (part[0] + part[1]) * inverse);
-        }
-        for (; db < head_dim; ++db) {
-          float c = 0.0F;
-          for (std::int64_t j = 0; j < length; ++j) {
-            c += weights[static_cast<std::size_t>(j)] *
-                 v[static_cast<std::size_t>(j * hidden + h * head_dim + db)];
-          }
-          ctx[db] = c * inverse;
-        }
-      }
-      const std::int64_t m = b * length + i;
-      QuantizeRow(context.data(), hidden, out.q + m * hidden, out.scale + m, out.offset + m);
-    }
+    row_vectors::AttendText(length, layout.heads, head_dim, keys, q.data(), k_t.data(), v.data(),
+                            key_mask.data(), weights.data(), context.data(),
+                            QuantizeContextRow{out, b * length, hidden});
   }
 }
 

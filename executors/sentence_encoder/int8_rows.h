@@ -20,6 +20,8 @@
 
 #include <cstdint>
 
+#include "attention_rows.h"
+
 namespace gantry::sentence_encoder::int8_rows {
 
 // The zero point the matrix product is given for every row.
@@ -64,15 +66,8 @@ void DequantizeAddNorm(const Product& p, std::int64_t begin, std::int64_t end,
                        const float* residual, const float* gamma, const float* beta, float eps,
                        float* out, const QuantizedRows* quantized);
 
-// The attention's layout of a token-major [batch * length, parts * heads *
-// head_dim] matrix: [parts, batch, heads, length, head_dim], each head's
-// rows contiguous (parts: query, key and value).
-struct HeadLayout {
-  std::int64_t batch;
-  std::int64_t length;
-  std::int64_t heads;
-  std::int64_t head_dim;
-};
+// The attention's layout (attention_rows.h).
+using sentence_encoder::HeadLayout;
 
 // The product's rows [begin, end) (p.cols a multiple of head_dim) written in
 // `layout`, in float32 or bfloat16 (raw bits).

@@ -112,33 +112,50 @@ bool CpuHasBFloat16Instructions() {
 #endif
 }
 
-// The best of the products timed in kBudget (at least kMinTimed of them),
+// The best of the products timed in kBudget (at least kMinTimed of each),
 // after two untimed ones (kernel selection, first-touch page faults), in
-// GFLOP/s. The budget lets the cores reach their clock: five products
-// alone came out at half the speed and a third less apart.
-double MatmulGflops(at::ScalarType dtype) {
+// GFLOP/s. The budget lets the cores reach their clock (five products
+// alone came out at half the speed); the two dtypes take turns, so that
+// another process busy meanwhile (replicas start together) slows both.
+CpuMatmulSpeed TimeMatmuls(bool bfloat16) {
   constexpr std::int64_t kRows = 448;  // 32 documents of 14 tokens
   constexpr std::int64_t kIn = 384;
   constexpr std::int64_t kOut = 1536;
   constexpr int kMinTimed = 5;
-  constexpr auto kBudget = std::chrono::milliseconds(40);
+  constexpr auto kBudget = std::chrono::milliseconds(80);
   const c10::InferenceMode inference;
-  const at::TensorOptions options = at::TensorOptions().dtype(dtype);
-  const at::Tensor x = at::randn({kRows, kIn}, options);
-  const at::Tensor w = at::randn({kOut, kIn}, options);
-  const at::Tensor b = at::zeros({kOut}, options);
-  at::linear(x, w, b);
-  at::linear(x, w, b);
-  double best = 0;
+  struct Operands {
+    at::Tensor x, w, b;
+  };
+  auto operands = [](at::ScalarType dtype) {
+    const at::TensorOptions options = at::TensorOptions().dtype(dtype);
+    return Operands{at::randn({kRows, kIn}, options), at::randn({kOut, kIn}, options),
+                    at::zeros({kOut}, options)};
+  };
+  // Seconds of one product.
+  auto time_one = [](const Operands& o) {
+    const auto start = std::chrono::steady_clock::now();
+    const at::Tensor y = at::linear(o.x, o.w, o.b);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  auto gflops = [](double seconds) {
+    return seconds > 0 ? 2.0 * kRows * kIn * kOut / seconds / 1e9 : 0.0;
+  };
+  const Operands f32 = operands(at::kFloat);
+  const Operands bf16 = bfloat16 ? operands(at::kBFloat16) : Operands{};
+  for (int i = 0; i < 2; ++i) {
+    time_one(f32);
+    if (bfloat16) {
+      time_one(bf16);
+    }
+  }
+  CpuMatmulSpeed best;
   const auto begin = std::chrono::steady_clock::now();
   for (int timed = 0; timed < kMinTimed || std::chrono::steady_clock::now() - begin < kBudget;
        ++timed) {
-    const auto start = std::chrono::steady_clock::now();
-    const at::Tensor y = at::linear(x, w, b);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (seconds > 0) {
-      best = std::max(best, 2.0 * kRows * kIn * kOut / seconds / 1e9);
+    best.float32_gflops = std::max(best.float32_gflops, gflops(time_one(f32)));
+    if (bfloat16) {
+      best.bfloat16_gflops = std::max(best.bfloat16_gflops, gflops(time_one(bf16)));
     }
   }
   return best;
@@ -147,12 +164,7 @@ double MatmulGflops(at::ScalarType dtype) {
 }  // namespace
 
 const CpuMatmulSpeed& MeasuredCpuMatmulSpeed() {
-  static const CpuMatmulSpeed speed = [] {
-    CpuMatmulSpeed s;
-    s.float32_gflops = MatmulGflops(at::kFloat);
-    s.bfloat16_gflops = CpuHasBFloat16Instructions() ? MatmulGflops(at::kBFloat16) : 0.0;
-    return s;
-  }();
+  static const CpuMatmulSpeed speed = TimeMatmuls(CpuHasBFloat16Instructions());
   return speed;
 }
 

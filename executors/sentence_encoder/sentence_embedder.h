@@ -52,7 +52,7 @@ struct CpuMatmulSpeed {
   double bfloat16_gflops = 0;
 };
 
-// Measured once per process, on first use (about 100 ms): which dtype is
+// Measured once per process, on first use (about 100 ms, the two dtypes in turn): which dtype is
 // faster is not a feature flag. AVX512-BF16 ran the model's products 2x
 // float32's on an AMD Zen 4 and with AMX, but 0.54x on a Xeon whose AMX
 // its hypervisor hides.

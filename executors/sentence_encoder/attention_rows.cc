@@ -1,0 +1,109 @@
+#include "attention_rows.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "row_vectors.h"
+
+namespace gantry::sentence_encoder::attention_rows {
+namespace {
+
+using row_vectors::FromBFloat16;
+using row_vectors::kLanes;
+using row_vectors::ToBFloat16;
+
+GANTRY_ROW_INLINE float ToFloat(float v) { return v; }
+GANTRY_ROW_INLINE float ToFloat(std::uint16_t v) { return FromBFloat16(v); }
+GANTRY_ROW_INLINE void FromFloat(float v, float* out) { *out = v; }
+GANTRY_ROW_INLINE void FromFloat(float v, std::uint16_t* out) { *out = ToBFloat16(v); }
+
+// Writes token i's context row as row first_row + i of `out`.
+template <typename T>
+struct StoreContextRow {
+  T* out;
+  std::int64_t first_row;
+  std::int64_t hidden;
+  GANTRY_ROW_INLINE void operator()(std::int64_t i, const float* row) const {
+    T* dst = out + (first_row + i) * hidden;
+    for (std::int64_t n = 0; n < hidden; ++n) {
+      FromFloat(row[n], dst + n);
+    }
+  }
+};
+
+// A text's queries, transposed keys and values, its scores and one context
+// row: each thread's own, kept between calls (at most 64 tokens of 384
+// columns in MiniLM: 300 KiB).
+struct Scratch {
+  std::vector<float> q, k_t, v, context, weights, key_mask;
+  void Fit(std::int64_t keys, std::int64_t hidden) {
+    const auto tokens = static_cast<std::size_t>(keys * hidden);
+    for (std::vector<float>* buffer : {&q, &k_t, &v}) {
+      buffer->resize(std::max(buffer->size(), tokens));
+    }
+    context.resize(std::max(context.size(), static_cast<std::size_t>(hidden)));
+    weights.resize(std::max(weights.size(), static_cast<std::size_t>(keys)));
+    key_mask.resize(std::max(key_mask.size(), static_cast<std::size_t>(keys)));
+  }
+};
+
+template <typename T>
+GANTRY_ROW_INLINE void Attend(const T* qkv, const HeadLayout& layout, const float* mask,
+                              float scale, std::int64_t begin, std::int64_t end, T* out,
+                              Scratch& s) {
+  const std::int64_t length = layout.length;
+  const std::int64_t hidden = layout.heads * layout.head_dim;
+  const std::int64_t keys = (length + kLanes - 1) / kLanes * kLanes;
+  s.Fit(keys, hidden);
+  for (std::int64_t b = begin; b < end; ++b) {
+    for (std::int64_t i = 0; i < length; ++i) {
+      const T* row = qkv + (b * length + i) * 3 * hidden;
+      float* q_row = s.q.data() + i * hidden;
+      float* v_row = s.v.data() + i * hidden;
+      for (std::int64_t n = 0; n < hidden; ++n) {
+        q_row[n] = ToFloat(row[n]) * scale;
+      }
+      for (std::int64_t n = 0; n < hidden; ++n) {
+        s.k_t[static_cast<std::size_t>(n * keys + i)] = ToFloat(row[hidden + n]);
+      }
+      for (std::int64_t n = 0; n < hidden; ++n) {
+        v_row[n] = ToFloat(row[2 * hidden + n]);
+      }
+    }
+    // The padding keys (length..keys) weigh 0 through the mask; their
+    // columns need only be finite.
+    for (std::int64_t n = 0; n < hidden; ++n) {
+      for (std::int64_t j = length; j < keys; ++j) {
+        s.k_t[static_cast<std::size_t>(n * keys + j)] = 0.0F;
+      }
+    }
+    for (std::int64_t j = 0; j < keys; ++j) {
+      s.key_mask[static_cast<std::size_t>(j)] =
+          j >= length ? -3.4e38F : (mask != nullptr ? mask[b * length + j] : 0.0F);
+    }
+    row_vectors::AttendText(length, layout.heads, layout.head_dim, keys, s.q.data(), s.k_t.data(),
+                            s.v.data(), s.key_mask.data(), s.weights.data(), s.context.data(),
+                            StoreContextRow<T>{out, b * length, hidden});
+  }
+}
+
+}  // namespace
+
+GANTRY_ROW_KERNEL
+void AttentionFromQkv(const float* qkv, const HeadLayout& layout, const float* mask, float scale,
+                      std::int64_t begin, std::int64_t end, float* out) {
+  thread_local Scratch scratch;
+  Attend(qkv, layout, mask, scale, begin, end, out, scratch);
+}
+
+GANTRY_ROW_KERNEL
+void AttentionFromQkvBFloat16(const std::uint16_t* qkv, const HeadLayout& layout, const float* mask,
+                              float scale, std::int64_t begin, std::int64_t end,
+                              std::uint16_t* out) {
+  thread_local Scratch scratch;
+  Attend(qkv, layout, mask, scale, begin, end, out, scratch);
+}
+
+}  // namespace gantry::sentence_encoder::attention_rows
