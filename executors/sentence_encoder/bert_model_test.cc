@@ -340,27 +340,33 @@ TEST(BertModelTest, ExplicitAttentionMatchesSdpa) {
   }
 }
 
-// On CPU in bfloat16, sequences up to 64 tokens take the model's explicit
-// attention and longer ones ATen's SDPA (bert_model.cc says why); both must
-// stay within bfloat16's rounding of the float32 reference, with a padded
-// row, on either side of the bound.
+// On CPU in float32 and bfloat16 (with oneDNN) query, key and value are
+// one product, sequences up to 64 tokens take attention_rows' attention and
+// longer ones ATen's SDPA on views of that product; both must stay within
+// the dtype's rounding of the float32 reference, with a padded row, on
+// either side of the bound.
 TEST(BertModelTest, BothAttentionPathsMatchTheReference) {
   BertConfig config = TinyConfig();
   config.max_position_embeddings = 80;
   const Weights w = RandomWeights(config);
-  BertModel model(config);
-  ASSERT_TRUE(LoadInto(model, w).ok());
-  model.To(at::Device(at::kCPU), at::kBFloat16);
-  for (const std::int64_t length : {3, 64, 65, 80}) {
-    at::manual_seed(length);
-    at::Tensor ids = at::randint(1, config.vocab_size, {3, length}, at::kLong);
-    at::Tensor mask = at::ones({3, length}, at::kLong);
-    mask[1].slice(0, (length + 1) / 2).fill_(0);  // the second row is half padding
-    ids.masked_fill_(mask == 0, 0);
-    const at::Tensor got = MeanPoolNormalize(model.Forward(ids, mask), mask);
-    const at::Tensor want = ReferenceEmbedding(w, config, ids, mask);
-    const at::Tensor cosine = (got * want).sum(1);  // both are unit vectors
-    EXPECT_GT(cosine.min().item<double>(), 0.999) << "length " << length << ": " << cosine;
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    BertModel model(config);
+    ASSERT_TRUE(LoadInto(model, w).ok());
+    model.To(at::Device(at::kCPU), dtype);
+    EXPECT_EQ(model.fused_cpu_qkv(), model.fused_cpu_linear()) << dtype;
+    for (const std::int64_t length : {3, 64, 65, 80}) {
+      at::manual_seed(length);
+      at::Tensor ids = at::randint(1, config.vocab_size, {3, length}, at::kLong);
+      at::Tensor mask = at::ones({3, length}, at::kLong);
+      mask[1].slice(0, (length + 1) / 2).fill_(0);  // the second row is half padding
+      ids.masked_fill_(mask == 0, 0);
+      const at::Tensor got =
+          MeanPoolNormalize(model.Forward(ids, mask).to(at::kFloat), mask).to(at::kDouble);
+      const at::Tensor want = ReferenceEmbedding(w, config, ids, mask).to(at::kDouble);
+      const at::Tensor cosine = (got * want).sum(1);  // both are unit vectors
+      EXPECT_GT(cosine.min().item<double>(), dtype == at::kFloat ? 0.999999 : 0.999)
+          << dtype << ", length " << length << ": " << cosine;
+    }
   }
 }
 
