@@ -1,9 +1,7 @@
 #include "attention_rows.h"
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "row_vectors.h"
 
@@ -33,26 +31,10 @@ struct StoreContextRow {
   }
 };
 
-// A text's queries, transposed keys and values, its scores and one context
-// row: each thread's own, kept between calls (at most 64 tokens of 384
-// columns in MiniLM: 300 KiB).
-struct Scratch {
-  std::vector<float> q, k_t, v, context, weights, key_mask;
-  void Fit(std::int64_t keys, std::int64_t hidden) {
-    const auto tokens = static_cast<std::size_t>(keys * hidden);
-    for (std::vector<float>* buffer : {&q, &k_t, &v}) {
-      buffer->resize(std::max(buffer->size(), tokens));
-    }
-    context.resize(std::max(context.size(), static_cast<std::size_t>(hidden)));
-    weights.resize(std::max(weights.size(), static_cast<std::size_t>(keys)));
-    key_mask.resize(std::max(key_mask.size(), static_cast<std::size_t>(keys)));
-  }
-};
-
 template <typename T>
 GANTRY_ROW_INLINE void Attend(const T* qkv, const HeadLayout& layout, const float* mask,
                               float scale, std::int64_t begin, std::int64_t end, T* out,
-                              Scratch& s) {
+                              row_vectors::AttentionScratch& s) {
   const std::int64_t length = layout.length;
   const std::int64_t hidden = layout.heads * layout.head_dim;
   const std::int64_t keys = (length + kLanes - 1) / kLanes * kLanes;
@@ -94,7 +76,7 @@ GANTRY_ROW_INLINE void Attend(const T* qkv, const HeadLayout& layout, const floa
 GANTRY_ROW_KERNEL
 void AttentionFromQkv(const float* qkv, const HeadLayout& layout, const float* mask, float scale,
                       std::int64_t begin, std::int64_t end, float* out) {
-  thread_local Scratch scratch;
+  thread_local row_vectors::AttentionScratch scratch;
   Attend(qkv, layout, mask, scale, begin, end, out, scratch);
 }
 
@@ -102,7 +84,7 @@ GANTRY_ROW_KERNEL
 void AttentionFromQkvBFloat16(const std::uint16_t* qkv, const HeadLayout& layout, const float* mask,
                               float scale, std::int64_t begin, std::int64_t end,
                               std::uint16_t* out) {
-  thread_local Scratch scratch;
+  thread_local row_vectors::AttentionScratch scratch;
   Attend(qkv, layout, mask, scale, begin, end, out, scratch);
 }
 

@@ -273,27 +273,32 @@ void AttentionFromProduct(const Product& p, const HeadLayout& layout, const floa
   const std::int64_t hidden = layout.heads * head_dim;
   // Keys padded to whole vectors; the padding weighs 0.
   const std::int64_t keys = (length + kLanes - 1) / kLanes * kLanes;
-  std::vector<float> q(static_cast<std::size_t>(length * hidden));
-  std::vector<float> k_t(static_cast<std::size_t>(hidden * keys), 0.0F);  // [hidden, keys]
-  std::vector<float> v(static_cast<std::size_t>(length * hidden));
-  std::vector<float> context(static_cast<std::size_t>(hidden));
-  std::vector<float> weights(static_cast<std::size_t>(keys));
-  std::vector<float> key_mask(static_cast<std::size_t>(keys));
+  thread_local row_vectors::AttentionScratch scratch;
+  scratch.Fit(keys, hidden);
+  float* const q = scratch.q.data();
+  float* const k_t = scratch.k_t.data();  // [hidden, keys]
+  float* const v = scratch.v.data();
+  // The padding keys (length..keys) weigh 0 through the mask; their columns
+  // need only be finite.
+  for (std::int64_t n = 0; n < hidden; ++n) {
+    for (std::int64_t j = length; j < keys; ++j) {
+      k_t[n * keys + j] = 0.0F;
+    }
+  }
   for (std::int64_t b = begin; b < end; ++b) {
     for (std::int64_t i = 0; i < length; ++i) {
       const std::int64_t m = b * length + i;
       const float* acc = p.acc + m * p.cols;
       const float s = p.row_scale[m];
       const float o = p.row_offset[m];
-      float* q_row = q.data() + i * hidden;
-      float* v_row = v.data() + i * hidden;
+      float* q_row = q + i * hidden;
+      float* v_row = v + i * hidden;
       for (std::int64_t n = 0; n < hidden; ++n) {
         q_row[n] = s * (acc[n] + o * p.column_sums[n]) + p.bias[n];
       }
       for (std::int64_t n = 0; n < hidden; ++n) {
         const std::int64_t c = hidden + n;
-        k_t[static_cast<std::size_t>(n * keys + i)] =
-            s * (acc[c] + o * p.column_sums[c]) + p.bias[c];
+        k_t[n * keys + i] = s * (acc[c] + o * p.column_sums[c]) + p.bias[c];
       }
       for (std::int64_t n = 0; n < hidden; ++n) {
         const std::int64_t c = 2 * hidden + n;
@@ -301,10 +306,11 @@ void AttentionFromProduct(const Product& p, const HeadLayout& layout, const floa
       }
     }
     for (std::int64_t j = 0; j < keys; ++j) {
-      key_mask[j] = j >= length ? -3.4e38F : (mask != nullptr ? mask[b * length + j] : 0.0F);
+      scratch.key_mask[static_cast<std::size_t>(j)] =
+          j >= length ? -3.4e38F : (mask != nullptr ? mask[b * length + j] : 0.0F);
     }
-    row_vectors::AttendText(length, layout.heads, head_dim, keys, q.data(), k_t.data(), v.data(),
-                            key_mask.data(), weights.data(), context.data(),
+    row_vectors::AttendText(length, layout.heads, head_dim, keys, q, k_t, v,
+                            scratch.key_mask.data(), scratch.weights.data(), scratch.context.data(),
                             QuantizeContextRow{out, b * length, hidden});
   }
 }

@@ -13,8 +13,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 // Each entry point is compiled three times and picked by the loader from
 // the CPU it runs on (GCC's and Clang's target_clones): the loops below are
@@ -125,6 +127,23 @@ GANTRY_ROW_INLINE std::uint16_t ToBFloat16(float f) {
 GANTRY_ROW_INLINE float FromBFloat16(std::uint16_t b) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16U);
 }
+
+// A text's queries, transposed keys and values, its scores and one context
+// row for AttendText: each thread keeps its own between calls (thread_local
+// at the caller), grown to the largest text seen (at most 64 tokens of 384
+// columns in MiniLM: 300 KiB).
+struct AttentionScratch {
+  std::vector<float> q, k_t, v, context, weights, key_mask;
+  void Fit(std::int64_t keys, std::int64_t hidden) {
+    const auto tokens = static_cast<std::size_t>(keys * hidden);
+    for (std::vector<float>* buffer : {&q, &k_t, &v}) {
+      buffer->resize(std::max(buffer->size(), tokens));
+    }
+    context.resize(std::max(context.size(), static_cast<std::size_t>(hidden)));
+    weights.resize(std::max(weights.size(), static_cast<std::size_t>(keys)));
+    key_mask.resize(std::max(key_mask.size(), static_cast<std::size_t>(keys)));
+  }
+};
 
 // One text's self-attention in float32, softmax(q k^T + mask) v per head:
 // `q` [length, hidden] (already scaled), `k_t` [hidden, keys] (the keys
