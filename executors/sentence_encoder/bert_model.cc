@@ -602,8 +602,10 @@ Status BertModel::QuantizeToInt8(at::ScalarType attention_dtype) {
       *packed = at::Tensor();
       PageOutUnusedWeight(*plain);
     }
+    l.qkv_w = l.qkv_b = l.qkv_packed = at::Tensor();
   }
   prepacked_cpu_linear_ = false;
+  fused_cpu_qkv_ = false;
   return OkStatus();
 }
 
