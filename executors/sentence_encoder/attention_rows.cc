@@ -39,6 +39,13 @@ GANTRY_ROW_INLINE void Attend(const T* qkv, const HeadLayout& layout, const floa
   const std::int64_t hidden = layout.heads * layout.head_dim;
   const std::int64_t keys = (length + kLanes - 1) / kLanes * kLanes;
   s.Fit(keys, hidden);
+  // The padding keys (length..keys) weigh 0 through the mask; their columns
+  // need only be finite, and no text below writes them: once per call.
+  for (std::int64_t n = 0; n < hidden; ++n) {
+    for (std::int64_t j = length; j < keys; ++j) {
+      s.k_t[static_cast<std::size_t>(n * keys + j)] = 0.0F;
+    }
+  }
   for (std::int64_t b = begin; b < end; ++b) {
     for (std::int64_t i = 0; i < length; ++i) {
       const T* row = qkv + (b * length + i) * 3 * hidden;
@@ -52,13 +59,6 @@ GANTRY_ROW_INLINE void Attend(const T* qkv, const HeadLayout& layout, const floa
       }
       for (std::int64_t n = 0; n < hidden; ++n) {
         v_row[n] = ToFloat(row[2 * hidden + n]);
-      }
-    }
-    // The padding keys (length..keys) weigh 0 through the mask; their
-    // columns need only be finite.
-    for (std::int64_t n = 0; n < hidden; ++n) {
-      for (std::int64_t j = length; j < keys; ++j) {
-        s.k_t[static_cast<std::size_t>(n * keys + j)] = 0.0F;
       }
     }
     for (std::int64_t j = 0; j < keys; ++j) {
