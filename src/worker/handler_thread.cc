@@ -1,10 +1,26 @@
 #include "worker/handler_thread.h"
 
+#include <dlfcn.h>
+
 namespace gantry::internal {
 
-HandlerThread::HandlerThread() : thread_([this] { Loop(); }) {}
+HandlerThread::Placement HandlerThread::ForThisProcess() {
+  // Every OpenMP runtime exports omp_get_max_threads; a library loaded with
+  // the program (libtorch's libgomp) is in the global scope dlsym searches.
+  return dlsym(RTLD_DEFAULT, "omp_get_max_threads") != nullptr ? Placement::kOwnThread
+                                                               : Placement::kCaller;
+}
+
+HandlerThread::HandlerThread(Placement placement) {
+  if (placement == Placement::kOwnThread) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+}
 
 HandlerThread::~HandlerThread() {
+  if (!thread_.joinable()) {
+    return;  // Placement::kCaller: nothing was ever queued
+  }
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -14,8 +30,10 @@ HandlerThread::~HandlerThread() {
 }
 
 void HandlerThread::Run(const std::function<void()>& task) {
-  if (std::this_thread::get_id() == thread_.get_id()) {
-    task();  // already on it: queueing would wait for itself
+  // Without a thread (kCaller), or already on it: queueing would wait for
+  // itself.
+  if (!thread_.joinable() || std::this_thread::get_id() == thread_.get_id()) {
+    task();
     return;
   }
   Task queued;

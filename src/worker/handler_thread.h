@@ -8,9 +8,15 @@
 // threads were still spinning down: on 2 cores with 2 intra-op threads a
 // Deployment reached 0.76 of the bare model. From one thread, every call
 // reuses one warm team (docs/benchmarks-encoder.md, "Thread counts").
+// In a process without an OpenMP runtime there is no team to keep warm,
+// and the hand-off (two thread wake-ups a call, tens of microseconds each
+// on a small VM) buys nothing: there a HandlerThread made with
+// ForThisProcess() runs each task on its caller's thread.
 //
 // Thread safety: Run is safe for concurrent use; the destructor, which
-// runs what is queued and joins the thread, must not overlap a Run.
+// runs what is queued and joins the thread, must not overlap a Run. With
+// Placement::kCaller, tasks of concurrent Runs may overlap (callers that
+// need one at a time hold their own lock, as RequestHandler does).
 #ifndef GANTRY_WORKER_HANDLER_THREAD_H_
 #define GANTRY_WORKER_HANDLER_THREAD_H_
 
@@ -24,7 +30,15 @@ namespace gantry::internal {
 
 class HandlerThread {
  public:
-  HandlerThread();
+  enum class Placement {
+    kOwnThread,  // every task on one thread of its own, in order
+    kCaller,     // each task on the thread that called Run
+  };
+  // kOwnThread where an OpenMP runtime is loaded into this process
+  // (libtorch's libgomp, or Intel's libiomp), else kCaller.
+  static Placement ForThisProcess();
+
+  explicit HandlerThread(Placement placement = Placement::kOwnThread);
   ~HandlerThread();
   HandlerThread(const HandlerThread&) = delete;
   HandlerThread& operator=(const HandlerThread&) = delete;
@@ -49,7 +63,7 @@ class HandlerThread {
   std::condition_variable wake_;  // a task was queued, or stopping_
   std::deque<Task*> queue_;       // guarded by mutex_
   bool stopping_ = false;         // guarded by mutex_
-  std::thread thread_;
+  std::thread thread_;            // not started for Placement::kCaller
 };
 
 }  // namespace gantry::internal

@@ -157,9 +157,10 @@ class RequestHandler {
   bool closed_ = false;                 // guarded by executor_mutex_
   WorkerMetrics* metrics_ = nullptr;    // set before serving
   Tracer* tracer_ = nullptr;            // set before serving
-  // Every handler call runs here (worker/handler_thread.h says why).
+  // Every handler call runs here (worker/handler_thread.h says why), or
+  // on its caller's thread in a process without OpenMP.
   // Declared last: it stops, after what is queued, before the executor goes.
-  HandlerThread handler_thread_;
+  HandlerThread handler_thread_{HandlerThread::ForThisProcess()};
 };
 
 }  // namespace gantry::internal

@@ -2,6 +2,7 @@
 // and a finished call wakes only the caller that handed it over.
 #include "worker/handler_thread.h"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -120,6 +121,44 @@ TEST(HandlerThreadTest, AFinishedCallWakesOnlyItsOwnCaller) {
   // Each caller sleeps once waiting for its call, and perhaps once more on
   // the mutex; woken by every finished call it would be about 32 * 31 / 2.
   EXPECT_LT(total, 4 * kCallers) << "callers slept " << total << " times in all";
+}
+
+TEST(HandlerThreadTest, CallerPlacementRunsEachTaskOnItsCallersThreadAndReturnsAfterIt) {
+  HandlerThread handler_thread(HandlerThread::Placement::kCaller);
+  std::vector<std::thread::id> ran_on(4);
+  std::vector<std::thread::id> callers_ids(4);
+  std::vector<bool> finished_before_return(4, false);
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 4; ++i) {
+    callers.emplace_back([&, i] {
+      const auto n = static_cast<std::size_t>(i);
+      callers_ids[n] = std::this_thread::get_id();
+      bool finished = false;
+      handler_thread.Run([&] {
+        ran_on[n] = std::this_thread::get_id();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        finished = true;
+      });
+      finished_before_return[n] = finished;
+    });
+  }
+  for (std::thread& caller : callers) {
+    caller.join();
+  }
+  for (std::size_t i = 0; i < callers.size(); ++i) {
+    EXPECT_EQ(ran_on[i], callers_ids[i]) << "task " << i;
+    EXPECT_TRUE(finished_before_return[i]) << "task " << i;
+  }
+}
+
+TEST(HandlerThreadTest, OwnThreadPlacementIsTakenWhereverOpenMpIsLoaded) {
+  // This test binary links no libtorch; an OpenMP runtime is here only if
+  // the toolchain put one in (e.g. -fopenmp). Either way the choice follows
+  // what the dynamic linker can find, which is what keeps a libtorch
+  // worker's OpenMP team on one thread.
+  const bool openmp_here = dlsym(RTLD_DEFAULT, "omp_get_max_threads") != nullptr;
+  EXPECT_EQ(HandlerThread::ForThisProcess(),
+            openmp_here ? HandlerThread::Placement::kOwnThread : HandlerThread::Placement::kCaller);
 }
 
 }  // namespace
