@@ -127,7 +127,7 @@ TEST(HandlerThreadTest, CallerPlacementRunsEachTaskOnItsCallersThreadAndReturnsA
   HandlerThread handler_thread(HandlerThread::Placement::kCaller);
   std::vector<std::thread::id> ran_on(4);
   std::vector<std::thread::id> callers_ids(4);
-  std::vector<bool> finished_before_return(4, false);
+  std::vector<char> finished_before_return(4, 0);  // not vector<bool>: its bits share words
   std::vector<std::thread> callers;
   for (int i = 0; i < 4; ++i) {
     callers.emplace_back([&, i] {
