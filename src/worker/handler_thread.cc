@@ -6,7 +6,9 @@ namespace gantry::internal {
 
 HandlerThread::Placement HandlerThread::ForThisProcess() {
   // Every OpenMP runtime exports omp_get_max_threads; a library loaded with
-  // the program (libtorch's libgomp) is in the global scope dlsym searches.
+  // the program (libtorch's libgomp), or with an executor plugin (loaded
+  // RTLD_GLOBAL before any RequestHandler is made), is in the global scope
+  // dlsym searches.
   return dlsym(RTLD_DEFAULT, "omp_get_max_threads") != nullptr ? Placement::kOwnThread
                                                                : Placement::kCaller;
 }
