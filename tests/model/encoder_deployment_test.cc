@@ -213,7 +213,17 @@ TEST_F(EncoderDeploymentTest, ReducedPrecisionDTypesStayWithinCosine0999OfFloat3
 // same model batched otherwise, as the distance to float32 itself).
 TEST_F(EncoderDeploymentTest, Int8ThroughTheWholePathStaysNearFloat32) {
   if (const Status available = sentence_encoder::Int8Linear::Available(); !available.ok()) {
-    GTEST_SKIP() << available;
+    // A CPU without VNNI refuses int8: the Deployment must fail to start,
+    // its replica saying why, not serve wrong embeddings.
+    DeploymentOptions options{.uses = "SentenceEncoder", .name = "encoder", .replicas = 1};
+    options.uses_with.insert_or_assign("model_path", Value(model_path_));
+    options.uses_with.insert_or_assign("dtype", Value(std::string("int8")));
+    Deployment dep(std::move(options));
+    ASSERT_FALSE(dep.ok());
+    EXPECT_NE(dep.status().message().find("VNNI"), std::string::npos) << dep.status();
+    std::printf("dtype int8 through a Deployment: refused on this CPU, as it must be: %s\n",
+                dep.status().ToString().c_str());
+    return;
   }
   const std::vector<std::string> all_texts = MakeTexts();
   const std::vector<std::string> texts(all_texts.begin(), all_texts.begin() + 60);
