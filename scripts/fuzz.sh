@@ -42,7 +42,9 @@ if [[ -z "${cxx}" ]]; then
   exit 2
 fi
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-${root}}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
+# Line tables (-g1) are all a crash's trace needs, at half the compile time.
 cmake -S "${root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
   -DCMAKE_C_COMPILER="${cc}" -DCMAKE_CXX_COMPILER="${cxx}" -DGANTRY_FUZZ=ON \
   -DGANTRY_WITH_TORCH=OFF -DGANTRY_BUILD_TESTS=OFF -DGANTRY_BUILD_BENCH=OFF >/dev/null
 cmake --build "${build}" -j "${GANTRY_JOBS:-$(nproc)}" --target gantry_fuzzers
