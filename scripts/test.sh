@@ -4,7 +4,7 @@
 # format check, the include-layer check, the build, clang-tidy on the product's
 # code, every ctest label, the GPU
 # bundle packed from the build with its CPU half run from it, a short run of
-# each libFuzzer target, the ASan+UBSan build of the torch-free targets with
+# each libFuzzer target when GANTRY_FUZZ_SECONDS is set, the ASan+UBSan build of the torch-free targets with
 # their tests, an ASan+UBSan build of the libtorch targets (SentenceEncoder,
 # the torch helpers, the encoder deployment on the real model) with theirs,
 # and the TSan build of the torch-free targets with the unit and integration
@@ -78,8 +78,7 @@ env -u GANTRY_MODEL_PATH GANTRY_GPU_BUNDLE="$root/build/gpu-bundle.tar.xz" \
   GANTRY_PYTHON="$root/.venv/bin/python" bash scripts/gpu_check.sh --device cpu "$root/build/gpu-check-cpu"
 
 # A short run of each libFuzzer target over its committed corpus (ASan +
-# UBSan); scripts/fuzz.sh TARGET SECONDS runs them longer.
-# Off in CI by default (GANTRY_FUZZ_SECONDS=N turns it on): its clang build
+# UBSan); scripts/fuzz.sh TARGET SECONDS runs them longer. Off in CI by default (GANTRY_FUZZ_SECONDS=N turns it on): its clang build
 # cost 11 minutes of a cold 2-core run for 100 s of fuzzing, and every
 # target's corpus is replayed under ASan+UBSan below (ctest fuzz_corpus.*).
 if [[ -n "${GANTRY_FUZZ_SECONDS:-}" ]]; then
@@ -91,9 +90,9 @@ if [[ "${GANTRY_SKIP_SANITIZE:-0}" != 1 ]]; then
   step "ASan+UBSan build and tests (torch-free targets)"
   GANTRY_BUILD_DIR="$root/build-asan" scripts/build.sh -DGANTRY_SANITIZE="address;undefined" \
     "${line_tables[@]}" -DGANTRY_WITH_TORCH=OFF -DGANTRY_BUILD_BENCH=OFF
-  # Not the `docker` tests: their servers run the image's binaries, not these.
-  # The unit and integration tests (the interop and install tests, peers
-  # driving the same servers, run in the pass above).
+  # The unit and integration tests: the interop and install tests (peers
+  # driving the same servers) run in the pass above, and the `docker` tests'
+  # servers run the image's binaries, not these.
   ASAN_OPTIONS=detect_leaks=1 ctest --test-dir "$root/build-asan" -j 2 --output-on-failure --timeout 300 \
     -L "unit|integration"
   drop_build "$root/build-asan"
