@@ -184,9 +184,9 @@ TEST(CliTest, ExecutorFromYamlServesDirectly) {
   auto port = testing::WaitForFile(port_file, kReadyTimeout);
   ASSERT_TRUE(port.has_value()) << testing::ReadFile(dir.File("cli.log"));
   Client client("127.0.0.1:" + std::to_string(std::stoi(*port)));
-  ASSERT_TRUE(client.Ping().ok());
+  ASSERT_TRUE(client.Ping().ok()) << testing::ReadFile(dir.File("cli.log"));
   auto result = client.Post("/encode", MakeDocs(10), {.request_size = 3});
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_TRUE(result.ok()) << result.status() << "\n" << testing::ReadFile(dir.File("cli.log"));
   EXPECT_EQ(result->size(), 10u);
   EXPECT_THAT(testing::ReadFile(dir.File("cli.log")), HasSubstr("encoder/rep-0@"));
 }
