@@ -25,6 +25,26 @@ using Clock = std::chrono::system_clock;
 // The link of a replica given no address yet (still starting).
 constexpr char kNotStartedAddress[] = "127.0.0.1:0";
 
+// A liveness check is answered by any reply of the replica's server, an
+// error included: UNIMPLEMENTED from a server without a health service (a
+// replica `gantry gateway` was pointed at) is as alive as SERVING. Only a
+// call that reached no server (UNAVAILABLE) or got no reply in time
+// (DEADLINE_EXCEEDED) is a miss.
+bool AnsweredLivenessCheck(const grpc::Status& status) {
+  return status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+         status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+// "UNAVAILABLE: failed to connect ...": the code too, since some failures
+// come with no message at all.
+std::string DescribeCheckFailure(const grpc::Status& status) {
+  std::string out(StatusCodeName(static_cast<StatusCode>(status.error_code())));
+  if (!status.error_message().empty()) {
+    out += ": " + status.error_message();
+  }
+  return out;
+}
+
 // The ends of a request that no replica answered, as its client hears them.
 grpc::Status CancelledByClient(const std::string& deployment) {
   return grpc::Status(grpc::StatusCode::CANCELLED,
@@ -510,7 +530,7 @@ void ReplicaPool::ProbeOnce() {
     } else if (!serving && (status.ok() || status.error_code() == grpc::StatusCode::UNAVAILABLE)) {
       MarkOut(*replica, *link,
               status.ok() ? "health check answered NOT_SERVING"
-                          : "health check failed: " + status.error_message());
+                          : "health check failed: " + DescribeCheckFailure(status));
     }
   }
 }
@@ -553,7 +573,7 @@ void ReplicaPool::CheckLivenessOnce() {
       if (replica.down || replica.link != link) {
         continue;  // replaced or gone while it was checked
       }
-      replica.missed_checks = status.ok() ? 0 : replica.missed_checks + 1;
+      replica.missed_checks = AnsweredLivenessCheck(status) ? 0 : replica.missed_checks + 1;
       missed = replica.missed_checks;
       if (missed >= threshold) {
         replica.missed_checks = 0;  // reported once per run of misses
@@ -565,7 +585,7 @@ void ReplicaPool::CheckLivenessOnce() {
     const std::string why = "it answered none of " + std::to_string(threshold) +
                             " liveness checks in a row within " +
                             std::to_string(options_.liveness_timeout.count()) +
-                            " ms (last: " + status.error_message() + ")";
+                            " ms (last: " + DescribeCheckFailure(status) + ")";
     MarkOut(replica, *link, why);
     spdlog::error("deployment '{}': replica {} is unresponsive: {}", options_.deployment_name,
                   replica.Describe(*link), why);

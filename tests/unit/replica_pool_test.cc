@@ -554,6 +554,22 @@ TEST_F(ReplicaPoolTest, AnyAnswerResetsTheMissedLivenessChecks) {
   EXPECT_TRUE(pool.States()[0].available);
 }
 
+TEST_F(ReplicaPoolTest, AReplicaWithoutAHealthServiceAnswersItsLivenessChecks) {
+  ReplicaPool& pool = MakePool(1);
+  link("a:1").Probes(false, grpc::Status(grpc::StatusCode::UNIMPLEMENTED, ""));
+  for (int i = 0; i < 6; ++i) {
+    pool.CheckLivenessOnce();
+  }
+  EXPECT_TRUE(pool.TakeUnresponsive().empty()) << "UNIMPLEMENTED is a reply";
+  EXPECT_TRUE(unresponsive_.empty());
+  // A check that reached no server is a miss, as a timeout is.
+  link("a:1").Probes(false, grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused"));
+  for (int i = 0; i < 3; ++i) {
+    pool.CheckLivenessOnce();
+  }
+  EXPECT_EQ(pool.TakeUnresponsive(), (std::vector<UnresponsiveReplica>{{0, "a:1"}}));
+}
+
 TEST_F(ReplicaPoolTest, LivenessSkipsReplicasReportedDownAndStartsOverOnARestart) {
   ReplicaPool& pool = MakePool(1);
   link("a:1").Probes(false, NoAnswer());
