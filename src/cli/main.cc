@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "cli/scaffold.h"
+#include "common/grpc_options.h"
 #include "common/port_file.h"
 #include "core/deployment_rules.h"
 #include "core/listen_host.h"
@@ -618,6 +619,7 @@ int RunExport(const std::string& target, const std::string& config, const std::s
 }  // namespace
 
 int main(int argc, char** argv) try {
+  gantry::internal::DisableAbseilDeadlockDetection();
   // SIGINT/SIGTERM are waited for with sigwait (gateway) or a handler
   // (deployment); block them early so gRPC's threads inherit the mask.
   sigset_t set;

@@ -1,5 +1,7 @@
 #include "common/grpc_options.h"
 
+#include <absl/synchronization/mutex.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -58,6 +60,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   }
   return grpc::CreateCustomChannel(
       address, credentials ? std::move(credentials) : grpc::InsecureChannelCredentials(), args);
+}
+
+void DisableAbseilDeadlockDetection() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
 std::string JoinHostPort(std::string_view host, int port) {

@@ -32,6 +32,15 @@ inline Status FromGrpcStatus(const grpc::Status& status) {
   return Status(static_cast<StatusCode>(status.error_code()), status.error_message());
 }
 
+// Turns off abseil's mutex deadlock detector in this process. Debian builds
+// abseil without NDEBUG, so every absl::Mutex that gRPC locks also updates a
+// process-wide lock-order graph: about 15,000 instructions of a bare gRPC
+// server's 90,000 per unary call (callgrind, docs/benchmarks.md). Gantry's
+// own locks are std::mutex, which TSan checks; on an abseil built with
+// NDEBUG the detector is off already and this changes nothing. Call it at
+// the start of main, before gRPC starts its threads.
+void DisableAbseilDeadlockDetection();
+
 // "127.0.0.1:0" style; IPv6 hosts get brackets.
 std::string JoinHostPort(std::string_view host, int port);
 

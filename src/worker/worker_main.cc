@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/cpu_quota.h"
+#include "common/grpc_options.h"
 #include "common/metrics_server.h"
 #include "common/port_file.h"
 #include "common/tracing.h"
@@ -480,6 +481,7 @@ bool IsWorkerInvocation(int argc, char** argv) {
 
 int RunWorkerMain(int argc, char** argv) {
   internal::NoteWorkerMainEntered();  // how Init marks worker mode
+  internal::DisableAbseilDeadlockDetection();
   StatusOr<internal::WorkerFlags> flags = internal::ParseWorkerFlags(argc, argv);
   if (!flags.ok()) {
     std::fprintf(stderr, "gantry-worker: %s\n", flags.status().message().c_str());
@@ -493,6 +495,8 @@ int RunWorkerMain(int argc, char** argv) {
 }
 
 void Init(int argc, char** argv) {
+  // Also for the program's own Deployment, whose gateway runs in it.
+  internal::DisableAbseilDeadlockDetection();
   if (IsWorkerInvocation(argc, argv)) {
     std::exit(RunWorkerMain(argc, argv));
   }
