@@ -182,6 +182,32 @@ def main():
         goal('idle SentenceEncoder replica RSS (CPU)', f'{encoder_rss:.1f} MB', '<= 300 MB',
              encoder_rss <= 300)
 
+    # Against bare gRPC (bench/grpc_floor) under the same client: how much of
+    # each hop is Gantry's and how much is gRPC's own on this machine.
+    floor_rows = []
+
+    def floor(what, label, peer_label):
+        for key, name, digits in (('p50_us', 'p50 at c=1 (us)', 1),
+                                  ('req_per_s', 'req/s at c=16', 0)):
+            c = 1 if key == 'p50_us' else 16
+            g = one(rows, key, mode='unary', label=label, concurrency=c)
+            f = one(rows, key, mode='unary', label=peer_label, concurrency=c)
+            if g is not None or f is not None:
+                floor_rows.append((f'{what}: {name}', fmt(g, digits), fmt(f, digits), ratio(g, f)))
+
+    floor('one hop: Gantry worker / bare sync echo', 'gantry-direct', 'floor-sync')
+    floor('one hop: bare callback echo (no protobuf) / bare sync echo', 'floor-callback',
+          'floor-sync')
+    floor('two hops: Gantry gateway + worker / bare relay + echo', 'gantry', 'floor-relay')
+    floor('two hops: Gantry gateway + bare echo / bare relay + echo', 'gantry-gateway-echo',
+          'floor-relay')
+    floor('two hops: bare relay + Gantry worker / bare relay + echo', 'relay-gantry-worker',
+          'floor-relay')
+    relay_p50 = one(rows, 'p50_us', mode='unary', label='floor-relay', concurrency=1)
+    if relay_p50 is not None:
+        goal('bare gRPC, two hops (relay + echo), p50 at c=1: the floor under the goal above',
+             f'{relay_p50:.0f} us', '<= 150 us', relay_p50 <= 150)
+
     lines = [
         f'Machine: {machine.get("cores")} cores ({machine.get("cpu")}), kernel '
         f'{machine.get("kernel")}, load average at start {machine.get("load1")}; '
@@ -191,6 +217,10 @@ def main():
         '|---|---:|---:|---:|',
     ]
     lines += [f'| {m} | {g} | {j} | {r} |' for m, g, j, r in table]
+    if floor_rows:
+        lines += ['', '| against bare gRPC (same client, same run) | Gantry or as named | bare gRPC '
+                  '| ratio |', '|---|---:|---:|---:|']
+        lines += [f'| {m} | {g} | {f} | {r} |' for m, g, f, r in floor_rows]
     lines += ['', '| goal | measured | target | |', '|---|---:|---:|---|']
     lines += [f'| {n} | {v} | {t} | {s} |' for n, v, t, s in goals]
     errors = [r for r in rows if r.get('errors')]

@@ -9,8 +9,11 @@
 # 127.0.0.1; cold start (spawn -> first successful reply), unary and stream
 # throughput/latency at concurrency 1/4/16 with 1-doc requests, the seed job
 # (10,000 docs, request_size 32), the same load straight at the worker (no
-# gateway), and RSS of gateway and worker idle and after load. Writes
-# results.jsonl, report.md and throughput.png into the output folder.
+# gateway), and RSS of gateway and worker idle and after load. Then the
+# floor: bare gRPC servers of the same protocol (bench/grpc_floor: an echo
+# and a byte relay in front of it) under the same unary load, and each of
+# Gantry's two servers paired with the bare other. Writes results.jsonl,
+# report.md and throughput.png into the output folder.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -41,6 +44,7 @@ OUT="${OUT:-$BUILD/bench-peer}"
 JINA_PY="${JINA_PY:-$ROOT/.venv-jina/bin/python}"
 LOADGEN="$BUILD/bin/gantry_loadgen"
 GANTRY="$BUILD/bin/gantry"
+FLOOR="$BUILD/bin/gantry_grpc_floor"
 # The real gantry-worker (links libtorch and every executor) when it was
 # built; otherwise the torch-free NoOpExec worker of bench/noop_worker.
 if [[ -z "$WORKER" ]]; then
@@ -52,7 +56,7 @@ if [[ -z "$WORKER" ]]; then
     WORKER="$BUILD/bin/gantry_bench_worker"
   fi
 fi
-for f in "$LOADGEN" "$GANTRY" "$WORKER"; do
+for f in "$LOADGEN" "$GANTRY" "$WORKER" "$FLOOR"; do
   [[ -x "$f" ]] || { echo "run.sh: $f is missing; build it first (docs/benchmarks.md)" >&2; exit 2; }
 done
 if [[ $WITH_JINA == 1 && ! -x "$JINA_PY" ]]; then
@@ -205,6 +209,10 @@ bench_system() {
   if [[ -n "$worker_port" ]]; then
     echo "== $label-direct: worker pid $worker_pid on 127.0.0.1:$worker_port, no gateway" >&2
     loadgen --address "127.0.0.1:$worker_port" --label "$label-direct" --mode unary --concurrency "1,16" "${LG_TIMING[@]}"
+    if [[ $label == gantry ]]; then
+      # The bare relay in place of Gantry's gateway, in front of the same worker.
+      floor_pair relay-gantry-worker "$FLOOR" --forward "127.0.0.1:$worker_port"
+    fi
   else
     echo "run.sh: no worker port found for $label; skipping the direct run" >&2
   fi
@@ -227,7 +235,48 @@ start_jina() {
     "$(uname -r)" "$(cut -d' ' -f1 /proc/loadavg)" "$QUICK" "$(basename "$WORKER")"
 } >> "$RESULTS"
 
+# floor_pair LABEL CMD...: starts CMD (with --port P appended) in front of
+# what it names, waits for its first reply and runs the unary load at it.
+floor_pair() {
+  local label="$1" port pgid; shift
+  port="$(free_port)"
+  start_server "$OUT/$label.log" "$@" --port "$port"
+  pgid="$SERVER_PID"
+  if probe "$label" "$port" "$(now_ns)"; then
+    echo "== $label: unary load on 127.0.0.1:$port" >&2
+    loadgen --address "127.0.0.1:$port" --label "$label" --mode unary --concurrency "1,16" \
+      "${LG_TIMING[@]}" || echo "run.sh: $label: the load generator failed (see loadgen.log)" >&2
+  else
+    echo "run.sh: $label did not answer; see $OUT/$label.log" >&2
+    tail -20 "$OUT/$label.log" >&2
+  fi
+  stop_server "$pgid"
+}
+
+# The floor: what gRPC itself costs on this machine, with the same client.
+# floor-sync is one hop on the sync API (the worker's shape), floor-callback
+# one hop on the callback API without protobuf, floor-relay two hops (the
+# relay on the callback API with a generic stub, the gateway's shape).
+bench_floor() {
+  local echo_port echo_pgid
+  floor_pair floor-sync "$FLOOR" --echo sync
+  floor_pair floor-callback "$FLOOR" --echo callback
+  echo_port="$(free_port)"
+  start_server "$OUT/floor-echo.log" "$FLOOR" --echo sync --port "$echo_port"
+  echo_pgid="$SERVER_PID"
+  if probe floor-echo "$echo_port" "$(now_ns)"; then
+    floor_pair floor-relay "$FLOOR" --forward "127.0.0.1:$echo_port"
+    # Gantry's gateway in front of the bare echo.
+    floor_pair gantry-gateway-echo "$GANTRY" gateway --replica-addresses "127.0.0.1:$echo_port" \
+      --log-level warning
+  else
+    echo "run.sh: the bare echo did not answer; see $OUT/floor-echo.log" >&2
+  fi
+  stop_server "$echo_pgid"
+}
+
 bench_system gantry start_gantry
+bench_floor
 if [[ $WITH_JINA == 1 ]]; then
   bench_system jina start_jina
 fi

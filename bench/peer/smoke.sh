@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # ctest smoke test (label `bench`): gantry_loadgen runs briefly against a
 # Gantry deployment of NoOpExec and must report > 0 req/s without errors.
+# With FLOOR (gantry_grpc_floor), the same through a bare relay in front of
+# a bare echo, and through `gantry gateway` in front of that echo.
 # Speed is never asserted.
-#   smoke.sh GANTRY_CLI WORKER_PROGRAM LOADGEN
+#   smoke.sh GANTRY_CLI WORKER_PROGRAM LOADGEN [FLOOR]
 set -euo pipefail
-CLI="$1" WORKER="$2" LOADGEN="$3"
+CLI="$1" WORKER="$2" LOADGEN="$3" FLOOR="${4:-}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 DIR="$(mktemp -d)"
 PID=""
+FLOOR_PIDS=()
+stop() {
+  kill -TERM "$1" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
 cleanup() {
-  if [[ -n "$PID" ]]; then
-    kill -TERM "$PID" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$PID" 2>/dev/null || true
-    wait "$PID" 2>/dev/null || true
-  fi
+  local pid
+  if [[ -n "$PID" ]]; then stop "$PID"; fi
+  for pid in "${FLOOR_PIDS[@]+"${FLOOR_PIDS[@]}"}"; do stop "$pid"; done
   rm -rf "$DIR"
 }
 trap cleanup EXIT
@@ -46,4 +52,42 @@ line="$(timeout 60 "$LOADGEN" --address "127.0.0.1:$PORT" --mode post --total-do
   --request-size 32 --max-windows 1 --label smoke | grep '^RESULT ' | tail -1)"
 echo "post: $line"
 [[ "$line" == *'"docs_per_s"'* ]] || fail=1
+
+# unary_ok LABEL PORT: a short unary run at PORT answers, without errors.
+unary_ok() {
+  local out
+  out="$(timeout 60 "$LOADGEN" --address "127.0.0.1:$2" --mode unary --concurrency 1,2 \
+    --window-ms 200 --warmup-ms 100 --max-windows 2 --stable 1 --label "$1" | grep '^RESULT ' | tail -1)"
+  echo "$1: $out"
+  python3 - "$out" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1][len('RESULT '):])
+sys.exit(0 if r['req_per_s'] > 0 and r['errors'] == 0 else 1)
+PY
+}
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+if [[ -n "$FLOOR" ]]; then
+  echo_port="$(free_port)" relay_port="$(free_port)"
+  "$FLOOR" --port "$echo_port" --echo sync > "$DIR/echo.log" 2>&1 &
+  FLOOR_PIDS+=("$!")
+  "$FLOOR" --port "$relay_port" --forward "127.0.0.1:$echo_port" > "$DIR/relay.log" 2>&1 &
+  FLOOR_PIDS+=("$!")
+  "$CLI" gateway --replica-addresses "127.0.0.1:$echo_port" --port 0 --port-file "$DIR/gw-port" \
+    --log-level warning > "$DIR/gateway.log" 2>&1 &
+  FLOOR_PIDS+=("$!")
+  for _ in $(seq 1 600); do  # 60 s at most
+    [[ -s "$DIR/gw-port" ]] && break
+    sleep 0.1
+  done
+  [[ -s "$DIR/gw-port" ]] || { echo "gateway not ready in 60 s"; cat "$DIR/gateway.log"; exit 1; }
+  # The probe waits (bounded) until each bare server listens.
+  for port in "$echo_port" "$relay_port"; do
+    timeout 60 "$LOADGEN" --mode probe --address "127.0.0.1:$port" --timeout-ms 30000 > /dev/null ||
+      { echo "bare server on $port did not answer"; cat "$DIR/echo.log" "$DIR/relay.log"; exit 1; }
+  done
+  unary_ok floor-relay "$relay_port" || fail=1
+  unary_ok gantry-gateway-echo "$(tr -d '[:space:]' < "$DIR/gw-port")" || fail=1
+fi
 exit "$fail"

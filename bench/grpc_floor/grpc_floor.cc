@@ -1,0 +1,218 @@
+// gantry_grpc_floor: the least a gRPC server of the Jina protocol can do, as
+// the peer that Gantry's own latency is read against (bench/peer/run.sh).
+//
+//   gantry_grpc_floor --port N --echo sync|callback
+//   gantry_grpc_floor --port N --forward HOST:PORT
+//
+// `--echo sync` answers /jina.JinaSingleDataRequestRPC/process_single_data
+// with the request it parsed, on gRPC's sync API, as Gantry's worker serves
+// (parse, serialize; no executor, no documents converted, no route stamped).
+// `--echo callback` answers every method with the bytes it received, on the
+// callback API: no protobuf at all. `--forward` relays the bytes of each call
+// to HOST:PORT and its reply back, on the callback API with a generic stub,
+// as Gantry's gateway forwards (no routing, no replica pool, no deadline
+// bookkeeping). Every mode also serves grpc.health.v1 (SERVING), so that
+// Gantry's gateway can keep the echo in rotation. Listens on 127.0.0.1 only;
+// stops on SIGTERM or SIGINT.
+#include <absl/synchronization/mutex.h>
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <pthread.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "jina/jina.grpc.pb.h"
+
+namespace {
+
+// Same as Gantry's servers: no limit the bench's 1-document requests reach.
+constexpr int kMaxMessageBytes = 64 << 20;
+
+// Sync API, parse and serialize: the shape of Gantry's worker service.
+// Thread-safe: it holds no state.
+class SyncEcho final : public jina::JinaSingleDataRequestRPC::StreamedUnaryService {
+ public:
+  grpc::Status Streamedprocess_single_data(
+      grpc::ServerContext* /*context*/,
+      grpc::ServerUnaryStreamer<jina::DataRequestProto, jina::DataRequestProto>* stream) override {
+    jina::DataRequestProto request;
+    if (!stream->Read(&request)) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a jina.DataRequestProto");
+    }
+    if (!stream->Write(request)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the client is gone");
+    }
+    return grpc::Status::OK;
+  }
+};
+
+// One call of the callback services below: reads one message, then answers
+// it with `Reply`. Deletes itself in OnDone, after gRPC's last callback.
+// Thread-compatible: gRPC runs at most one of its reactions at a time.
+class UnaryBytesReactor : public grpc::ServerGenericBidiReactor {
+ public:
+  void Start() { StartRead(&request_); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no request message"));
+      return;
+    }
+    Reply();
+  }
+  void OnDone() override { delete this; }
+
+ protected:
+  // Called once the request is in request_; ends in Answer or Finish.
+  virtual void Reply() = 0;
+  void Answer(const grpc::Status& status) {
+    if (status.ok()) {
+      StartWriteAndFinish(&reply_, grpc::WriteOptions(), status);
+    } else {
+      Finish(status);
+    }
+  }
+
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer reply_;
+};
+
+class EchoReactor final : public UnaryBytesReactor {
+ private:
+  void Reply() override {
+    reply_ = request_;  // shares the slices; no copy of the bytes
+    Answer(grpc::Status::OK);
+  }
+};
+
+class ForwardReactor final : public UnaryBytesReactor {
+ public:
+  ForwardReactor(grpc::GenericStub* stub, std::string method)
+      : stub_(stub), method_(std::move(method)) {}
+
+ private:
+  void Reply() override {
+    stub_->UnaryCall(&upstream_context_, method_, grpc::StubOptions(), &request_, &reply_,
+                     [this](const grpc::Status& status) { Answer(status); });
+  }
+
+  grpc::GenericStub* stub_;
+  std::string method_;
+  grpc::ClientContext upstream_context_;
+};
+
+// Raw bytes on the callback API: an echo, or a relay to one upstream.
+// Thread-safe: CreateReactor only reads what the constructor set.
+class BytesService final : public grpc::CallbackGenericService {
+ public:
+  explicit BytesService(grpc::GenericStub* upstream) : upstream_(upstream) {}
+
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* context) override {
+    UnaryBytesReactor* reactor = nullptr;
+    if (upstream_ == nullptr) {
+      reactor = new EchoReactor();
+    } else {
+      reactor = new ForwardReactor(upstream_, context->method());
+    }
+    reactor->Start();
+    return reactor;
+  }
+
+ private:
+  grpc::GenericStub* upstream_;
+};
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: gantry_grpc_floor --port N (--echo sync|callback | --forward HOST:PORT)\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int port = -1;
+  std::string echo;
+  std::string forward;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string_view flag = argv[i];
+    if (flag == "--port") {
+      char* end = nullptr;
+      const long value = std::strtol(argv[i + 1], &end, 10);
+      if (*end != '\0' || value <= 0 || value > 65535) {
+        std::fprintf(stderr, "gantry_grpc_floor: --port %s is not a port (1-65535)\n", argv[i + 1]);
+        return 2;
+      }
+      port = static_cast<int>(value);
+    } else if (flag == "--echo") {
+      echo = argv[i + 1];
+    } else if (flag == "--forward") {
+      forward = argv[i + 1];
+    } else {
+      std::fprintf(stderr, "gantry_grpc_floor: unknown flag %s\n", argv[i]);
+      return Usage();
+    }
+  }
+  if (argc % 2 != 1 || port < 0 || echo.empty() == forward.empty() ||
+      (!echo.empty() && echo != "sync" && echo != "callback")) {
+    return Usage();
+  }
+
+  // As Gantry's programs do (common/grpc_options.h): Debian's abseil would
+  // otherwise run its deadlock detector on every lock gRPC takes.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+
+  // Block the stop signals before gRPC starts its threads, so that only
+  // sigwait below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  std::unique_ptr<grpc::GenericStub> upstream;
+  if (!forward.empty()) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+    args.SetMaxSendMessageSize(kMaxMessageBytes);
+    upstream = std::make_unique<grpc::GenericStub>(
+        grpc::CreateCustomChannel(forward, grpc::InsecureChannelCredentials(), args));
+  }
+  SyncEcho sync_echo;
+  BytesService bytes_service(upstream.get());
+
+  // The health service Gantry's gateway checks its replicas with (a worker
+  // serves it too), answered by gRPC itself.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials());
+  if (echo == "sync") {
+    builder.RegisterService(&sync_echo);
+  } else {
+    builder.RegisterCallbackGenericService(&bytes_service);
+  }
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    std::fprintf(stderr, "gantry_grpc_floor: cannot listen on 127.0.0.1:%d\n", port);
+    return 1;
+  }
+  std::fprintf(stderr, "gantry_grpc_floor: listening on 127.0.0.1:%d (%s)\n", port,
+               echo.empty() ? ("forward to " + forward).c_str() : ("echo " + echo).c_str());
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}
