@@ -1,7 +1,7 @@
 // gantry_grpc_floor: the least a gRPC server of the Jina protocol can do, as
 // the peer that Gantry's own latency is read against (bench/peer/run.sh).
 //
-//   gantry_grpc_floor --port N --echo sync|callback
+//   gantry_grpc_floor --port N --echo sync|callback [--no-health]
 //   gantry_grpc_floor --port N --forward HOST:PORT
 //
 // `--echo sync` answers /jina.JinaSingleDataRequestRPC/process_single_data
@@ -9,11 +9,13 @@
 // (parse, serialize; no executor, no documents converted, no route stamped).
 // `--echo callback` answers every method with the bytes it received, on the
 // callback API: no protobuf at all. `--forward` relays the bytes of each call
-// to HOST:PORT and its reply back, on the callback API with a generic stub,
-// as Gantry's gateway forwards (no routing, no replica pool, no deadline
-// bookkeeping). Every mode also serves grpc.health.v1 (SERVING), so that
-// Gantry's gateway can keep the echo in rotation. Listens on 127.0.0.1 only;
-// stops on SIGTERM or SIGINT.
+// to HOST:PORT and its reply back, with the caller's deadline, on the callback
+// API with a generic stub, as Gantry's gateway forwards (no routing, no
+// replica pool). Every mode also serves grpc.health.v1 (SERVING), so that
+// Gantry's gateway can keep the echo in rotation; `--echo sync --no-health`
+// leaves it out, as a server without a health service, which answers
+// UNIMPLEMENTED to a health check. Listens on 127.0.0.1 only; stops on
+// SIGTERM or SIGINT.
 #include <absl/synchronization/mutex.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
@@ -96,8 +98,12 @@ class EchoReactor final : public UnaryBytesReactor {
 
 class ForwardReactor final : public UnaryBytesReactor {
  public:
-  ForwardReactor(grpc::GenericStub* stub, std::string method)
-      : stub_(stub), method_(std::move(method)) {}
+  ForwardReactor(grpc::GenericStub* stub, const grpc::GenericCallbackServerContext& context)
+      : stub_(stub), method_(context.method()) {
+    // As a gateway should: the caller's deadline bounds the upstream call too
+    // (time_point::max, no deadline, passes through as none).
+    upstream_context_.set_deadline(context.deadline());
+  }
 
  private:
   void Reply() override {
@@ -122,7 +128,7 @@ class BytesService final : public grpc::CallbackGenericService {
     if (upstream_ == nullptr) {
       reactor = new EchoReactor();
     } else {
-      reactor = new ForwardReactor(upstream_, context->method());
+      reactor = new ForwardReactor(upstream_, *context);
     }
     reactor->Start();
     return reactor;
@@ -134,7 +140,8 @@ class BytesService final : public grpc::CallbackGenericService {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: gantry_grpc_floor --port N (--echo sync|callback | --forward HOST:PORT)\n");
+               "usage: gantry_grpc_floor --port N (--echo sync|callback [--no-health] |\n"
+               "                                   --forward HOST:PORT)\n");
   return 2;
 }
 
@@ -144,28 +151,44 @@ int main(int argc, char** argv) {
   int port = -1;
   std::string echo;
   std::string forward;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool health = true;
+  for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
+    if (flag == "--no-health") {
+      health = false;
+      continue;
+    }
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "gantry_grpc_floor: %s wants a value\n", argv[i]);
+      return Usage();
+    }
+    const char* value = argv[++i];
     if (flag == "--port") {
       char* end = nullptr;
-      const long value = std::strtol(argv[i + 1], &end, 10);
-      if (*end != '\0' || value <= 0 || value > 65535) {
-        std::fprintf(stderr, "gantry_grpc_floor: --port %s is not a port (1-65535)\n", argv[i + 1]);
+      const long number = std::strtol(value, &end, 10);
+      if (*end != '\0' || number <= 0 || number > 65535) {
+        std::fprintf(stderr, "gantry_grpc_floor: --port %s is not a port (1-65535)\n", value);
         return 2;
       }
-      port = static_cast<int>(value);
+      port = static_cast<int>(number);
     } else if (flag == "--echo") {
-      echo = argv[i + 1];
+      echo = value;
     } else if (flag == "--forward") {
-      forward = argv[i + 1];
+      forward = value;
     } else {
-      std::fprintf(stderr, "gantry_grpc_floor: unknown flag %s\n", argv[i]);
+      std::fprintf(stderr, "gantry_grpc_floor: unknown flag %s\n", argv[i - 1]);
       return Usage();
     }
   }
-  if (argc % 2 != 1 || port < 0 || echo.empty() == forward.empty() ||
+  if (port < 0 || echo.empty() == forward.empty() ||
       (!echo.empty() && echo != "sync" && echo != "callback")) {
     return Usage();
+  }
+  if (!health && echo != "sync") {
+    // The generic service of the other modes would take the health method
+    // for one of its own and answer it.
+    std::fprintf(stderr, "gantry_grpc_floor: --no-health goes with --echo sync only\n");
+    return 2;
   }
 
   // As Gantry's programs do (common/grpc_options.h): Debian's abseil would
@@ -193,7 +216,7 @@ int main(int argc, char** argv) {
 
   // The health service Gantry's gateway checks its replicas with (a worker
   // serves it too), answered by gRPC itself.
-  grpc::EnableDefaultHealthCheckService(true);
+  grpc::EnableDefaultHealthCheckService(health);
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);

@@ -2,7 +2,11 @@
 # ctest smoke test (label `bench`): gantry_loadgen runs briefly against a
 # Gantry deployment of NoOpExec and must report > 0 req/s without errors.
 # With FLOOR (gantry_grpc_floor), the same through a bare relay in front of
-# a bare echo, and through `gantry gateway` in front of that echo.
+# a bare echo, and through `gantry gateway` in front of that echo; then
+# through `gantry gateway` in front of an echo without a health service,
+# after enough liveness checks (one a second, three misses take a replica
+# out) that such a replica would have left rotation if its UNIMPLEMENTED
+# answers counted as misses.
 # Speed is never asserted.
 #   smoke.sh GANTRY_CLI WORKER_PROGRAM LOADGEN [FLOOR]
 set -euo pipefail
@@ -89,5 +93,22 @@ if [[ -n "$FLOOR" ]]; then
   done
   unary_ok floor-relay "$relay_port" || fail=1
   unary_ok gantry-gateway-echo "$(tr -d '[:space:]' < "$DIR/gw-port")" || fail=1
+
+  bare_port="$(free_port)"
+  "$FLOOR" --port "$bare_port" --echo sync --no-health > "$DIR/bare.log" 2>&1 &
+  FLOOR_PIDS+=("$!")
+  timeout 60 "$LOADGEN" --mode probe --address "127.0.0.1:$bare_port" --timeout-ms 30000 > /dev/null ||
+    { echo "echo without health on $bare_port did not answer"; cat "$DIR/bare.log"; exit 1; }
+  "$CLI" gateway --replica-addresses "127.0.0.1:$bare_port" --port 0 --port-file "$DIR/gw2-port" \
+    --log-level warning > "$DIR/gateway2.log" 2>&1 &
+  FLOOR_PIDS+=("$!")
+  for _ in $(seq 1 600); do  # 60 s at most
+    [[ -s "$DIR/gw2-port" ]] && break
+    sleep 0.1
+  done
+  [[ -s "$DIR/gw2-port" ]] || { echo "gateway not ready in 60 s"; cat "$DIR/gateway2.log"; exit 1; }
+  sleep 4.5  # four liveness checks and a half
+  unary_ok gantry-gateway-echo-without-health "$(tr -d '[:space:]' < "$DIR/gw2-port")" ||
+    { fail=1; cat "$DIR/gateway2.log"; }
 fi
 exit "$fail"
