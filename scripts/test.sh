@@ -98,16 +98,17 @@ if [[ "${GANTRY_SKIP_SANITIZE:-0}" != 1 ]]; then
   model_tests=(sentence_encoder_test gantry_torch_tests encoder_deployment_test encode_10k)
 
   # ASan+UBSan: the unit tests (every fuzz corpus replayed among them), the
-  # plugin tests, and the model path: SentenceEncoder's tokenizer, BERT and
+  # integration tests (real gateways and workers on sockets), the plugin
+  # tests, and the model path: SentenceEncoder's tokenizer, BERT and
   # pooling, the torch helpers, the encoder deployment on the real model
   # through ASan-built workers. Our code is instrumented, the wheel's libtorch
   # not (ASan needs no rebuild of it; its allocations go through the
   # interposed malloc all the same). LeakSanitizer needs one suppression,
   # tests/lsan.supp: a static initialiser of libtorch_cuda, which a CUDA
   # device loads.
-  step "ASan+UBSan build and tests (unit, plugins, the model path)"
+  step "ASan+UBSan build and tests (unit, integration, plugins, the model path)"
   GANTRY_BUILD_DIR="$root/build-asan" \
-    GANTRY_BUILD_TARGETS="gantry_unit_tests ${fuzz_replays[*]} ${plugin_tests[*]} ${model_tests[*]}" \
+    GANTRY_BUILD_TARGETS="gantry_unit_tests gantry_integration_tests gantry_no_init_program ${fuzz_replays[*]} ${plugin_tests[*]} ${model_tests[*]}" \
     scripts/build.sh -DGANTRY_SANITIZE="address;undefined" "${sanitizer_flags[@]}"
   # --no-tests=error everywhere: a filter that matches nothing fails.
   ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$root/tests/lsan.supp" \
