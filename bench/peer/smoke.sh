@@ -72,43 +72,42 @@ PY
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
+# start_gateway NAME UPSTREAM_PORT: `gantry gateway` in front of the bare
+# server at UPSTREAM_PORT; sets GATEWAY_PORT once it listens.
+start_gateway() {
+  "$CLI" gateway --replica-addresses "127.0.0.1:$2" --port 0 --port-file "$DIR/$1.port" \
+    --log-level warning > "$DIR/$1.log" 2>&1 &
+  FLOOR_PIDS+=("$!")
+  for _ in $(seq 1 600); do  # 60 s at most
+    [[ -s "$DIR/$1.port" ]] && break
+    sleep 0.1
+  done
+  [[ -s "$DIR/$1.port" ]] || { echo "$1 not ready in 60 s"; cat "$DIR/$1.log"; exit 1; }
+  GATEWAY_PORT="$(tr -d '[:space:]' < "$DIR/$1.port")"
+}
 if [[ -n "$FLOOR" ]]; then
   echo_port="$(free_port)" relay_port="$(free_port)"
   "$FLOOR" --port "$echo_port" --echo sync > "$DIR/echo.log" 2>&1 &
   FLOOR_PIDS+=("$!")
   "$FLOOR" --port "$relay_port" --forward "127.0.0.1:$echo_port" > "$DIR/relay.log" 2>&1 &
   FLOOR_PIDS+=("$!")
-  "$CLI" gateway --replica-addresses "127.0.0.1:$echo_port" --port 0 --port-file "$DIR/gw-port" \
-    --log-level warning > "$DIR/gateway.log" 2>&1 &
-  FLOOR_PIDS+=("$!")
-  for _ in $(seq 1 600); do  # 60 s at most
-    [[ -s "$DIR/gw-port" ]] && break
-    sleep 0.1
-  done
-  [[ -s "$DIR/gw-port" ]] || { echo "gateway not ready in 60 s"; cat "$DIR/gateway.log"; exit 1; }
+  start_gateway gateway "$echo_port"
   # The probe waits (bounded) until each bare server listens.
   for port in "$echo_port" "$relay_port"; do
     timeout 60 "$LOADGEN" --mode probe --address "127.0.0.1:$port" --timeout-ms 30000 > /dev/null ||
       { echo "bare server on $port did not answer"; cat "$DIR/echo.log" "$DIR/relay.log"; exit 1; }
   done
   unary_ok floor-relay "$relay_port" || fail=1
-  unary_ok gantry-gateway-echo "$(tr -d '[:space:]' < "$DIR/gw-port")" || fail=1
+  unary_ok gantry-gateway-echo "$GATEWAY_PORT" || fail=1
 
   bare_port="$(free_port)"
   "$FLOOR" --port "$bare_port" --echo sync --no-health > "$DIR/bare.log" 2>&1 &
   FLOOR_PIDS+=("$!")
   timeout 60 "$LOADGEN" --mode probe --address "127.0.0.1:$bare_port" --timeout-ms 30000 > /dev/null ||
     { echo "echo without health on $bare_port did not answer"; cat "$DIR/bare.log"; exit 1; }
-  "$CLI" gateway --replica-addresses "127.0.0.1:$bare_port" --port 0 --port-file "$DIR/gw2-port" \
-    --log-level warning > "$DIR/gateway2.log" 2>&1 &
-  FLOOR_PIDS+=("$!")
-  for _ in $(seq 1 600); do  # 60 s at most
-    [[ -s "$DIR/gw2-port" ]] && break
-    sleep 0.1
-  done
-  [[ -s "$DIR/gw2-port" ]] || { echo "gateway not ready in 60 s"; cat "$DIR/gateway2.log"; exit 1; }
+  start_gateway gateway-no-health "$bare_port"
   sleep 4.5  # four liveness checks and a half
-  unary_ok gantry-gateway-echo-without-health "$(tr -d '[:space:]' < "$DIR/gw2-port")" ||
-    { fail=1; cat "$DIR/gateway2.log"; }
+  unary_ok gantry-gateway-echo-without-health "$GATEWAY_PORT" ||
+    { fail=1; cat "$DIR/gateway-no-health.log"; }
 fi
 exit "$fail"
