@@ -27,17 +27,19 @@ COLOURS = {"a": "#999999", "b": "#1f77b4", "c": "#ff7f0e", "d": "#2ca02c", "e": 
 
 
 def read_run(path):
-    """Median docs/s per side, and the ceiling (or None), of one run.sh --out file."""
-    runs, ceiling = {}, None
+    """Median docs/s per side, and the median ceiling (or None), of one run.sh --out file
+    (older files hold one ceiling row, newer ones one a round)."""
+    runs, ceilings = {}, []
     with open(path) as f:
         for row in f:
             mode, _, value, _ = row.rstrip("\n").split("\t")
             if mode == "ceiling":
-                ceiling = float(value)
+                ceilings.append(float(value))
             else:
                 runs.setdefault(mode, []).append(float(value))
     if not runs:
         raise SystemExit(f"plot.py: {path}: no runs in it")
+    ceiling = statistics.median(ceilings) if ceilings else None
     return {m: statistics.median(v) for m, v in runs.items()}, ceiling
 
 

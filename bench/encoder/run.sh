@@ -38,9 +38,12 @@
 # slow spell on a shared machine does not land on one side only; the
 # figures are the medians of the rounds. Throughput counts the encoding /
 # post only, not model loading or process start-up (printed separately).
-# With --ceiling it also prints the machine's ceiling for the seed job
+# With --ceiling it also measures the machine's ceiling for the seed job
 # (ceiling.py: the model's own matrix products timed with the same torch,
-# threads and dtype; no side can beat it) and each side's share of it.
+# threads and dtype; no side can beat it) once a round, as one more side in
+# the rotation, and prints each side's share of it: the median over the
+# rounds of the side's figure over the same round's ceiling, since on a
+# shared machine the ceiling itself moves by a fifth within minutes.
 # With --replicas R (default 1) Gantry serves with R replicas and the bare
 # side runs R encoder_bare processes at once (bare_processes.sh), each on
 # cores / R threads under --threads 0 (a Deployment chooses that share
@@ -238,6 +241,12 @@ RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
             --replicas "${replicas}" --device "${device}" --no-progress) ;;
     g|h|i|j) cmd=("${onnx_python}" "${here}/onnx_encode.py" --side "${mode}" --docs "${docs}"
                   --model-path "${model}" --cache "${onnx_cache}" --threads "${threads}") ;;
+    # The ceiling, on the sides' threads; best of 5 timings, so it errs high
+    # on a busy machine, never low. With replicas, one replica's threads
+    # alone, times the replicas (alone, a process has the memory bus to
+    # itself: high again, never low).
+    z) cmd=("${gantry_env[@]}" "${python_bin}" "${here}/ceiling.py" --model-path "${model}"
+            --dtype "${dtype}") ;;
   esac
   setsid timeout -k 10 "${limit}" "${cmd[@]}" >"${log}" 2>&1 &
   child=$!
@@ -252,6 +261,9 @@ RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
     return 1
   fi
   value="$(grep -o 'docs_per_s=[0-9.]*' "${log}" | tail -n 1 | cut -d= -f2)"
+  if [[ "${mode}" == z && -n "${value}" ]]; then
+    value="$(awk -v v="${value}" -v r="${replicas}" 'BEGIN { printf "%.1f", v * r }')"
+  fi
   if [[ -z "${value}" ]]; then
     echo "run.sh: mode ${mode} printed no docs_per_s line" >&2
     return 1
@@ -264,9 +276,13 @@ echo "encoder benchmark: N=${docs} docs, ${rounds} rounds, request_size 32, ${de
      "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 results="${work}/results.tsv"
 : >"${results}"
+steps="${modes}"
+if [[ ${ceiling} -eq 1 ]]; then
+  steps+=z
+fi
 for ((r = 0; r < rounds; r++)); do
   # Rotate the order: round 0 abc, round 1 bca, round 2 cab, ...
-  order="${modes:$((r % ${#modes}))}${modes:0:$((r % ${#modes}))}"
+  order="${steps:$((r % ${#steps}))}${steps:0:$((r % ${#steps}))}"
   line="round $((r + 1)):"
   for ((i = 0; i < ${#order}; i++)); do
     m="${order:i:1}"
@@ -274,22 +290,18 @@ for ((r = 0; r < rounds; r++)); do
     RunMode "${m}" "${log}"
     v="${value}"
     startup="$(grep -o 'startup_seconds=[0-9.]*' "${log}" | tail -n 1 | cut -d= -f2 || true)"
-    printf '%s\t%d\t%s\t%s\n' "${m}" "$((r + 1))" "${v}" "${startup:-}" >>"${results}"
-    line+="  (${m}) ${v} docs/s"
+    name="${m}" label="(${m})"
+    if [[ "${m}" == z ]]; then
+      name=ceiling label=ceiling
+    fi
+    printf '%s\t%d\t%s\t%s\n' "${name}" "$((r + 1))" "${v}" "${startup:-}" >>"${results}"
+    line+="  ${label} ${v} docs/s"
   done
   echo "${line}"
 done
 if [[ ${ceiling} -eq 1 ]]; then
-  # After the sides, on the same threads; best of 5 timings, so the
-  # ceiling errs high on a busy machine, never low.
-  # With replicas, one replica's threads alone, times the replicas (alone, a
-  # process has the memory bus to itself: high again, never low).
-  "${gantry_env[@]}" "${python_bin}" "${here}/ceiling.py" --model-path "${model}" --dtype "${dtype}" \
-    >"${work}/ceiling.log" 2>&1 || { cat "${work}/ceiling.log" >&2; exit 1; }
-  sed 's/^/ceiling: /' "${work}/ceiling.log"
-  value="$(grep -o 'ceiling_docs_per_s=[0-9.]*' "${work}/ceiling.log" | cut -d= -f2)"
-  value="$(awk -v v="${value}" -v r="${replicas}" 'BEGIN { printf "%.1f", v * r }')"
-  printf 'ceiling\t0\t%s\t\n' "${value}" >>"${results}"
+  # The last round's details (products in ATen, oneDNN, prepacked).
+  sed 's/^/ceiling: /' "${work}/z-$((rounds - 1)).log"
 fi
 if [[ -n "${out}" ]]; then
   cp "${results}" "${out}"
@@ -311,12 +323,14 @@ names = {'a': '(a) bare model (encoder_bare)',
          'l': '(l) Gantry Deployment, dtype int8 (encode_10k)'}
 runs = {}
 startups = {}
-ceiling = None
+ceilings = {}  # round -> the ceiling measured in it
+by_round = {}  # (mode, round) -> docs/s
 for row in open(sys.argv[1]):
-    mode, _, value, startup = row.rstrip('\n').split('\t')
+    mode, rnd, value, startup = row.rstrip('\n').split('\t')
     if mode == 'ceiling':
-        ceiling = float(value)
+        ceilings[rnd] = float(value)
         continue
+    by_round[(mode, rnd)] = float(value)
     runs.setdefault(mode, []).append(float(value))
     if startup:
         startups.setdefault(mode, []).append(float(startup))
@@ -353,7 +367,13 @@ for num, den, label in (('k', 'a', 'bare int8/bare'), ('l', 'b', 'Gantry int8/Ga
 if 'b' in med:
     print(f'  Gantry post time for N docs (median): '
           f'{int(sys.argv[2]) / med["b"]:.3f} s')
-if ceiling is not None:
-    print(f'  ceiling (matrix products alone): {ceiling:.1f} docs/s; share of it: '
-          + ', '.join(f'({m}) {med[m] / ceiling:.2f}' for m in sorted(med)))
+if ceilings:
+    values = list(ceilings.values())
+    print(f'  ceiling (matrix products alone, once a round): median {statistics.median(values):.1f}'
+          f' docs/s (runs: {", ".join(f"{x:.1f}" for x in values)})')
+    # Each side against the ceiling of its own round, then the median.
+    for m in sorted(med):
+        shares = [by_round[(m, r)] / c for r, c in ceilings.items() if (m, r) in by_round]
+        print(f'  share of the ceiling ({m}): median {statistics.median(shares):.2f}'
+              f' (rounds: {", ".join(f"{x:.2f}" for x in shares)})')
 PY
