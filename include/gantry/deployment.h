@@ -294,7 +294,10 @@ class Deployment {
   // before the rolling restart. FAILED_PRECONDITION without TLS.
   Status ReloadTls();
 
-  // Blocks until SIGINT or SIGTERM arrives or Stop() is called.
+  // Blocks until SIGINT or SIGTERM arrives or Stop() is called. After such a
+  // signal, further SIGINT and SIGTERM are ignored (a line on stderr says so)
+  // until this object is destroyed, so that they cannot end the process in
+  // the middle of its Stop(); SIGKILL still does.
   void Block();
   // Stops the gateway (new requests get UNAVAILABLE), lets requests in
   // flight finish within `timeout_drain`, then stops every replica;

@@ -143,7 +143,10 @@ class Flow {
   // key. `gantry flow` does this on SIGHUP.
   Status RollingRestart(FlowOptions options);
 
-  // Blocks until SIGINT or SIGTERM arrives or Stop() is called.
+  // Blocks until SIGINT or SIGTERM arrives or Stop() is called. After such a
+  // signal, further SIGINT and SIGTERM are ignored (a line on stderr says so)
+  // until this object is destroyed, so that they cannot end the process in
+  // the middle of its Stop(); SIGKILL still does.
   void Block();
   // Stops the gateway, lets requests in flight finish within
   // `timeout_drain`, then stops every step; idempotent.

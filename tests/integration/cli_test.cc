@@ -676,6 +676,56 @@ TEST(CliTest, DeploymentRespawnsAWorkerAndDrainsOnSigterm) {
   EXPECT_THAT(testing::ReadFile(dir.File("cli.log")), HasSubstr("drained"));
 }
 
+// A second SIGTERM (and a SIGINT) while the first one's drain runs, as
+// `timeout` or an impatient Ctrl-C sends them: the drain goes on, the request
+// in flight is answered, the worker is reaped and the CLI exits 0 (the
+// default action used to end it with 143 in the middle of its drain).
+TEST(CliTest, MoreSignalsDuringTheDrainDoNotCutItShort) {
+  testing::TempDir dir;
+  const std::string log = dir.File("calls.log");
+  // One ChaosExec replica that logs each call; requests in flight get 20 s.
+  testing::WriteFile(dir.File("dep.yml"),
+                     "jtype: Deployment\nwith:\n  uses: ChaosExec\n"
+                     "  timeout_drain: 20000\n  uses_with:\n    log: " +
+                         log + "\n");
+  ChildProcessPtr cli = StartCli(
+      {"deployment", "--uses", dir.File("dep.yml"), "--port", "0", "--port-file", dir.File("port")},
+      dir.File("cli.log"), ThisProgram());
+  ASSERT_NE(cli, nullptr);
+  const std::optional<std::string> port = testing::WaitForFile(dir.File("port"), kReadyTimeout);
+  ASSERT_TRUE(port.has_value()) << testing::ReadFile(dir.File("cli.log"));
+  const std::string address = "127.0.0.1:" + std::to_string(std::stoi(*port));
+  const std::vector<pid_t> workers = testing::ChildrenOf(cli->pid());
+  ASSERT_EQ(workers.size(), 1u);
+
+  StatusOr<DocList> result = InternalError("not run");
+  std::vector<std::thread> posters;
+  posters.emplace_back([&] {
+    result =
+        Client(address).Post("/work", {Doc("inflight")},
+                             {.parameters = Parameters(Value::Dict{{"sleep_ms", Value(1500.0)}}),
+                              .timeout = std::chrono::seconds(60)});
+  });
+  // No ASSERT while the poster runs: it is joined (bounded) first.
+  EXPECT_TRUE(
+      testing::WaitUntil([&] { return testing::CountLines(log) >= 1; }, std::chrono::seconds(20)));
+  cli->Signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  cli->Signal(SIGTERM);
+  cli->Signal(SIGINT);
+  testing::JoinWithin(posters, std::chrono::seconds(30), "the post in flight");
+  ASSERT_TRUE(result.ok()) << "the request in flight was lost: " << result.status();
+  EXPECT_EQ((*result)[0].text(), "done:inflight");
+  ASSERT_TRUE(cli->WaitFor(std::chrono::seconds(30)));
+  EXPECT_TRUE(WIFEXITED(*cli->exit_status()) && WEXITSTATUS(*cli->exit_status()) == 0)
+      << ChildProcess::DescribeWaitStatus(*cli->exit_status()) << "\n"
+      << testing::ReadFile(dir.File("cli.log"));
+  EXPECT_FALSE(testing::ProcessAlive(workers[0]));
+  const std::string cli_log = testing::ReadFile(dir.File("cli.log"));
+  EXPECT_THAT(cli_log, HasSubstr("drained"));
+  EXPECT_THAT(cli_log, HasSubstr("already stopping"));
+}
+
 // --max-concurrent-requests overrides the YAML's bound on what the gateway
 // forwards at once: with 1, a second request while one runs is refused.
 TEST(CliTest, MaxConcurrentRequestsFlagBoundsTheGateway) {

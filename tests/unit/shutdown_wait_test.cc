@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -37,30 +38,74 @@ TEST(ShutdownWaitTest, AWakeBeforeTheWaitEndsItAtOnce) {
   EXPECT_EQ(waited.wait_for(10s), std::future_status::ready);
 }
 
-TEST(ShutdownWaitTest, SigtermEndsTheWaitAndTheOldHandlerIsPutBack) {
+// The handler in place for `signal` now.
+void (*HandlerOf(int signal))(int) {
+  struct sigaction now {};
+  sigaction(signal, nullptr, &now);
+  return now.sa_handler;
+}
+
+// SIGTERM ignored for one test, so that a stray one cannot end the test
+// process; the handlers of before are put back when it goes.
+class SigtermIgnored {
+ public:
+  SigtermIgnored() : sigint_before_(HandlerOf(SIGINT)) {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGTERM, &ignore, &before_);
+  }
+  ~SigtermIgnored() { sigaction(SIGTERM, &before_, nullptr); }
+  SigtermIgnored(const SigtermIgnored&) = delete;
+  SigtermIgnored& operator=(const SigtermIgnored&) = delete;
+  // SIGINT's handler when the test began.
+  void (*sigint_before() const)(int) { return sigint_before_; }
+
+ private:
+  struct sigaction before_ {};
+  void (*sigint_before_)(int);
+};
+
+TEST(ShutdownWaitTest, SigtermEndsTheWaitAndLaterOnesAreIgnoredUntilItGoes) {
+  const SigtermIgnored ignored;
+  bool ended = false;
+  {
+    ShutdownWait wait;
+    ASSERT_TRUE(wait.ok());
+    auto waited = std::async(std::launch::async, [&] { wait.Wait(); });
+    // The handler is installed by the waiting thread; until then SIGTERM is
+    // ignored, so send it until the wait ends (at most 10 s).
+    const auto give_up = std::chrono::steady_clock::now() + 10s;
+    while (waited.wait_for(20ms) != std::future_status::ready &&
+           std::chrono::steady_clock::now() < give_up) {
+      ::kill(::getpid(), SIGTERM);
+    }
+    ended = waited.wait_for(0s) == std::future_status::ready;
+    if (!ended) {
+      wait.Wake();
+    }
+    // While the stop it asked for runs, SIGTERM and SIGINT have a handler
+    // (neither the default, which would end this process, nor the old one).
+    for (int signal : {SIGTERM, SIGINT}) {
+      EXPECT_NE(HandlerOf(signal), SIG_DFL) << strsignal(signal);
+      EXPECT_NE(HandlerOf(signal), SIG_IGN) << strsignal(signal);
+    }
+    ::kill(::getpid(), SIGTERM);  // this test process lives on
+    ::kill(::getpid(), SIGINT);
+  }
+  EXPECT_TRUE(ended);
+  EXPECT_EQ(HandlerOf(SIGTERM), SIG_IGN) << "the old handler is back once the waiter is gone";
+  EXPECT_EQ(HandlerOf(SIGINT), ignored.sigint_before());
+}
+
+TEST(ShutdownWaitTest, AWakeEndsTheWaitWithTheOldHandlersBackAtOnce) {
+  const SigtermIgnored ignored;
   ShutdownWait wait;
   ASSERT_TRUE(wait.ok());
-  struct sigaction ignore {};
-  ignore.sa_handler = SIG_IGN;
-  sigemptyset(&ignore.sa_mask);
-  struct sigaction before {};
-  ASSERT_EQ(sigaction(SIGTERM, &ignore, &before), 0);
-  auto waited = std::async(std::launch::async, [&] { wait.Wait(); });
-  // The handler is installed by the waiting thread; until then SIGTERM is
-  // ignored, so send it until the wait ends (at most 10 s).
-  const auto give_up = std::chrono::steady_clock::now() + 10s;
-  while (waited.wait_for(20ms) != std::future_status::ready &&
-         std::chrono::steady_clock::now() < give_up) {
-    ::kill(::getpid(), SIGTERM);
-  }
-  const bool ended = waited.wait_for(0s) == std::future_status::ready;
-  if (!ended) {
-    wait.Wake();
-  }
-  struct sigaction after {};
-  sigaction(SIGTERM, &before, &after);
-  EXPECT_TRUE(ended);
-  EXPECT_EQ(after.sa_handler, SIG_IGN);
+  wait.Wake();
+  wait.Wait();
+  EXPECT_EQ(HandlerOf(SIGTERM), SIG_IGN);
+  EXPECT_EQ(HandlerOf(SIGINT), ignored.sigint_before());
 }
 
 // A Deployment's or Flow's waiter must not leak into the replicas it spawns.
