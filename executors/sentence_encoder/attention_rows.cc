@@ -9,7 +9,6 @@ namespace gantry::sentence_encoder::attention_rows {
 namespace {
 
 using row_vectors::FromBFloat16;
-using row_vectors::kLanes;
 using row_vectors::ToBFloat16;
 
 GANTRY_ROW_INLINE float ToFloat(float v) { return v; }
@@ -37,36 +36,38 @@ GANTRY_ROW_INLINE void Attend(const T* qkv, const HeadLayout& layout, const floa
                               row_vectors::AttentionScratch& s) {
   const std::int64_t length = layout.length;
   const std::int64_t hidden = layout.heads * layout.head_dim;
-  const std::int64_t keys = (length + kLanes - 1) / kLanes * kLanes;
-  s.Fit(keys, hidden);
-  // The padding keys (length..keys) weigh 0 through the mask; their columns
-  // need only be finite, and no text below writes them: once per call.
+  const std::int64_t query_lanes = row_vectors::QueryLanes(length);
+  s.Fit(query_lanes, hidden);
+  float* const q_t = s.q_t.data();
+  float* const k = s.k.data();
+  float* const v = s.v.data();
+  // The padding query lanes (length..query_lanes) are computed and never
+  // read; they need only be finite, and no text below writes them.
   for (std::int64_t n = 0; n < hidden; ++n) {
-    for (std::int64_t j = length; j < keys; ++j) {
-      s.k_t[static_cast<std::size_t>(n * keys + j)] = 0.0F;
+    for (std::int64_t i = length; i < query_lanes; ++i) {
+      q_t[n * query_lanes + i] = 0.0F;
     }
   }
   for (std::int64_t b = begin; b < end; ++b) {
     for (std::int64_t i = 0; i < length; ++i) {
       const T* row = qkv + (b * length + i) * 3 * hidden;
-      float* q_row = s.q.data() + i * hidden;
-      float* v_row = s.v.data() + i * hidden;
+      float* k_row = k + i * hidden;
+      float* v_row = v + i * hidden;
       for (std::int64_t n = 0; n < hidden; ++n) {
-        q_row[n] = ToFloat(row[n]) * scale;
+        q_t[n * query_lanes + i] = ToFloat(row[n]) * scale;
       }
       for (std::int64_t n = 0; n < hidden; ++n) {
-        s.k_t[static_cast<std::size_t>(n * keys + i)] = ToFloat(row[hidden + n]);
+        k_row[n] = ToFloat(row[hidden + n]);
       }
       for (std::int64_t n = 0; n < hidden; ++n) {
         v_row[n] = ToFloat(row[2 * hidden + n]);
       }
     }
-    for (std::int64_t j = 0; j < keys; ++j) {
-      s.key_mask[static_cast<std::size_t>(j)] =
-          j >= length ? -3.4e38F : (mask != nullptr ? mask[b * length + j] : 0.0F);
+    for (std::int64_t j = 0; j < length; ++j) {
+      s.key_mask[static_cast<std::size_t>(j)] = mask != nullptr ? mask[b * length + j] : 0.0F;
     }
-    row_vectors::AttendText(length, layout.heads, layout.head_dim, keys, s.q.data(), s.k_t.data(),
-                            s.v.data(), s.key_mask.data(), s.weights.data(), s.context.data(),
+    row_vectors::AttendText(length, layout.heads, layout.head_dim, query_lanes, q_t, k, v,
+                            s.key_mask.data(), s.weights.data(), s.context.data(),
                             StoreContextRow<T>{out, b * length, hidden});
   }
 }

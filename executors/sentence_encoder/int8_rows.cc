@@ -271,18 +271,17 @@ void AttentionFromProduct(const Product& p, const HeadLayout& layout, const floa
   const std::int64_t length = layout.length;
   const std::int64_t head_dim = layout.head_dim;
   const std::int64_t hidden = layout.heads * head_dim;
-  // Keys padded to whole vectors; the padding weighs 0.
-  const std::int64_t keys = (length + kLanes - 1) / kLanes * kLanes;
+  const std::int64_t query_lanes = row_vectors::QueryLanes(length);
   thread_local row_vectors::AttentionScratch scratch;
-  scratch.Fit(keys, hidden);
-  float* const q = scratch.q.data();
-  float* const k_t = scratch.k_t.data();  // [hidden, keys]
+  scratch.Fit(query_lanes, hidden);
+  float* const q_t = scratch.q_t.data();  // [hidden, query_lanes]
+  float* const k = scratch.k.data();
   float* const v = scratch.v.data();
-  // The padding keys (length..keys) weigh 0 through the mask; their columns
-  // need only be finite.
+  // The padding query lanes (length..query_lanes) are computed and never
+  // read; they need only be finite.
   for (std::int64_t n = 0; n < hidden; ++n) {
-    for (std::int64_t j = length; j < keys; ++j) {
-      k_t[n * keys + j] = 0.0F;
+    for (std::int64_t i = length; i < query_lanes; ++i) {
+      q_t[n * query_lanes + i] = 0.0F;
     }
   }
   for (std::int64_t b = begin; b < end; ++b) {
@@ -291,25 +290,24 @@ void AttentionFromProduct(const Product& p, const HeadLayout& layout, const floa
       const float* acc = p.acc + m * p.cols;
       const float s = p.row_scale[m];
       const float o = p.row_offset[m];
-      float* q_row = q + i * hidden;
+      float* k_row = k + i * hidden;
       float* v_row = v + i * hidden;
       for (std::int64_t n = 0; n < hidden; ++n) {
-        q_row[n] = s * (acc[n] + o * p.column_sums[n]) + p.bias[n];
+        q_t[n * query_lanes + i] = s * (acc[n] + o * p.column_sums[n]) + p.bias[n];
       }
       for (std::int64_t n = 0; n < hidden; ++n) {
         const std::int64_t c = hidden + n;
-        k_t[n * keys + i] = s * (acc[c] + o * p.column_sums[c]) + p.bias[c];
+        k_row[n] = s * (acc[c] + o * p.column_sums[c]) + p.bias[c];
       }
       for (std::int64_t n = 0; n < hidden; ++n) {
         const std::int64_t c = 2 * hidden + n;
         v_row[n] = s * (acc[c] + o * p.column_sums[c]) + p.bias[c];
       }
     }
-    for (std::int64_t j = 0; j < keys; ++j) {
-      scratch.key_mask[static_cast<std::size_t>(j)] =
-          j >= length ? -3.4e38F : (mask != nullptr ? mask[b * length + j] : 0.0F);
+    for (std::int64_t j = 0; j < length; ++j) {
+      scratch.key_mask[static_cast<std::size_t>(j)] = mask != nullptr ? mask[b * length + j] : 0.0F;
     }
-    row_vectors::AttendText(length, layout.heads, head_dim, keys, q, k_t, v,
+    row_vectors::AttendText(length, layout.heads, head_dim, query_lanes, q_t, k, v,
                             scratch.key_mask.data(), scratch.weights.data(), scratch.context.data(),
                             QuantizeContextRow{out, b * length, hidden});
   }

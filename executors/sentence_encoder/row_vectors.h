@@ -128,99 +128,148 @@ GANTRY_ROW_INLINE float FromBFloat16(std::uint16_t b) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16U);
 }
 
-// A text's queries, transposed keys and values, its scores and one context
-// row for AttendText: each thread keeps its own between calls (thread_local
-// at the caller), grown to the largest text seen (at most 64 tokens of 384
-// columns in MiniLM: 300 KiB).
+// A text's transposed queries, its keys and values, its attention weights
+// and context rows for AttendText: each thread keeps its own between calls
+// (thread_local at the caller), grown to the largest text seen (at most 64
+// tokens of 384 columns in MiniLM: 500 KiB).
 struct AttentionScratch {
-  std::vector<float> q, k_t, v, context, weights, key_mask;
-  void Fit(std::int64_t keys, std::int64_t hidden) {
-    const auto tokens = static_cast<std::size_t>(keys * hidden);
-    for (std::vector<float>* buffer : {&q, &k_t, &v}) {
+  std::vector<float> q_t, k, v, context, weights, key_mask;
+  // `query_lanes`: the text's length rounded up to kLanes.
+  void Fit(std::int64_t query_lanes, std::int64_t hidden) {
+    const auto tokens = static_cast<std::size_t>(query_lanes * hidden);
+    for (std::vector<float>* buffer : {&q_t, &k, &v, &context}) {
       buffer->resize(std::max(buffer->size(), tokens));
     }
-    context.resize(std::max(context.size(), static_cast<std::size_t>(hidden)));
-    weights.resize(std::max(weights.size(), static_cast<std::size_t>(keys)));
-    key_mask.resize(std::max(key_mask.size(), static_cast<std::size_t>(keys)));
+    const auto lanes = static_cast<std::size_t>(query_lanes);
+    weights.resize(std::max(weights.size(), lanes * static_cast<std::size_t>(kLanes)));
+    key_mask.resize(std::max(key_mask.size(), lanes));
   }
 };
 
+// The text's length rounded up to whole vectors of queries.
+GANTRY_ROW_INLINE std::int64_t QueryLanes(std::int64_t length) {
+  return (length + kLanes - 1) / kLanes * kLanes;
+}
+
+// The scores of kLanes queries (one per lane) against keys j..j+kKeys-1 of
+// one head, the key mask added: one register of sums per key, so that
+// kKeys multiply-add chains run side by side.
+template <int kKeys>
+GANTRY_ROW_INLINE void ScoreKeys(std::int64_t j, std::int64_t head_dim, std::int64_t query_lanes,
+                                 std::int64_t hidden, const float* q_head, const float* k_head,
+                                 const float* key_mask, float* scores) {
+  Floats sums[kKeys];
+  for (int u = 0; u < kKeys; ++u) {
+    sums[u] = Splat(key_mask[j + u]);
+  }
+  for (std::int64_t d = 0; d < head_dim; ++d) {
+    const Floats queries = LoadFloats(q_head + d * query_lanes);
+    for (int u = 0; u < kKeys; ++u) {
+      sums[u] += k_head[(j + u) * hidden + d] * queries;
+    }
+  }
+  for (int u = 0; u < kKeys; ++u) {
+    StoreFloats(scores + (j + u) * kLanes, sums[u]);
+  }
+}
+
+// kLanes context columns from column `col` of queries r..r+kRows-1 of the
+// block whose weights are `weights` ([length][kLanes], a query a lane).
+template <int kRows>
+GANTRY_ROW_INLINE void ContextColumns(std::int64_t r, std::int64_t first_query, std::int64_t length,
+                                      std::int64_t hidden, std::int64_t col, const float* weights,
+                                      const float* v, float* context) {
+  Floats sums[kRows] = {};
+  for (std::int64_t j = 0; j < length; ++j) {
+    const Floats values = LoadFloats(v + j * hidden + col);
+    const float* w = weights + j * kLanes + r;
+    for (int u = 0; u < kRows; ++u) {
+      sums[u] += w[u] * values;
+    }
+  }
+  for (int u = 0; u < kRows; ++u) {
+    StoreFloats(context + (first_query + r + u) * hidden + col, sums[u]);
+  }
+}
+
 // One text's self-attention in float32, softmax(q k^T + mask) v per head:
-// `q` [length, hidden] (already scaled), `k_t` [hidden, keys] (the keys
-// transposed, `keys` = length rounded up to kLanes, the padding columns
-// anything finite), `v` [length, hidden], `key_mask` [keys] (additive;
-// float's lowest masks a key to exactly 0 weight, and so must the padding
-// columns), `weights` [keys] and `context` [hidden] scratch. Each token's
-// context row goes to emit(i, context) as soon as it is complete.
+// `q_t` [hidden, query_lanes] (the queries, already scaled, transposed:
+// query i of column n at n * query_lanes + i; lanes from `length` on
+// anything finite), `k` and `v` [length, hidden], `key_mask` [length]
+// (additive; float's lowest masks a key to exactly 0 weight), `weights`
+// [query_lanes][kLanes] and `context` [query_lanes, hidden] scratch. Each
+// token's context row goes to emit(i, row) once all heads are done.
+//
+// kLanes queries go through the softmax at once, one per lane: its max and
+// sum over the keys are then element-wise across registers instead of
+// reductions within one, and every loop has independent chains of
+// multiply-adds to overlap (one query at a time, as this was first written,
+// waited on each chain's latency and ran 2-3x as long).
 template <typename Emit>
 GANTRY_ROW_INLINE void AttendText(std::int64_t length, std::int64_t heads, std::int64_t head_dim,
-                                  std::int64_t keys, const float* q, const float* k_t,
+                                  std::int64_t query_lanes, const float* q_t, const float* k,
                                   const float* v, const float* key_mask, float* weights,
                                   float* context, const Emit& emit) {
   const std::int64_t hidden = heads * head_dim;
-  for (std::int64_t i = 0; i < length; ++i) {
-    for (std::int64_t h = 0; h < heads; ++h) {
-      // Blocks of kLanes keys and of kLanes context columns, each summed
-      // in a register.
-      const float* q_head = q + i * hidden + h * head_dim;
-      Floats top = Splat(-3.4e38F);
-      for (std::int64_t jb = 0; jb < keys; jb += kLanes) {
-        // Four sums in turn, so that the multiply-adds do not wait on
-        // each other.
-        const float* k_block = k_t + h * head_dim * keys + jb;
-        Floats part[4] = {LoadFloats(key_mask + jb), {}, {}, {}};
-        std::int64_t d = 0;
-        for (; d + 4 <= head_dim; d += 4) {
-          for (std::int64_t u = 0; u < 4; ++u) {
-            part[u] += q_head[d + u] * LoadFloats(k_block + (d + u) * keys);
-          }
-        }
-        for (; d < head_dim; ++d) {
-          part[0] += q_head[d] * LoadFloats(k_block + d * keys);
-        }
-        const Floats block = (part[0] + part[1]) + (part[2] + part[3]);
-        StoreFloats(weights + jb, block);
-        top = block > top ? block : top;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const float* k_head = k + h * head_dim;
+    for (std::int64_t first = 0; first < length; first += kLanes) {
+      const float* q_head = q_t + h * head_dim * query_lanes + first;
+      std::int64_t j = 0;
+      for (; j + 8 <= length; j += 8) {
+        ScoreKeys<8>(j, head_dim, query_lanes, hidden, q_head, k_head, key_mask, weights);
       }
-      float top_all = top[0];
-      for (std::int64_t l = 1; l < kLanes; ++l) {
-        top_all = std::max(top_all, top[l]);
+      for (; j + 4 <= length; j += 4) {
+        ScoreKeys<4>(j, head_dim, query_lanes, hidden, q_head, k_head, key_mask, weights);
+      }
+      for (; j < length; ++j) {
+        ScoreKeys<1>(j, head_dim, query_lanes, hidden, q_head, k_head, key_mask, weights);
+      }
+      // Softmax over the keys, each lane a query; the weights end up
+      // normalised, so the context needs no scaling after.
+      Floats top = LoadFloats(weights);
+      for (j = 1; j < length; ++j) {
+        const Floats s = LoadFloats(weights + j * kLanes);
+        top = s > top ? s : top;
       }
       Floats sums = {};
-      for (std::int64_t jb = 0; jb < keys; jb += kLanes) {
-        const Floats e = ExpFloats(LoadFloats(weights + jb) - top_all);
+      for (j = 0; j < length; ++j) {
+        const Floats e = ExpFloats(LoadFloats(weights + j * kLanes) - top);
         sums += e;
-        StoreFloats(weights + jb, e);
+        StoreFloats(weights + j * kLanes, e);
       }
-      float sum = 0.0F;
-      for (std::int64_t l = 0; l < kLanes; ++l) {
-        sum += sums[l];
+      const Floats inverse = Splat(1.0F) / sums;
+      for (j = 0; j < length; ++j) {
+        StoreFloats(weights + j * kLanes, LoadFloats(weights + j * kLanes) * inverse);
       }
-      const float inverse = 1.0F / sum;
-      float* ctx = context + h * head_dim;
+      const std::int64_t rows = std::min(kLanes, length - first);
       std::int64_t db = 0;
       for (; db + kLanes <= head_dim; db += kLanes) {
-        const float* v_block = v + h * head_dim + db;
-        Floats part[2] = {};
-        std::int64_t j = 0;
-        for (; j + 2 <= length; j += 2) {
-          part[0] += weights[j] * LoadFloats(v_block + j * hidden);
-          part[1] += weights[j + 1] * LoadFloats(v_block + (j + 1) * hidden);
+        const std::int64_t col = h * head_dim + db;
+        std::int64_t r = 0;
+        for (; r + 8 <= rows; r += 8) {
+          ContextColumns<8>(r, first, length, hidden, col, weights, v, context);
         }
-        if (j < length) {
-          part[0] += weights[j] * LoadFloats(v_block + j * hidden);
+        for (; r + 4 <= rows; r += 4) {
+          ContextColumns<4>(r, first, length, hidden, col, weights, v, context);
         }
-        StoreFloats(ctx + db, (part[0] + part[1]) * inverse);
+        for (; r < rows; ++r) {
+          ContextColumns<1>(r, first, length, hidden, col, weights, v, context);
+        }
       }
-      for (; db < head_dim; ++db) {
-        float c = 0.0F;
-        for (std::int64_t j = 0; j < length; ++j) {
-          c += weights[j] * v[j * hidden + h * head_dim + db];
+      for (std::int64_t col = h * head_dim + db; col < (h + 1) * head_dim; ++col) {
+        for (std::int64_t r = 0; r < rows; ++r) {
+          float c = 0.0F;
+          for (j = 0; j < length; ++j) {
+            c += weights[j * kLanes + r] * v[j * hidden + col];
+          }
+          context[(first + r) * hidden + col] = c;
         }
-        ctx[db] = c * inverse;
       }
     }
-    emit(i, static_cast<const float*>(context));
+  }
+  for (std::int64_t i = 0; i < length; ++i) {
+    emit(i, static_cast<const float*>(context + i * hidden));
   }
 }
 
