@@ -13,6 +13,9 @@ the tutorial sentence in batches of 32, in one process (no server).
   i  OpenVINO, float32: the exported ONNX file compiled for the CPU
   j  OpenVINO, int8: NNCF's int8 weight compression of that model, which
      OpenVINO's CPU plugin runs with activations quantised at run time
+  m  OpenVINO, bfloat16: side i's model with INFERENCE_PRECISION_HINT=bf16,
+     what OpenVINO runs by default on a CPU with AMX or AVX512-BF16 (on a
+     CPU with neither it runs float32)
 
 Every session gets `--threads` intra-op threads (run.sh passes its own
 setting) and one inter-op thread. The exported and quantised files are made
@@ -24,7 +27,7 @@ prints how far each string's embedding is from sentence-transformers'
 float32 one (min and mean cosine) and how often each string's 10 nearest
 neighbours among the others stay the same: what the precision costs.
 
-  onnx_encode.py --side g|h|i|j --model-path DIR --cache DIR [--docs N]
+  onnx_encode.py --side g|h|i|j|m --model-path DIR --cache DIR [--docs N]
                  [--threads T] [--check FILE.json]
 """
 import argparse
@@ -39,7 +42,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 SENTENCE = "Using a GPU allows you to significantly speed up encoding."
 SIDES = {"g": ("onnxruntime", "float32"), "h": ("onnxruntime", "int8"),
-         "i": ("openvino", "float32"), "j": ("openvino", "int8")}
+         "i": ("openvino", "float32"), "j": ("openvino", "int8"),
+         "m": ("openvino", "bfloat16")}
 
 
 def export_onnx(model_dir, path):
@@ -92,7 +96,7 @@ def prepare(side, model_dir, cache):
 
     exported = once(stem + ".onnx", lambda out: export_onnx(model_dir, out))
     if runtime == "openvino":
-        if precision == "float32":
+        if precision in ("float32", "bfloat16"):
             return exported
         def compress(out_dir):
             import nncf
@@ -145,6 +149,8 @@ def make_runner(side, path, threads):
         # float32 means float32: OpenVINO would otherwise run bfloat16 on a
         # CPU that has it. Its int8 side keeps that default.
         config["INFERENCE_PRECISION_HINT"] = "f32"
+    elif SIDES[side][1] == "bfloat16":
+        config["INFERENCE_PRECISION_HINT"] = "bf16"
     compiled = core.compile_model(core.read_model(path), "CPU", config)
     request = compiled.create_infer_request()
 

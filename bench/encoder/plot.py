@@ -20,10 +20,10 @@ SIDES = {"a": "bare model", "b": "Gantry Deployment", "c": "Jina + sentence-tran
          "d": "Infinity (torch engine)", "e": "sentence-transformers alone",
          "f": "TorchModel (.pt2)", "g": "ONNX Runtime float32", "h": "ONNX Runtime int8",
          "i": "OpenVINO float32", "j": "OpenVINO int8", "k": "bare model, int8",
-         "l": "Gantry Deployment, int8"}
+         "l": "Gantry Deployment, int8", "m": "OpenVINO bfloat16"}
 COLOURS = {"a": "#999999", "b": "#1f77b4", "c": "#ff7f0e", "d": "#2ca02c", "e": "#9467bd",
            "f": "#17becf", "g": "#8c564b", "h": "#c49c94", "i": "#e377c2", "j": "#f7b6d2",
-           "k": "#bcbd22", "l": "#08306b"}
+           "k": "#bcbd22", "l": "#08306b", "m": "#7f7f7f"}
 
 
 def read_run(path):

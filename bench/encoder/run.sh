@@ -24,6 +24,8 @@
 #       `tokenizers` in front, mean pooling after, in one process
 #       (onnx_encode.py, venv from onnx_venv.sh); each in its own precision
 #       whatever --dtype says, on the same threads
+#   (m) OpenVINO bfloat16: side i's model with OpenVINO's bfloat16 hint,
+#       its default on a CPU with AMX or AVX512-BF16 (float32 on others)
 #   (k) bare int8, (l) Gantry int8: sides a and b with SentenceEncoder's
 #       dtype int8 (CPU only) whatever --dtype says; run them beside a
 #       --dtype bfloat16 run's a and b for what int8 gains over bfloat16
@@ -53,7 +55,7 @@
 # R replicas on cores / R threads each, to check that again.
 #
 #   bash bench/encoder/run.sh [--docs N] [--rounds R] [--threads T]
-#                             [--build-dir DIR] [--modes abcdefghijkl] [--dtype T] [--out FILE.tsv]
+#                             [--build-dir DIR] [--modes abcdefghijklm] [--dtype T] [--out FILE.tsv]
 #                             [--ceiling] [--replicas R] [--jina-replicas R] [--device D]
 #                             [--gantry-batching P:T]
 # Defaults: --docs 1000, --rounds 3, --threads 1, --build-dir
@@ -97,19 +99,19 @@ while [[ $# -gt 0 ]]; do
     --jina-replicas) jina_replicas="$2"; shift 2 ;;
     --device) device="$2"; shift 2 ;;
     --gantry-batching) gantry_batching="$2"; shift 2 ;;
-    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abcdefghijkl] [--dtype float32|bfloat16|float16] [--out FILE] [--ceiling] [--replicas R] [--jina-replicas R] [--device cpu|cuda|cuda:N] [--gantry-batching P:T]" >&2
+    *) echo "usage: $0 [--docs N] [--rounds R] [--threads T] [--build-dir DIR] [--modes abcdefghijklm] [--dtype float32|bfloat16|float16] [--out FILE] [--ceiling] [--replicas R] [--jina-replicas R] [--device cpu|cuda|cuda:N] [--gantry-batching P:T]" >&2
        exit 2 ;;
   esac
 done
-if ! [[ "${docs}" =~ ^[1-9][0-9]*$ && "${rounds}" =~ ^[1-9][0-9]?$ && "${modes}" =~ ^[abcdefghijkl]+$ &&
+if ! [[ "${docs}" =~ ^[1-9][0-9]*$ && "${rounds}" =~ ^[1-9][0-9]?$ && "${modes}" =~ ^[abcdefghijklm]+$ &&
         "${threads}" =~ ^[0-9]+$ && "${dtype}" =~ ^(float32|bfloat16|float16)$ &&
         "${replicas}" =~ ^[1-9]$ && "${jina_replicas}" =~ ^[1-9]$ &&
         "${device}" =~ ^(cpu|cuda|cuda:[0-9]+)$ &&
         "${gantry_batching}" =~ ^([1-9][0-9]*:[0-9]+)?$ ]]; then
-  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --threads >= 0, --modes letters of abcdefghijkl, --dtype float32, bfloat16 or float16, --replicas and --jina-replicas 1..9, --device cpu, cuda or cuda:N, --gantry-batching P:T (positive integers)" >&2
+  echo "run.sh: --docs must be a positive integer, --rounds 1..99, --threads >= 0, --modes letters of abcdefghijklm, --dtype float32, bfloat16 or float16, --replicas and --jina-replicas 1..9, --device cpu, cuda or cuda:N, --gantry-batching P:T (positive integers)" >&2
   exit 2
 fi
-if [[ "${device}" != cpu && ( "${modes}" =~ [cdfghijkl] || ${ceiling} -eq 1 || "${replicas}" -gt 1 ) ]]; then
+if [[ "${device}" != cpu && ( "${modes}" =~ [cdfghijklm] || ${ceiling} -eq 1 || "${replicas}" -gt 1 ) ]]; then
   echo "run.sh: --device ${device} runs sides a, b and e with one replica (no Jina, Infinity, --ceiling, ONNX Runtime, OpenVINO or side f, whose package is compiled for the CPU, there)" >&2
   exit 2
 fi
@@ -163,7 +165,7 @@ if [[ "${modes}" == *d* ]]; then
   infinity_python="$(bash "${here}/infinity_venv.sh" | tail -n 1)/bin/python"
 fi
 onnx_python=""
-if [[ "${modes}" =~ [ghij] ]]; then
+if [[ "${modes}" =~ [ghijm] ]]; then
   onnx_python="$(bash "${here}/onnx_venv.sh" | tail -n 1)/bin/python"
   onnx_cache="${GANTRY_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/gantry}/onnx-bench"
 fi
@@ -239,7 +241,7 @@ RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
             --dtype "${dtype}" --device "${device}") ;;
     f) cmd=("${gantry_env[@]}" "${gantry_bin}" --docs "${docs}" --uses "${exported_yml}"
             --replicas "${replicas}" --device "${device}" --no-progress) ;;
-    g|h|i|j) cmd=("${onnx_python}" "${here}/onnx_encode.py" --side "${mode}" --docs "${docs}"
+    g|h|i|j|m) cmd=("${onnx_python}" "${here}/onnx_encode.py" --side "${mode}" --docs "${docs}"
                   --model-path "${model}" --cache "${onnx_cache}" --threads "${threads}") ;;
     # The ceiling, on the sides' threads; best of 5 timings, so it errs high
     # on a busy machine, never low. With replicas, one replica's threads
@@ -320,7 +322,8 @@ names = {'a': '(a) bare model (encoder_bare)',
          'i': '(i) OpenVINO float32',
          'j': '(j) OpenVINO int8 (NNCF int8 weights)',
          'k': '(k) bare model, dtype int8 (encoder_bare)',
-         'l': '(l) Gantry Deployment, dtype int8 (encode_10k)'}
+         'l': '(l) Gantry Deployment, dtype int8 (encode_10k)',
+         'm': '(m) OpenVINO bfloat16'}
 runs = {}
 startups = {}
 ceilings = {}  # round -> the ceiling measured in it
@@ -356,12 +359,14 @@ if 'f' in med and 'b' in med:
 if 'f' in med and 'a' in med:
     print(f'  ratio exported/bare (f/a): {med["f"] / med["a"]:.3f}')
 for peer, label in (('g', 'ONNX Runtime float32'), ('h', 'ONNX Runtime int8'),
-                    ('i', 'OpenVINO float32'), ('j', 'OpenVINO int8')):
+                    ('i', 'OpenVINO float32'), ('j', 'OpenVINO int8'),
+                    ('m', 'OpenVINO bfloat16')):
     if 'b' in med and peer in med:
         print(f'  ratio Gantry/{label} (b/{peer}): {med["b"] / med[peer]:.3f}')
 for num, den, label in (('k', 'a', 'bare int8/bare'), ('l', 'b', 'Gantry int8/Gantry'),
                         ('l', 'k', 'Gantry int8/bare int8'), ('l', 'h', 'Gantry int8/ONNX Runtime int8'),
-                        ('l', 'j', 'Gantry int8/OpenVINO int8')):
+                        ('l', 'j', 'Gantry int8/OpenVINO int8'),
+                        ('l', 'm', 'Gantry int8/OpenVINO bfloat16')):
     if num in med and den in med:
         print(f'  ratio {label} ({num}/{den}): {med[num] / med[den]:.3f}')
 if 'b' in med:
