@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 // Each entry point is compiled three times and picked by the loader from
@@ -42,6 +43,8 @@
 #define GANTRY_ROW_KERNEL
 #endif
 #define GANTRY_ROW_INLINE inline __attribute__((always_inline))
+// The same for a lambda, after its parameter list.
+#define GANTRY_ROW_LAMBDA __attribute__((always_inline))
 
 namespace gantry::sentence_encoder::row_vectors {
 
@@ -151,6 +154,23 @@ GANTRY_ROW_INLINE std::int64_t QueryLanes(std::int64_t length) {
   return (length + kLanes - 1) / kLanes * kLanes;
 }
 
+// step(std::integral_constant<int, U>, i) over i in [0, count): 8 at a
+// time while 8 are left, then 4, then one, so that a step's U independent
+// chains fill the vector units.
+template <typename Step>
+GANTRY_ROW_INLINE void InSteps(std::int64_t count, const Step& step) {
+  std::int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    step(std::integral_constant<int, 8>{}, i);
+  }
+  for (; i + 4 <= count; i += 4) {
+    step(std::integral_constant<int, 4>{}, i);
+  }
+  for (; i < count; ++i) {
+    step(std::integral_constant<int, 1>{}, i);
+  }
+}
+
 // The scores of kLanes queries (one per lane) against keys j..j+kKeys-1 of
 // one head, the key mask added: one register of sums per key, so that
 // kKeys multiply-add chains run side by side.
@@ -215,52 +235,38 @@ GANTRY_ROW_INLINE void AttendText(std::int64_t length, std::int64_t heads, std::
     const float* k_head = k + h * head_dim;
     for (std::int64_t first = 0; first < length; first += kLanes) {
       const float* q_head = q_t + h * head_dim * query_lanes + first;
-      std::int64_t j = 0;
-      for (; j + 8 <= length; j += 8) {
-        ScoreKeys<8>(j, head_dim, query_lanes, hidden, q_head, k_head, key_mask, weights);
-      }
-      for (; j + 4 <= length; j += 4) {
-        ScoreKeys<4>(j, head_dim, query_lanes, hidden, q_head, k_head, key_mask, weights);
-      }
-      for (; j < length; ++j) {
-        ScoreKeys<1>(j, head_dim, query_lanes, hidden, q_head, k_head, key_mask, weights);
-      }
+      InSteps(length, [&](auto keys, std::int64_t j) GANTRY_ROW_LAMBDA {
+        ScoreKeys<keys()>(j, head_dim, query_lanes, hidden, q_head, k_head, key_mask, weights);
+      });
       // Softmax over the keys, each lane a query; the weights end up
       // normalised, so the context needs no scaling after.
       Floats top = LoadFloats(weights);
-      for (j = 1; j < length; ++j) {
+      for (std::int64_t j = 1; j < length; ++j) {
         const Floats s = LoadFloats(weights + j * kLanes);
         top = s > top ? s : top;
       }
       Floats sums = {};
-      for (j = 0; j < length; ++j) {
+      for (std::int64_t j = 0; j < length; ++j) {
         const Floats e = ExpFloats(LoadFloats(weights + j * kLanes) - top);
         sums += e;
         StoreFloats(weights + j * kLanes, e);
       }
       const Floats inverse = Splat(1.0F) / sums;
-      for (j = 0; j < length; ++j) {
+      for (std::int64_t j = 0; j < length; ++j) {
         StoreFloats(weights + j * kLanes, LoadFloats(weights + j * kLanes) * inverse);
       }
       const std::int64_t rows = std::min(kLanes, length - first);
       std::int64_t db = 0;
       for (; db + kLanes <= head_dim; db += kLanes) {
         const std::int64_t col = h * head_dim + db;
-        std::int64_t r = 0;
-        for (; r + 8 <= rows; r += 8) {
-          ContextColumns<8>(r, first, length, hidden, col, weights, v, context);
-        }
-        for (; r + 4 <= rows; r += 4) {
-          ContextColumns<4>(r, first, length, hidden, col, weights, v, context);
-        }
-        for (; r < rows; ++r) {
-          ContextColumns<1>(r, first, length, hidden, col, weights, v, context);
-        }
+        InSteps(rows, [&](auto queries, std::int64_t r) GANTRY_ROW_LAMBDA {
+          ContextColumns<queries()>(r, first, length, hidden, col, weights, v, context);
+        });
       }
       for (std::int64_t col = h * head_dim + db; col < (h + 1) * head_dim; ++col) {
         for (std::int64_t r = 0; r < rows; ++r) {
           float c = 0.0F;
-          for (j = 0; j < length; ++j) {
+          for (std::int64_t j = 0; j < length; ++j) {
             c += weights[j * kLanes + r] * v[j * hidden + col];
           }
           context[(first + r) * hidden + col] = c;
