@@ -54,12 +54,14 @@ def main(argv):
     groups = [(label, *read_run(path)) for label, path in (a.split("=", 1) for a in argv[2:])]
     sides = sorted({m for _, medians, _ in groups for m in medians})
     width = 0.8 / len(sides)
-    fig, ax = plt.subplots(figsize=(2.2 + 2.2 * len(groups), 4.2))
+    fig, ax = plt.subplots(figsize=(4.2 + 2.2 * len(groups), 4.2))
     for i, side in enumerate(sides):
         xs = [g + (i - (len(sides) - 1) / 2) * width for g in range(len(groups))]
         values = [medians.get(side, 0.0) for _, medians, _ in groups]
         bars = ax.bar(xs, values, width, label=SIDES.get(side, side), color=COLOURS.get(side))
-        ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=2)
+        # A side a run did not have stays unlabelled (no "0" over nothing).
+        ax.bar_label(bars, labels=[f"{v:.0f}" if v else "" for v in values], fontsize=7,
+                     padding=2)
     for g, (_, _, ceiling) in enumerate(groups):
         if ceiling is not None:
             ax.hlines(ceiling, g - 0.45, g + 0.45, colors="black", linestyles="dashed",
@@ -67,7 +69,8 @@ def main(argv):
     ax.set_xticks(range(len(groups)), [label for label, _, _ in groups])
     ax.set_ylabel("docs/s (median of the rounds)")
     ax.set_title(title)
-    ax.legend(fontsize=8, loc="upper left")
+    # Beside the axes, where no bar is.
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_ylim(0, max(max(max(m.values()), c or 0) for _, m, c in groups) * 1.25)
     fig.tight_layout()
     fig.savefig(argv[1])
