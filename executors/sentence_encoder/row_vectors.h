@@ -224,7 +224,7 @@ GANTRY_ROW_INLINE void ContextColumns(std::int64_t r, std::int64_t first_query, 
 // sum over the keys are then element-wise across registers instead of
 // reductions within one, and every loop has independent chains of
 // multiply-adds to overlap. One query at a time, as this was first written,
-// waited on each chain's latency: the whole kernel took 1.35x as long in a
+// waited on each chain's latency: the whole kernel took about 1.4x as long in a
 // bfloat16 batch on a Xeon with AMX.
 template <typename Emit>
 GANTRY_ROW_INLINE void AttendText(std::int64_t length, std::int64_t heads, std::int64_t head_dim,
