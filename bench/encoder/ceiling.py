@@ -14,8 +14,9 @@ one (as SentenceEncoder runs them). What one call costs apart from its
 product (Python, the dispatcher, oneDNN's primitive cache: timed on a 1 x 16
 product through the same path) is taken off each call: on a Xeon with AMX a
 layer's bfloat16 products take 0.07-0.27 ms each, and the 13 us a call from
-Python cost there put the ceiling below what the model reached from C++. No side can beat the
-ceiling; a target above it cannot be met by any framework on this machine.
+Python cost there put the ceiling below what the model reached from C++. No
+side can beat the ceiling; a target above it cannot be met by any framework
+on this machine.
 
     python ceiling.py --model-path DIR [--dtype float32|bfloat16] [--batch 32]
 
@@ -88,33 +89,30 @@ def main():
     def aten_linear(a, w):
         return torch.nn.functional.linear(a, w)
 
-    def layer_seconds(linear, products):
-        """One layer's products through `linear`, less what its calls cost
-        apart from the products (the same path on a 1 x 16 product)."""
+    def layer_seconds(linear, products, packed):
+        """One layer's products through `linear` (on weights prepacked into
+        oneDNN's layout, as SentenceEncoder runs them on CPU, if `packed`),
+        less what its calls cost apart from the products (the same path on
+        a 1 x 16 product). Returns that and the cost of one call."""
         tiny = [(randn(1, 16), randn(16, 16))] * len(products)
-        if linear is onednn_packed:
+        if packed:
             tiny = [(a, torch.ops.mkldnn._reorder_linear_weight(w, 1)) for a, w in tiny]
             products = [(a, torch.ops.mkldnn._reorder_linear_weight(w, rows)) for a, w in products]
-        inner_linear = onednn_linear if linear is onednn_packed else linear
-        calls = best_seconds(lambda: [inner_linear(a, w) for a, w in tiny], repeats=200)
-        seconds = best_seconds(lambda: [inner_linear(a, w) for a, w in products], repeats=50)
+        calls = best_seconds(lambda: [linear(a, w) for a, w in tiny], repeats=200)
+        seconds = best_seconds(lambda: [linear(a, w) for a, w in products], repeats=50)
         return seconds - calls, calls / len(products)
-
-    # Stands for oneDNN on weights prepacked into its layout, as
-    # SentenceEncoder runs them on CPU.
-    def onednn_packed(a, w):
-        return onednn_linear(a, w)
 
     square = randn(1024, 1024)
     timings = {}  # (library, layout) -> (seconds a layer, overhead a call)
     with torch.inference_mode():
-        for library, linear in (("aten", aten_linear), ("onednn", onednn_linear),
-                                ("onednn_packed", onednn_packed)):
+        for library, linear, packed in (("aten", aten_linear, False),
+                                        ("onednn", onednn_linear, False),
+                                        ("onednn_packed", onednn_linear, True)):
             if library != "aten" and not torch.backends.mkldnn.is_available():
                 continue
             for layout, products in (("separate_qkv", separate), ("fused_qkv", fused)):
                 try:
-                    timings[(library, layout)] = layer_seconds(linear, products)
+                    timings[(library, layout)] = layer_seconds(linear, products, packed)
                 except RuntimeError:  # no oneDNN kernel for this dtype on this CPU
                     pass
         square_seconds = best_seconds(lambda: torch.mm(square, square), repeats=10)

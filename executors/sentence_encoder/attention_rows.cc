@@ -36,18 +36,10 @@ GANTRY_ROW_INLINE void Attend(const T* qkv, const HeadLayout& layout, const floa
                               row_vectors::AttentionScratch& s) {
   const std::int64_t length = layout.length;
   const std::int64_t hidden = layout.heads * layout.head_dim;
-  const std::int64_t query_lanes = row_vectors::QueryLanes(length);
-  s.Fit(query_lanes, hidden);
+  const std::int64_t query_lanes = s.Prepare(length, hidden);
   float* const q_t = s.q_t.data();
   float* const k = s.k.data();
   float* const v = s.v.data();
-  // The padding query lanes (length..query_lanes) are computed and never
-  // read; they need only be finite, and no text below writes them.
-  for (std::int64_t n = 0; n < hidden; ++n) {
-    for (std::int64_t i = length; i < query_lanes; ++i) {
-      q_t[n * query_lanes + i] = 0.0F;
-    }
-  }
   for (std::int64_t b = begin; b < end; ++b) {
     for (std::int64_t i = 0; i < length; ++i) {
       const T* row = qkv + (b * length + i) * 3 * hidden;
@@ -63,9 +55,7 @@ GANTRY_ROW_INLINE void Attend(const T* qkv, const HeadLayout& layout, const floa
         v_row[n] = ToFloat(row[2 * hidden + n]);
       }
     }
-    for (std::int64_t j = 0; j < length; ++j) {
-      s.key_mask[static_cast<std::size_t>(j)] = mask != nullptr ? mask[b * length + j] : 0.0F;
-    }
+    s.SetKeyMask(mask, b, length);
     row_vectors::AttendText(length, layout.heads, layout.head_dim, query_lanes, q_t, k, v,
                             s.key_mask.data(), s.weights.data(), s.context.data(),
                             StoreContextRow<T>{out, b * length, hidden});

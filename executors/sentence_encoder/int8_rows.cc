@@ -271,19 +271,11 @@ void AttentionFromProduct(const Product& p, const HeadLayout& layout, const floa
   const std::int64_t length = layout.length;
   const std::int64_t head_dim = layout.head_dim;
   const std::int64_t hidden = layout.heads * head_dim;
-  const std::int64_t query_lanes = row_vectors::QueryLanes(length);
   thread_local row_vectors::AttentionScratch scratch;
-  scratch.Fit(query_lanes, hidden);
+  const std::int64_t query_lanes = scratch.Prepare(length, hidden);
   float* const q_t = scratch.q_t.data();  // [hidden, query_lanes]
   float* const k = scratch.k.data();
   float* const v = scratch.v.data();
-  // The padding query lanes (length..query_lanes) are computed and never
-  // read; they need only be finite.
-  for (std::int64_t n = 0; n < hidden; ++n) {
-    for (std::int64_t i = length; i < query_lanes; ++i) {
-      q_t[n * query_lanes + i] = 0.0F;
-    }
-  }
   for (std::int64_t b = begin; b < end; ++b) {
     for (std::int64_t i = 0; i < length; ++i) {
       const std::int64_t m = b * length + i;
@@ -304,9 +296,7 @@ void AttentionFromProduct(const Product& p, const HeadLayout& layout, const floa
         v_row[n] = s * (acc[c] + o * p.column_sums[c]) + p.bias[c];
       }
     }
-    for (std::int64_t j = 0; j < length; ++j) {
-      scratch.key_mask[static_cast<std::size_t>(j)] = mask != nullptr ? mask[b * length + j] : 0.0F;
-    }
+    scratch.SetKeyMask(mask, b, length);
     row_vectors::AttendText(length, layout.heads, head_dim, query_lanes, q_t, k, v,
                             scratch.key_mask.data(), scratch.weights.data(), scratch.context.data(),
                             QuantizeContextRow{out, b * length, hidden});

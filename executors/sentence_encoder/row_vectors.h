@@ -137,8 +137,12 @@ GANTRY_ROW_INLINE float FromBFloat16(std::uint16_t b) {
 // tokens of 384 columns in MiniLM: 500 KiB).
 struct AttentionScratch {
   std::vector<float> q_t, k, v, context, weights, key_mask;
-  // `query_lanes`: the text's length rounded up to kLanes.
-  void Fit(std::int64_t query_lanes, std::int64_t hidden) {
+  // Fits the buffers to texts of `length` tokens in `hidden` columns and
+  // zeroes the query lanes past `length` (computed and never read: they
+  // need only be finite, and no text writes them). Returns the query lanes,
+  // the length rounded up to kLanes: q_t is [hidden, query lanes].
+  GANTRY_ROW_INLINE std::int64_t Prepare(std::int64_t length, std::int64_t hidden) {
+    const std::int64_t query_lanes = (length + kLanes - 1) / kLanes * kLanes;
     const auto tokens = static_cast<std::size_t>(query_lanes * hidden);
     for (std::vector<float>* buffer : {&q_t, &k, &v, &context}) {
       buffer->resize(std::max(buffer->size(), tokens));
@@ -146,13 +150,20 @@ struct AttentionScratch {
     const auto lanes = static_cast<std::size_t>(query_lanes);
     weights.resize(std::max(weights.size(), lanes * static_cast<std::size_t>(kLanes)));
     key_mask.resize(std::max(key_mask.size(), lanes));
+    for (std::int64_t n = 0; n < hidden; ++n) {
+      for (std::int64_t i = length; i < query_lanes; ++i) {
+        q_t[static_cast<std::size_t>(n * query_lanes + i)] = 0.0F;
+      }
+    }
+    return query_lanes;
+  }
+  // Text b's row of an additive [batch, length] mask, or no mask, as key_mask.
+  GANTRY_ROW_INLINE void SetKeyMask(const float* mask, std::int64_t b, std::int64_t length) {
+    for (std::int64_t j = 0; j < length; ++j) {
+      key_mask[static_cast<std::size_t>(j)] = mask != nullptr ? mask[b * length + j] : 0.0F;
+    }
   }
 };
-
-// The text's length rounded up to whole vectors of queries.
-GANTRY_ROW_INLINE std::int64_t QueryLanes(std::int64_t length) {
-  return (length + kLanes - 1) / kLanes * kLanes;
-}
 
 // step(std::integral_constant<int, U>, i) over i in [0, count): 8 at a
 // time while 8 are left, then 4, then one, so that a step's U independent
