@@ -28,6 +28,10 @@
 //
 //     GANTRY_DYNAMIC_BATCHING_ON_GPU(Encode, {.preferred_batch_size = 256, .timeout_ms = 0});
 //
+// An executor whose best batching depends on what it found at start (its
+// dtype, the CPU's matrix units) overrides DefaultBatching, which replaces
+// either macro's choice; YAML overrides that too.
+//
 // A batched handler gets the documents of several requests in one DocList
 // and must leave exactly as many documents as it got, in order.
 //
@@ -120,6 +124,17 @@ class Executor {
   // Called once when the worker shuts down, after the last request (Jina's
   // close()). Not called if the constructor threw.
   virtual void Close() {}
+
+  // The dynamic batching handler `method_name` should get, decided once the
+  // constructor has run and knows its device, dtype and CPU: a value
+  // replaces what GANTRY_DYNAMIC_BATCHING(_ON_GPU) declared (`enabled =
+  // false` turns it off), nullopt keeps it. YAML's uses_dynamic_batching
+  // overrides either. Called once per handler, on the handler thread, right
+  // after the constructor; a value the YAML rules would refuse fails the
+  // replica's start, naming the handler.
+  virtual std::optional<DynamicBatching> DefaultBatching(std::string_view /*method_name*/) const {
+    return std::nullopt;
+  }
 };
 
 namespace internal {

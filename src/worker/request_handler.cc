@@ -11,6 +11,7 @@
 #include <exception>
 #include <typeinfo>
 
+#include "core/deployment_rules.h"
 #include "core/doc_proto.h"
 #include "core/gpu_inventory.h"
 #include "core/logging.h"
@@ -67,11 +68,6 @@ StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(
     }
   }
   handler->device_ = context.device;
-  // Batching: the macro's (on a CUDA device the GPU macro's, if any), then
-  // YAML by handler name, then YAML by endpoint (Jina: endpoint keys beat
-  // function names). "auto" lands on a GPU when one is visible.
-  const bool on_gpu =
-      context.device.is_cuda() || (context.device.is_auto() && !DiscoverGpus().gpus.empty());
   for (const auto& [key, config] : batching) {
     bool known = handler->endpoint_routes_.contains(key);
     for (const Route& route : handler->routes_) {
@@ -82,11 +78,62 @@ StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(
                                   "' names no endpoint or handler of this executor");
     }
   }
+  // One of the two places where user exceptions are caught (the other is
+  // Handle): a throwing constructor is a failed start, with its message.
+  // It runs on the handler thread, as every call after it does: a
+  // constructor that runs torch (a warm-up pass) would otherwise leave a
+  // second OpenMP team behind, and with more OpenMP threads than cores
+  // libgomp spins only briefly before it sleeps, so the handler's team then
+  // slept and woke ~50 times a request (bf16: 0.85 of the bare model).
+  Status created = OkStatus();
+  // Executor::DefaultBatching per handler, asked right after the constructor.
+  std::map<std::string, std::optional<DynamicBatching>> executor_batching;
+  handler->handler_thread_.Run([&] {
+    const char* stage = "failed to initialise";
+    try {
+      handler->executor_ = type->create(context);
+      stage = "failed to choose its dynamic batching";
+      for (const Route& route : handler->routes_) {
+        executor_batching[route.method_name] =
+            handler->executor_->DefaultBatching(route.method_name);
+      }
+    } catch (const std::exception& e) {
+      created = FailedPreconditionError("executor '" + jtype + "' " + stage + " on " +
+                                        context.device.ToString() + ": " +
+                                        CurrentExceptionTypeName() + ": " + e.what());
+    } catch (...) {
+      created =
+          FailedPreconditionError("executor '" + jtype + "' " + stage + " on " +
+                                  context.device.ToString() + ": " + CurrentExceptionTypeName());
+    }
+  });
+  if (!created.ok()) {
+    return created;
+  }
+  for (const auto& [method_name, config] : executor_batching) {
+    if (!config || !config->enabled) {
+      continue;
+    }
+    if (Status valid = CheckDynamicBatching(*config); !valid.ok()) {
+      return InvalidArgumentError("executor '" + jtype + "': DefaultBatching(\"" + method_name +
+                                  "\"): " + std::string(valid.message()));
+    }
+  }
+  // Batching: the macro's (on a CUDA device the GPU macro's, if any), then
+  // the executor's DefaultBatching, then YAML by handler name, then YAML by
+  // endpoint (Jina: endpoint keys beat function names). "auto" lands on a
+  // GPU when one is visible.
+  const bool on_gpu =
+      context.device.is_cuda() || (context.device.is_auto() && !DiscoverGpus().gpus.empty());
   for (const auto& [endpoint, index] : handler->endpoint_routes_) {
     const Route& route = handler->routes_[index];
     std::optional<DynamicBatching> config = route.batching;
     if (on_gpu && route.gpu_batching) {
       config = route.gpu_batching;
+    }
+    if (auto it = executor_batching.find(route.method_name);
+        it != executor_batching.end() && it->second) {
+      config = it->second;
     }
     if (auto it = batching.find(route.method_name); it != batching.end()) {
       config = it->second;
@@ -102,30 +149,6 @@ StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(
           endpoint, config->preferred_batch_size, config->timeout_ms, config->flush_all,
           config->max_batch_size, config->max_queue_size);
     }
-  }
-  // One of the two places where user exceptions are caught (the other is
-  // Handle): a throwing constructor is a failed start, with its message.
-  // It runs on the handler thread, as every call after it does: a
-  // constructor that runs torch (a warm-up pass) would otherwise leave a
-  // second OpenMP team behind, and with more OpenMP threads than cores
-  // libgomp spins only briefly before it sleeps, so the handler's team then
-  // slept and woke ~50 times a request (bf16: 0.85 of the bare model).
-  Status created = OkStatus();
-  handler->handler_thread_.Run([&] {
-    try {
-      handler->executor_ = type->create(context);
-    } catch (const std::exception& e) {
-      created = FailedPreconditionError("executor '" + jtype + "' failed to initialise on " +
-                                        context.device.ToString() + ": " +
-                                        CurrentExceptionTypeName() + ": " + e.what());
-    } catch (...) {
-      created =
-          FailedPreconditionError("executor '" + jtype + "' failed to initialise on " +
-                                  context.device.ToString() + ": " + CurrentExceptionTypeName());
-    }
-  });
-  if (!created.ok()) {
-    return created;
   }
   return handler;
 }

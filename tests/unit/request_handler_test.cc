@@ -6,9 +6,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -77,6 +81,40 @@ class GpuBatchedUnitExec final : public gantry::Executor {
   void Tag(gantry::DocList& /*docs*/) {}
 };
 GANTRY_REGISTER_EXECUTOR(GpuBatchedUnitExec);
+
+// Chooses its batching after the constructor, from `with:` (as SentenceEncoder
+// does from its dtype and CPU): "encode" and "tag" give DefaultBatching's
+// answer for each handler ("keep", "off", a preferred_batch_size, or "throw").
+class ChosenBatchingUnitExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(ChosenBatchingUnitExec);
+  explicit ChosenBatchingUnitExec(const gantry::ExecutorContext& context)
+      : encode_(context.with.GetString("encode")), tag_(context.with.GetString("tag")) {}
+  GANTRY_REQUESTS(Encode, "/encode");
+  void Encode(gantry::DocList& /*docs*/) {}
+  GANTRY_REQUESTS(Tag, "/tag");
+  GANTRY_DYNAMIC_BATCHING(Tag, {.preferred_batch_size = 8, .timeout_ms = 5});
+  void Tag(gantry::DocList& /*docs*/) {}
+
+  std::optional<gantry::DynamicBatching> DefaultBatching(
+      std::string_view method_name) const override {
+    const std::string& choice = method_name == "Encode" ? encode_ : tag_;
+    if (choice.empty() || choice == "keep") {
+      return std::nullopt;
+    }
+    if (choice == "off") {
+      return gantry::DynamicBatching{.enabled = false};
+    }
+    if (choice == "throw") {
+      throw std::runtime_error("no idea which batching");
+    }
+    return gantry::DynamicBatching{.preferred_batch_size = std::stoi(choice), .timeout_ms = 0};
+  }
+
+ private:
+  const std::string encode_;
+  const std::string tag_;
+};
+GANTRY_REGISTER_EXECUTOR(ChosenBatchingUnitExec);
 
 // A batched handler with a validator: documents without a tensor "x" are
 // refused per request; the handler counts its calls and documents.
@@ -163,6 +201,50 @@ TEST(RequestHandlerTest, GpuBatchingAppliesOnCudaDevicesOnlyAndYamlOverridesIt) 
   EXPECT_FALSE(off->BatchingFor("/encode").has_value());
   ASSERT_TRUE(off->BatchingFor("/tag").has_value());
   EXPECT_EQ(off->BatchingFor("/tag")->preferred_batch_size, 3);
+}
+
+TEST(RequestHandlerTest, ExecutorChosenBatchingReplacesTheMacrosAndYamlOverridesIt) {
+  auto make = [](const std::string& encode, const std::string& tag,
+                 const std::map<std::string, DynamicBatching>& yaml = {}) {
+    ExecutorContext context;
+    context.name = "chosen";
+    context.with = Parameters(Value::Dict{{"encode", Value(encode)}, {"tag", Value(tag)}});
+    return RequestHandler::Create("ChosenBatchingUnitExec", context, "chosen/rep-0", yaml);
+  };
+  // nullopt keeps the macro's: none on /encode, 8 on /tag.
+  auto kept = make("keep", "keep");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_FALSE((*kept)->BatchingFor("/encode").has_value());
+  ASSERT_TRUE((*kept)->BatchingFor("/tag").has_value());
+  EXPECT_EQ((*kept)->BatchingFor("/tag")->preferred_batch_size, 8);
+  // A value replaces it; enabled = false turns the macro's off.
+  auto chosen = make("128", "off");
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  ASSERT_TRUE((*chosen)->BatchingFor("/encode").has_value());
+  EXPECT_EQ((*chosen)->BatchingFor("/encode")->preferred_batch_size, 128);
+  EXPECT_EQ((*chosen)->BatchingFor("/encode")->timeout_ms, 0);
+  EXPECT_FALSE((*chosen)->BatchingFor("/tag").has_value());
+  // YAML, by endpoint or by handler name, beats the executor's choice.
+  auto yaml = make("128", "64",
+                   {{"/encode", DynamicBatching{.enabled = false}},
+                    {"Tag", DynamicBatching{.preferred_batch_size = 3, .timeout_ms = 7}}});
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_FALSE((*yaml)->BatchingFor("/encode").has_value());
+  ASSERT_TRUE((*yaml)->BatchingFor("/tag").has_value());
+  EXPECT_EQ((*yaml)->BatchingFor("/tag")->preferred_batch_size, 3);
+  // A choice the YAML rules refuse, or one that throws, fails the start
+  // with the executor and handler named.
+  auto invalid = make("0", "keep");
+  ASSERT_FALSE(invalid.ok());
+  EXPECT_EQ(invalid.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(invalid.status().message()),
+              HasSubstr("ChosenBatchingUnitExec': DefaultBatching(\"Encode\")"));
+  EXPECT_THAT(std::string(invalid.status().message()), HasSubstr("preferred_batch_size"));
+  auto thrown = make("keep", "throw");
+  ASSERT_FALSE(thrown.ok());
+  EXPECT_THAT(std::string(thrown.status().message()),
+              HasSubstr("failed to choose its dynamic batching"));
+  EXPECT_THAT(std::string(thrown.status().message()), HasSubstr("no idea which batching"));
 }
 
 // A request the validator refuses fails alone, before it can join a batch;
