@@ -8,10 +8,11 @@
 //              [--batch-size N] [--dynamic-batching PREFERRED:TIMEOUT_MS|off] [--repeat R]
 //              [--uses EXECUTOR.yml]
 // --dtype is SentenceEncoder's `dtype` (float32 by default), --batch-size
-// its `batch_size` (the widest forward pass, 32 by default), and
+// its `batch_size` (the widest forward pass; the executor's default), and
 // --dynamic-batching turns on dynamic batching of /encode in the workers
 // (uses_dynamic_batching), so concurrent requests share a forward pass
-// (SentenceEncoder does that by default on CUDA; `off` turns it off).
+// (SentenceEncoder does that by default on CUDA, and in bfloat16 on a CPU
+// with AMX; `off` turns it off).
 // --repeat posts the documents R times to the same Deployment, one result
 // line each (the first pays for any shape the model has not seen yet).
 //

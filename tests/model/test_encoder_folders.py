@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import unittest
+import urllib.request
 
 import numpy as np
 import torch
@@ -93,12 +94,38 @@ def to_legacy(folder):
         json.dump(legacy, f)
 
 
-def serve(tmp, name, folder, extra=""):
+def serve(tmp, name, folder, extra="", dtype="float32"):
     path = os.path.join(tmp, name + ".yml")
     with open(path, "w") as f:
         f.write(f"jtype: Deployment\nwith:\n  name: {name}\n  uses: SentenceEncoder\n"
-                f"  uses_with:\n    model_path: {folder}\n    dtype: float32\n{extra}")
+                f"  uses_with:\n    model_path: {folder}\n    dtype: {dtype}\n{extra}")
     return GantryProcess(["deployment", "--uses", path, "--port", "0"], tmp, name, http=True)
+
+
+def cpu_has_amx_bfloat16():
+    """What the kernel reports: AMX tiles with bfloat16 that programs may use."""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return {"amx_bf16", "amx_tile"} <= set(line.split(":", 1)[1].split())
+    return False
+
+
+def worker_counter(targets_file, name, endpoint):
+    """`name`{endpoint=...} summed over the worker targets of a
+    monitoring_targets_file, read from each replica's /metrics."""
+    with open(targets_file) as f:
+        targets = json.load(f)
+    total = 0.0
+    for group in targets:
+        if group["labels"].get("gantry_role") != "worker":
+            continue
+        for target in group["targets"]:
+            with urllib.request.urlopen(f"http://{target}/metrics", timeout=30) as reply:
+                for line in reply.read().decode().splitlines():
+                    if line.startswith(name + "{") and f'endpoint="{endpoint}"' in line:
+                        total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 class PoolingParity(unittest.TestCase):
@@ -205,6 +232,59 @@ class PoolingParity(unittest.TestCase):
                                            err_msg=texts[i])
         finally:
             gantry.stop()
+
+    def test_bfloat16_on_amx_merges_requests_by_default(self):
+        # Without any batching key: in bfloat16 on a CPU with AMX, requests
+        # that wait while a pass runs share the next one, up to 128 documents
+        # a pass, held to 32 rows' tokens; float32 there, and every dtype
+        # elsewhere, runs each request on its own, 32 documents a pass.
+        folder = os.path.join(self.tmp.name, "amx")
+        reference = make_st(self.base, folder, "mean", True)
+        amx = cpu_has_amx_bfloat16()
+        texts = TEXTS * 6
+        want = reference.encode(texts, convert_to_numpy=True)
+        for dtype in ("bfloat16", "float32"):
+            with self.subTest(dtype=dtype, amx=amx):
+                targets = os.path.join(self.tmp.name, f"amx-{dtype}-targets.json")
+                gantry = serve(self.tmp.name, f"amx-{dtype}", folder,
+                               "  monitoring: true\n  port_monitoring: 0\n"
+                               f"  monitoring_targets_file: {targets}\n", dtype=dtype)
+                try:
+                    merged = amx and dtype == "bfloat16"
+                    info = http_get(gantry.http_port, "/info")
+                    self.assertEqual(info["max_batch_requests"], 128 if merged else 32)
+                    self.assertEqual(info["max_batch_tokens"], 32 * info["max_input_length"])
+                    replies = [None] * len(texts)
+
+                    def post(i):
+                        replies[i] = http_post(gantry.http_port, "/encode",
+                                               {"data": [{"text": texts[i]}]})
+
+                    threads = [threading.Thread(target=post, args=(i,))
+                               for i in range(len(texts))]
+                    for thread in threads:
+                        thread.start()
+                    for thread in threads:
+                        thread.join(60)
+                        self.assertFalse(thread.is_alive(), "a post did not come back in 60 s")
+                    for i, (status, reply) in enumerate(replies):
+                        self.assertEqual(status, 200, reply)
+                        got = np.array(reply["data"][0]["embedding"], dtype=np.float32)
+                        cosine = got @ want[i] / (np.linalg.norm(got) * np.linalg.norm(want[i]))
+                        self.assertGreaterEqual(cosine, 0.999 if dtype == "bfloat16" else 0.9999,
+                                                texts[i])
+                    docs = worker_counter(targets, "gantry_inference_count_total", "/encode")
+                    calls = worker_counter(targets, "gantry_inference_exec_count_total",
+                                           "/encode")
+                    print(f"{dtype}, AMX {amx}: {len(texts)} concurrent requests, "
+                          f"{docs:g} documents in {calls:g} handler calls", flush=True)
+                    self.assertEqual(docs, len(texts))
+                    if merged:
+                        self.assertLess(calls, len(texts))
+                    else:
+                        self.assertEqual(calls, len(texts))
+                finally:
+                    gantry.stop()
 
     def test_legacy_folder_layout(self):
         # An older sentence-transformers folder: flags, not a mode name.
