@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <gantry/config.h>
 #include <gantry/device_runtime.h>
+#include <gantry/heap.h>
 #include <gantry/init.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -322,6 +323,13 @@ int RunWorker(const WorkerFlags& flags) {
           "OMP_NUM_THREADS={} (set OMP_NUM_THREADS to choose)",
           usable, affinity, usable);
     }
+  }
+
+  // Before any model allocates: see gantry/heap.h.
+  if (const HeapTuning heap = KeepModelBuffersInHeap(); heap != HeapTuning::kApplied) {
+    spdlog::debug("malloc thresholds left as they are ({})", heap == HeapTuning::kLeftToEnvironment
+                                                                 ? "the environment sets them"
+                                                                 : "not glibc's malloc");
   }
 
   // The parent's death closes the lifeline: leave at once, nobody is
