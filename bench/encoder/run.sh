@@ -32,6 +32,9 @@
 # --gantry-batching P:T serves side b with dynamic batching of /encode
 # (preferred_batch_size P, timeout T ms) and SentenceEncoder batch_size P,
 # so the 32-document requests in flight share forward passes of up to P.
+# Without it side b runs SentenceEncoder's own choice (batched 128:0 at 128
+# a pass in bfloat16 on a CPU with AMX, 256:0 on CUDA, else 32 a pass and no
+# merging), and side a the same pass width.
 # With --device cuda (or cuda:N) sides a, b and e run on that GPU (Jina's
 # and Infinity's sides stay CPU-only here). $GANTRY_BENCH_PYTHON names a
 # Python that already has sentence-transformers for side e (default: the
@@ -273,7 +276,7 @@ RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
 }
 
 echo "encoder benchmark: N=${docs} docs, ${rounds} rounds, request_size 32, ${device}," \
-     "dtype ${dtype}, Gantry dynamic batching ${gantry_batching:-off}, torch threads ${threads/#0/default}, replicas ${replicas} (Jina ${jina_replicas})," \
+     "dtype ${dtype}, Gantry batching ${gantry_batching:-the executor default}, torch threads ${threads/#0/default}, replicas ${replicas} (Jina ${jina_replicas})," \
      "$(getconf _NPROCESSORS_ONLN) cores," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 results="${work}/results.tsv"

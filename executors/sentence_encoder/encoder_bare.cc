@@ -4,10 +4,14 @@
 //   encoder_bare [--n N] [--batch-size B] [--device cpu|cuda|cuda:N]
 //                [--dtype float32|float16|bfloat16] [--model-path DIR] [--repeat R]
 //                [--mode encode|tokenize]
+// --batch-size defaults to SentenceEncoder's own (32 on a CPU, 128 in
+// bfloat16 on a CPU with AMX, 256 on CUDA), and the heap is set up as a
+// worker's (gantry/heap.h), so that the bare model runs as a replica's does.
 // Output: one line "docs_per_s=<value> n=<N> ..." per repeat. --mode
 // tokenize times the tokenizer alone (bench/tokenizer/run.sh compares it
 // with Hugging Face `tokenizers`).
 #include <ATen/core/Tensor.h>
+#include <gantry/heap.h>
 
 #include <chrono>
 #include <cstdint>
@@ -36,7 +40,9 @@ int Usage(const char* argv0) {
 int main(int argc, char** argv) {
   using gantry::sentence_encoder::EmbedderOptions;
   using gantry::sentence_encoder::SentenceEmbedder;
+  gantry::KeepModelBuffersInHeap();
   EmbedderOptions options;
+  options.batch_size = 0;  // the executor's default
   long n = 10000;
   long repeat = 1;
   std::string device = "cpu";
@@ -101,7 +107,7 @@ int main(int argc, char** argv) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("docs_per_s=%.1f n=%ld seconds=%.3f batch_size=%lld device=%s dtype=%s dim=%lld\n",
                 static_cast<double>(n) / seconds, n, seconds,
-                static_cast<long long>(options.batch_size),
+                static_cast<long long>((*embedder)->batch_size()),
                 (*embedder)->device().ToString().c_str(), options.dtype.c_str(),
                 static_cast<long long>(out.size(1)));
   }
