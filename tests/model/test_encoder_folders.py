@@ -164,6 +164,22 @@ class PoolingParity(unittest.TestCase):
             gantry.stop()
             raise
 
+    def post_each_at_once(self, gantry, texts):
+        """Posts each text to /encode as a request of its own, all at once;
+        the (status, reply) of each, in order."""
+        replies = [None] * len(texts)
+
+        def post(i):
+            replies[i] = http_post(gantry.http_port, "/encode", {"data": [{"text": texts[i]}]})
+
+        threads = [threading.Thread(target=post, args=(i,)) for i in range(len(texts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+            self.assertFalse(thread.is_alive(), "a post did not come back in 60 s")
+        return replies
+
     def test_each_pooling_mode(self):
         for mode, normalize in [("cls", True), ("max", False), ("mean_sqrt_len_tokens", False),
                                 ("weightedmean", True), ("lasttoken", True),
@@ -213,19 +229,7 @@ class PoolingParity(unittest.TestCase):
         try:
             texts = TEXTS * 4
             want = reference.encode(texts, convert_to_numpy=True)
-            replies = [None] * len(texts)
-
-            def post(i):
-                replies[i] = http_post(gantry.http_port, "/encode",
-                                       {"data": [{"text": texts[i]}]})
-
-            threads = [threading.Thread(target=post, args=(i,)) for i in range(len(texts))]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(60)
-                self.assertFalse(thread.is_alive(), "a post did not come back in 60 s")
-            for i, (status, reply) in enumerate(replies):
+            for i, (status, reply) in enumerate(self.post_each_at_once(gantry, texts)):
                 self.assertEqual(status, 200, reply)
                 got = np.array(reply["data"][0]["embedding"], dtype=np.float32)
                 np.testing.assert_allclose(got, want[i], atol=1e-4, rtol=1e-4,
@@ -254,20 +258,7 @@ class PoolingParity(unittest.TestCase):
                     info = http_get(gantry.http_port, "/info")
                     self.assertEqual(info["max_batch_requests"], 128 if merged else 32)
                     self.assertEqual(info["max_batch_tokens"], 32 * info["max_input_length"])
-                    replies = [None] * len(texts)
-
-                    def post(i):
-                        replies[i] = http_post(gantry.http_port, "/encode",
-                                               {"data": [{"text": texts[i]}]})
-
-                    threads = [threading.Thread(target=post, args=(i,))
-                               for i in range(len(texts))]
-                    for thread in threads:
-                        thread.start()
-                    for thread in threads:
-                        thread.join(60)
-                        self.assertFalse(thread.is_alive(), "a post did not come back in 60 s")
-                    for i, (status, reply) in enumerate(replies):
+                    for i, (status, reply) in enumerate(self.post_each_at_once(gantry, texts)):
                         self.assertEqual(status, 200, reply)
                         got = np.array(reply["data"][0]["embedding"], dtype=np.float32)
                         cosine = got @ want[i] / (np.linalg.norm(got) * np.linalg.norm(want[i]))
