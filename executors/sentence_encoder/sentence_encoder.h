@@ -22,8 +22,8 @@
 // `with:` keys:
 //   model_path      HF sentence-transformers folder (default: see
 //                   FindDefaultModelPath in sentence_embedder.h)
-//   batch_size      documents per forward pass (default 32 on a CPU, 256 on
-//                   CUDA)
+//   batch_size      documents per forward pass (default 32 on a CPU, 128 in
+//                   bfloat16 on a CPU with AMX, 256 on CUDA)
 //   max_seq_length  tokens incl. [CLS]/[SEP] (default: the folder's, 256 for
 //                   all-MiniLM-L6-v2)
 //   max_batch_tokens  tokens one forward pass holds, padding included (TEI's
@@ -49,7 +49,7 @@
 // 0.44 s to 0.13-0.36 s (docs/benchmarks-encoder.md). `uses_dynamic_batching` in YAML
 // overrides it (`use_dynamic_batching: false` turns it off). So it is in
 // bfloat16 on a CPU with AMX, up to batch_size documents (128 there unless
-// given): the seed job ran 1.2-1.25x faster a document. Other CPUs gained
+// given): the seed job ran 1.2-1.33x faster a document. Other CPUs gained
 // nothing from it, so there requests are not merged.
 //
 // Thread safety: the worker calls one handler at a time.
