@@ -14,7 +14,9 @@
 namespace gantry {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+// (The TSan build undefines __SANITIZE_THREAD__ and says GANTRY_TSAN: see
+// CMakeLists.txt.)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(GANTRY_TSAN)
 constexpr bool kSanitizerMalloc = true;  // its own allocator; mallopt does nothing
 #else
 constexpr bool kSanitizerMalloc = false;
