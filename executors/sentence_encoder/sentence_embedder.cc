@@ -244,9 +244,10 @@ StatusOr<RunSettings> ResolveRunSettings(const std::string& model_path, const De
     return InvalidArgumentError("batch_size must be >= 1, got " + std::to_string(batch_size));
   }
   GANTRY_ASSIGN_OR_RETURN(run.dtype_name, ResolveDType(dtype, run.device));
+  run.amx_bfloat16 = run.device.is_cpu() && run.dtype_name == "bfloat16" && CpuHasAmxBFloat16();
   run.batch_size = batch_size;
   if (run.batch_size == 0) {
-    run.amx_batch_size = run.device.is_cpu() && run.dtype_name == "bfloat16" && CpuHasAmxBFloat16();
+    run.amx_batch_size = run.amx_bfloat16;
     run.batch_size = run.device.is_cuda() ? kGpuBatchSize
                      : run.amx_batch_size ? kAmxBatchSize
                                           : kCpuBatchSize;
@@ -365,6 +366,7 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
     return InvalidArgumentError("max_batch_tokens 1 fits no input ([CLS] and [SEP] take 2)");
   }
   embedder->max_batch_tokens_ = std::max<std::int64_t>(options.max_batch_tokens, 0);
+  embedder->amx_bfloat16_ = run.amx_bfloat16;
   embedder->amx_batch_size_ = run.amx_batch_size;
   embedder->pass_tokens_ = embedder->max_batch_tokens_ > 0 ? embedder->max_batch_tokens_
                            : run.amx_batch_size            ? kCpuBatchSize * max_seq_length

@@ -107,6 +107,8 @@ bool CpuHasAmxBFloat16();
 struct RunSettings {
   Device device;                // ResolveTorchDevice's: "auto" made concrete
   std::int64_t batch_size = 0;  // 0 given: kGpuBatchSize, kAmxBatchSize or kCpuBatchSize
+  // bfloat16 on a CPU with AMX (CpuHasAmxBFloat16), where wide passes pay.
+  bool amx_bfloat16 = false;
   // batch_size was not given and is kAmxBatchSize: passes of long texts
   // are then held to kCpuBatchSize rows' tokens, the memory they had before.
   bool amx_batch_size = false;
@@ -195,6 +197,8 @@ class SentenceEmbedder {
   std::int64_t max_batch_tokens() const {
     return pass_tokens_ > 0 ? pass_tokens_ : batch_size_ * max_seq_length_;
   }
+  // Whether the model runs bfloat16 on a CPU with AMX (RunSettings).
+  bool amx_bfloat16() const { return amx_bfloat16_; }
   // Whether batch_size is kAmxBatchSize because none was given (RunSettings).
   bool amx_batch_size() const { return amx_batch_size_; }
   // The max_batch_tokens option as given; 0 when not set.
@@ -231,6 +235,7 @@ class SentenceEmbedder {
   // The budget RowsPerPass holds a pass to: max_batch_tokens_, or the AMX
   // default's (see max_batch_tokens()); 0: batch_size rows, however long.
   std::int64_t pass_tokens_ = 0;
+  bool amx_bfloat16_ = false;
   bool amx_batch_size_ = false;
   std::int64_t max_positions_ = 512;
   SentencePipeline pipeline_;

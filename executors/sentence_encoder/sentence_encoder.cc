@@ -46,8 +46,7 @@ SentenceEncoder::~SentenceEncoder() = default;
 
 std::optional<DynamicBatching> SentenceEncoder::DefaultBatching(
     std::string_view method_name) const {
-  if (method_name != "Encode" || !embedder_->device().is_cpu() ||
-      embedder_->dtype() != "bfloat16" || !sentence_encoder::CpuHasAmxBFloat16()) {
+  if (method_name != "Encode" || !embedder_->amx_bfloat16()) {
     return std::nullopt;
   }
   return DynamicBatching{.preferred_batch_size = static_cast<int>(embedder_->batch_size()),

@@ -86,16 +86,19 @@ StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(
   // libgomp spins only briefly before it sleeps, so the handler's team then
   // slept and woke ~50 times a request (bf16: 0.85 of the bare model).
   Status created = OkStatus();
-  // Executor::DefaultBatching per handler, asked right after the constructor.
-  std::map<std::string, std::optional<DynamicBatching>> executor_batching;
+  // Executor::DefaultBatching of the handlers it answers for, asked right
+  // after the constructor.
+  std::map<std::string, DynamicBatching> executor_batching;
   handler->handler_thread_.Run([&] {
     const char* stage = "failed to initialise";
     try {
       handler->executor_ = type->create(context);
       stage = "failed to choose its dynamic batching";
       for (const Route& route : handler->routes_) {
-        executor_batching[route.method_name] =
-            handler->executor_->DefaultBatching(route.method_name);
+        if (std::optional<DynamicBatching> chosen =
+                handler->executor_->DefaultBatching(route.method_name)) {
+          executor_batching.emplace(route.method_name, *chosen);
+        }
       }
     } catch (const std::exception& e) {
       created = FailedPreconditionError("executor '" + jtype + "' " + stage + " on " +
@@ -111,10 +114,10 @@ StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(
     return created;
   }
   for (const auto& [method_name, config] : executor_batching) {
-    if (!config || !config->enabled) {
+    if (!config.enabled) {
       continue;
     }
-    if (Status valid = CheckDynamicBatching(*config); !valid.ok()) {
+    if (Status valid = CheckDynamicBatching(config); !valid.ok()) {
       return InvalidArgumentError("executor '" + jtype + "': DefaultBatching(\"" + method_name +
                                   "\"): " + std::string(valid.message()));
     }
@@ -131,8 +134,7 @@ StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(
     if (on_gpu && route.gpu_batching) {
       config = route.gpu_batching;
     }
-    if (auto it = executor_batching.find(route.method_name);
-        it != executor_batching.end() && it->second) {
+    if (auto it = executor_batching.find(route.method_name); it != executor_batching.end()) {
       config = it->second;
     }
     if (auto it = batching.find(route.method_name); it != batching.end()) {
