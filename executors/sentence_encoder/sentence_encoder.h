@@ -47,7 +47,7 @@
 // 256 documents, with no added wait (timeout 0), as Triton's dynamic
 // batcher and TEI do; on an H100 this took the seed job's warm posts from
 // 0.44 s to 0.13-0.36 s (docs/benchmarks-encoder.md). `uses_dynamic_batching` in YAML
-// overrides it (`use_dynamic_batching: false` turns it off). So it is in
+// overrides it (`Encode: {use_dynamic_batching: false}` turns it off). So it is in
 // bfloat16 on a CPU with AMX, up to batch_size documents (128 there unless
 // given): the seed job ran 1.2-1.33x faster a document. Other CPUs gained
 // nothing from it, so there requests are not merged.
