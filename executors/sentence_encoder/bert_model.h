@@ -102,6 +102,8 @@ class BertModel {
   // Errors say what this libtorch or CPU lacks. Another To() undoes it.
   Status QuantizeToInt8(at::ScalarType attention_dtype);
   bool int8() const { return !int8_layers_.empty(); }
+  // After QuantizeToInt8: the long texts' attention dtype it was given.
+  at::ScalarType int8_attention_dtype() const { return int8_attention_dtype_; }
 
   // ids, mask: int64 [B, L] on the model's device. Returns the last hidden
   // state [B, L, hidden] in the model's dtype. `padded`: whether any mask

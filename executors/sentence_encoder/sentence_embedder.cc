@@ -129,8 +129,6 @@ bool CpuHasAmxBFloat16() {
 #endif
 }
 
-namespace {
-
 bool CpuHasBFloat16Instructions() {
 #if defined(__x86_64__) || defined(__i386__)
   return __builtin_cpu_supports("avx512bf16") != 0;
@@ -138,6 +136,8 @@ bool CpuHasBFloat16Instructions() {
   return false;
 #endif
 }
+
+namespace {
 
 // The best of the products timed in kBudget (at least kMinTimed of each),
 // after two untimed ones (kernel selection, first-touch page faults), in
@@ -199,8 +199,6 @@ std::string_view FasterCpuDType(const CpuMatmulSpeed& speed) {
   return speed.bfloat16_gflops >= kBFloat16MinSpeedup * speed.float32_gflops ? "bfloat16"
                                                                              : "float32";
 }
-
-bool CpuHasFastBFloat16() { return FasterCpuDType(MeasuredCpuMatmulSpeed()) == "bfloat16"; }
 
 StatusOr<std::string> ResolveDType(std::string_view dtype, const Device& device) {
   if (dtype == "float32" || dtype == "float16" || dtype == "bfloat16") {
@@ -378,9 +376,11 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
   embedder->torch_device_ = gantry::ToTorchDevice(device);
   embedder->model_.To(embedder->torch_device_, dtype);
   if (dtype_name == "int8") {
-    // The attention in bfloat16 where the CPU multiplies it natively.
+    // The long texts' attention in bfloat16 where the CPU has the
+    // instructions: a flag, not a timing, so that the same CPU always
+    // gives the same embeddings (a timing flips on a busy machine).
     const Status quantized =
-        embedder->model_.QuantizeToInt8(CpuHasFastBFloat16() ? at::kBFloat16 : at::kFloat);
+        embedder->model_.QuantizeToInt8(CpuHasBFloat16Instructions() ? at::kBFloat16 : at::kFloat);
     if (!quantized.ok()) {
       return Status(quantized.code(), folder.string() + ": " + std::string(quantized.message()));
     }

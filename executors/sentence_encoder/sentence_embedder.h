@@ -64,8 +64,9 @@ const CpuMatmulSpeed& MeasuredCpuMatmulSpeed();
 inline constexpr double kBFloat16MinSpeedup = 1.2;
 std::string_view FasterCpuDType(const CpuMatmulSpeed& speed);
 
-// FasterCpuDType(MeasuredCpuMatmulSpeed()) is bfloat16.
-bool CpuHasFastBFloat16();
+// The CPU has AVX512-BF16 (every CPU with AMX has it too). int8 runs the
+// attention of long texts in bfloat16 where it does, in float32 elsewhere.
+bool CpuHasBFloat16Instructions();
 
 // The dtype the model runs in: float32, float16 and bfloat16 as given;
 // int8 (linear layers in int8, the rest in float32/bfloat16; CPU only) as
@@ -212,6 +213,7 @@ class SentenceEmbedder {
   const std::string& dtype() const { return dtype_; }
   const std::string& model_path() const { return model_path_; }
   const WordPieceTokenizer& tokenizer() const { return tokenizer_; }
+  const BertModel& model() const { return model_; }
 
  private:
   SentenceEmbedder(WordPieceTokenizer tokenizer, BertModel model)
