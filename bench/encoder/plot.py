@@ -35,6 +35,8 @@ def read_run(path):
             mode, _, value, _ = row.rstrip("\n").split("\t")
             if mode == "ceiling":
                 ceilings.append(float(value))
+            elif mode.startswith("ceiling_"):
+                continue  # another dtype's ceiling (int8's, for sides k and l): not drawn
             else:
                 runs.setdefault(mode, []).append(float(value))
     if not runs:

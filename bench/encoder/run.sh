@@ -48,7 +48,13 @@
 # threads and dtype; no side can beat it) once a round, as one more side in
 # the rotation, and prints each side's share of it: the median over the
 # rounds of the side's figure over the same round's ceiling, since on a
-# shared machine the ceiling itself moves by a fifth within minutes.
+# shared machine the ceiling itself moves by a fifth within minutes. The
+# ceiling is the faster of 32 and 128 documents a pass (and the
+# --gantry-batching width), timed with the heap settings Gantry's processes
+# take (gantry/heap.h). With side k or l in --modes it also measures the
+# ceiling of dtype int8 (ceiling.py --dtype int8: oneDNN's int8 products)
+# and sets k and l against that one, and prints the int8 ceiling over the
+# run's dtype's: the most int8 can gain over that dtype on this machine.
 # With --replicas R (default 1) Gantry serves with R replicas and the bare
 # side runs R encoder_bare processes at once (bare_processes.sh), each on
 # cores / R threads under --threads 0 (a Deployment chooses that share
@@ -250,8 +256,10 @@ RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
     # on a busy machine, never low. With replicas, one replica's threads
     # alone, times the replicas (alone, a process has the memory bus to
     # itself: high again, never low).
-    z) cmd=("${gantry_env[@]}" "${python_bin}" "${here}/ceiling.py" --model-path "${model}"
-            --dtype "${dtype}") ;;
+    z|y) cmd=(env MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=67108864
+              "${gantry_env[@]}" "${python_bin}" "${here}/ceiling.py" --model-path "${model}"
+              --batch "${ceiling_batches[@]}")
+         if [[ "${mode}" == y ]]; then cmd+=(--dtype int8); else cmd+=(--dtype "${dtype}"); fi ;;
   esac
   setsid timeout -k 10 "${limit}" "${cmd[@]}" >"${log}" 2>&1 &
   child=$!
@@ -266,7 +274,7 @@ RunMode() {  # RunMode MODE LOG -> sets `value` to docs/s, or returns 1
     return 1
   fi
   value="$(grep -o 'docs_per_s=[0-9.]*' "${log}" | tail -n 1 | cut -d= -f2)"
-  if [[ "${mode}" == z && -n "${value}" ]]; then
+  if [[ "${mode}" =~ ^[zy]$ && -n "${value}" ]]; then
     value="$(awk -v v="${value}" -v r="${replicas}" 'BEGIN { printf "%.1f", v * r }')"
   fi
   if [[ -z "${value}" ]]; then
@@ -282,8 +290,15 @@ echo "encoder benchmark: N=${docs} docs, ${rounds} rounds, request_size 32, ${de
 results="${work}/results.tsv"
 : >"${results}"
 steps="${modes}"
+ceiling_batches=(32 128)
+if [[ -n "${gantry_batching}" && ! " ${ceiling_batches[*]} " =~ " ${gantry_batching%%:*} " ]]; then
+  ceiling_batches+=("${gantry_batching%%:*}")
+fi
 if [[ ${ceiling} -eq 1 ]]; then
   steps+=z
+  if [[ "${modes}" =~ [kl] ]]; then
+    steps+=y
+  fi
 fi
 for ((r = 0; r < rounds; r++)); do
   # Rotate the order: round 0 abc, round 1 bca, round 2 cab, ...
@@ -298,6 +313,8 @@ for ((r = 0; r < rounds; r++)); do
     name="${m}" label="(${m})"
     if [[ "${m}" == z ]]; then
       name=ceiling label=ceiling
+    elif [[ "${m}" == y ]]; then
+      name=ceiling_int8 label="int8 ceiling"
     fi
     printf '%s\t%d\t%s\t%s\n' "${name}" "$((r + 1))" "${v}" "${startup:-}" >>"${results}"
     line+="  ${label} ${v} docs/s"
@@ -307,12 +324,15 @@ done
 if [[ ${ceiling} -eq 1 ]]; then
   # The last round's details (products in ATen, oneDNN, prepacked).
   sed 's/^/ceiling: /' "${work}/z-$((rounds - 1)).log"
+  if [[ -f "${work}/y-$((rounds - 1)).log" ]]; then
+    sed 's/^/int8 ceiling: /' "${work}/y-$((rounds - 1)).log"
+  fi
 fi
 if [[ -n "${out}" ]]; then
   cp "${results}" "${out}"
 fi
 
-python3 - "${results}" "${docs}" <<'PY'
+python3 - "${results}" "${docs}" "${dtype}" <<'PY'
 import statistics, sys
 names = {'a': '(a) bare model (encoder_bare)',
          'b': '(b) Gantry Deployment + C++ client (encode_10k)',
@@ -330,11 +350,15 @@ names = {'a': '(a) bare model (encoder_bare)',
 runs = {}
 startups = {}
 ceilings = {}  # round -> the ceiling measured in it
+int8_ceilings = {}  # round -> dtype int8's ceiling measured in it
 by_round = {}  # (mode, round) -> docs/s
 for row in open(sys.argv[1]):
     mode, rnd, value, startup = row.rstrip('\n').split('\t')
     if mode == 'ceiling':
         ceilings[rnd] = float(value)
+        continue
+    if mode == 'ceiling_int8':
+        int8_ceilings[rnd] = float(value)
         continue
     by_round[(mode, rnd)] = float(value)
     runs.setdefault(mode, []).append(float(value))
@@ -379,9 +403,21 @@ if ceilings:
     values = list(ceilings.values())
     print(f'  ceiling (matrix products alone, once a round): median {statistics.median(values):.1f}'
           f' docs/s (runs: {", ".join(f"{x:.1f}" for x in values)})')
-    # Each side against the ceiling of its own round, then the median.
+    # Each side against the ceiling of its own round, then the median;
+    # sides k and l against dtype int8's ceiling where it was measured.
     for m in sorted(med):
-        shares = [by_round[(m, r)] / c for r, c in ceilings.items() if (m, r) in by_round]
-        print(f'  share of the ceiling ({m}): median {statistics.median(shares):.2f}'
+        own = int8_ceilings if m in 'kl' and int8_ceilings else ceilings
+        shares = [by_round[(m, r)] / c for r, c in own.items() if (m, r) in by_round]
+        which = 'the int8 ceiling' if own is int8_ceilings else 'the ceiling'
+        print(f'  share of {which} ({m}): median {statistics.median(shares):.2f}'
               f' (rounds: {", ".join(f"{x:.2f}" for x in shares)})')
+if int8_ceilings:
+    values = list(int8_ceilings.values())
+    print(f'  int8 ceiling (oneDNN int8 products alone): median {statistics.median(values):.1f}'
+          f' docs/s (runs: {", ".join(f"{x:.1f}" for x in values)})')
+    gains = [c / ceilings[r] for r, c in int8_ceilings.items() if r in ceilings]
+    if gains:
+        print(f'  int8 ceiling / {sys.argv[3]} ceiling: median {statistics.median(gains):.2f}'
+              f' (rounds: {", ".join(f"{x:.2f}" for x in gains)}): the most int8 can gain'
+              f' over {sys.argv[3]} here')
 PY
