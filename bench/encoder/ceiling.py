@@ -191,9 +191,15 @@ def int8_ceiling(_, batch, shape):
     head_dim = 32
     q = torch.randn(batch * (hidden // head_dim), tokens, head_dim, generator=generator)
     with torch.inference_mode():
-        products = [int8_product(hidden, 3 * hidden, rows), int8_product(hidden, hidden, rows),
-                    int8_product(hidden, inner, rows), int8_product(inner, hidden, rows)]
-        tiny = [int8_product(16, 16, 1)] * len(products)
+        try:
+            products = [int8_product(hidden, 3 * hidden, rows),
+                        int8_product(hidden, hidden, rows),
+                        int8_product(hidden, inner, rows), int8_product(inner, hidden, rows)]
+            tiny = [int8_product(16, 16, 1)] * len(products)
+            products[0]()
+        except (RuntimeError, AttributeError) as e:  # no oneDNN int8 in this torch or CPU
+            raise SystemExit(f"ceiling.py: dtype int8: oneDNN's int8 linear is not usable "
+                             f"here ({e})") from e
         calls = best_seconds(lambda: [p() for p in tiny], repeats=200)
         seconds = best_seconds(lambda: [p() for p in products], repeats=50) - calls
         attention_seconds = best_seconds(
