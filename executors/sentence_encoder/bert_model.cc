@@ -40,6 +40,7 @@
 
 #include "attention_rows.h"
 #include "int8_linear.h"
+#include "norm_rows.h"
 
 namespace gantry::sentence_encoder {
 namespace {
@@ -184,6 +185,31 @@ at::Tensor ShortAttention(const at::Tensor& qkv, const HeadLayout& layout,
       attention_rows::AttentionFromQkv(in.const_data_ptr<float>(), layout, mask, s, begin, end,
                                        out.mutable_data_ptr<float>());
     }
+  });
+  return out;
+}
+
+// LayerNorm over the last dimension: norm_rows' kernel on contiguous
+// bfloat16 CPU rows where the CPU has AVX512-BF16, ATen's elsewhere.
+at::Tensor LayerNorm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                     double eps) {
+  const std::int64_t cols = x.size(-1);
+  constexpr std::int64_t kWidth = 16;
+  if (!x.is_cpu() || x.scalar_type() != at::kBFloat16 || !x.is_contiguous() ||
+      cols > norm_rows::kMaxCols || cols % kWidth != 0 || weight.scalar_type() != at::kBFloat16 ||
+      bias.scalar_type() != at::kBFloat16 || !weight.is_contiguous() || !bias.is_contiguous() ||
+      !norm_rows::BFloat16RowsAvailable()) {
+    return at::layer_norm(x, {cols}, weight, bias, eps);
+  }
+  at::Tensor out = at::empty_like(x);
+  const std::int64_t rows = cols > 0 ? x.numel() / cols : 0;
+  constexpr std::int64_t kRowGrain = 64;
+  ParallelRows(rows, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
+    norm_rows::LayerNormRowsBFloat16(static_cast<const std::uint16_t*>(x.const_data_ptr()), cols,
+                                     static_cast<const std::uint16_t*>(weight.const_data_ptr()),
+                                     static_cast<const std::uint16_t*>(bias.const_data_ptr()),
+                                     static_cast<float>(eps), begin, end,
+                                     static_cast<std::uint16_t*>(out.mutable_data_ptr()));
   });
   return out;
 }
@@ -472,7 +498,6 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
   const std::int64_t hidden = config_.hidden_size;
   const std::int64_t heads = config_.num_attention_heads;
   const std::int64_t head_dim = hidden / heads;
-  const std::vector<std::int64_t> norm_shape = {hidden};
   const double eps = config_.layer_norm_eps;
 
   at::Tensor x = Embed(input_ids, token_type_ids);
@@ -537,13 +562,13 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
               .transpose(1, 2)
               .reshape({batch, length, hidden});
     }
-    const at::Tensor a = at::layer_norm(
-        linear_add(context, weight(l.attn_out_w, l.attn_out_packed), l.attn_out_b, x), norm_shape,
-        l.attn_ln_w, l.attn_ln_b, eps);
+    const at::Tensor a =
+        LayerNorm(linear_add(context, weight(l.attn_out_w, l.attn_out_packed), l.attn_out_b, x),
+                  l.attn_ln_w, l.attn_ln_b, eps);
     const at::Tensor i =
         linear_gelu(a, weight(l.inter_w, l.inter_packed), l.inter_b);  // exact erf GELU
-    x = at::layer_norm(linear_add(i, weight(l.out_w, l.out_packed), l.out_b, a), norm_shape,
-                       l.out_ln_w, l.out_ln_b, eps);
+    x = LayerNorm(linear_add(i, weight(l.out_w, l.out_packed), l.out_b, a), l.out_ln_w, l.out_ln_b,
+                  eps);
   }
   return x;
 }
@@ -556,8 +581,7 @@ at::Tensor BertModel::Embed(const at::Tensor& input_ids, const at::Tensor& token
                                      : token_type_embeddings_[0];
   const at::Tensor x = at::embedding(word_embeddings_, input_ids) +
                        at::embedding(position_embeddings_, positions).unsqueeze(0) + token_types;
-  return at::layer_norm(x, {config_.hidden_size}, embeddings_ln_w_, embeddings_ln_b_,
-                        config_.layer_norm_eps);
+  return LayerNorm(x, embeddings_ln_w_, embeddings_ln_b_, config_.layer_norm_eps);
 }
 
 Status BertModel::QuantizeToInt8(at::ScalarType attention_dtype) {
