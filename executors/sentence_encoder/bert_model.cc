@@ -190,7 +190,8 @@ at::Tensor ShortAttention(const at::Tensor& qkv, const HeadLayout& layout,
 }
 
 // LayerNorm over the last dimension: norm_rows' kernel on contiguous
-// bfloat16 CPU rows where the CPU has AVX512-BF16, ATen's elsewhere.
+// bfloat16 CPU rows where the CPU has AVX512-BF16, ATen's elsewhere (which
+// also says what is wrong with parameters of another size).
 at::Tensor LayerNorm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                      double eps) {
   const std::int64_t cols = x.size(-1);
@@ -198,6 +199,7 @@ at::Tensor LayerNorm(const at::Tensor& x, const at::Tensor& weight, const at::Te
   if (!x.is_cpu() || x.scalar_type() != at::kBFloat16 || !x.is_contiguous() ||
       cols > norm_rows::kMaxCols || cols % kWidth != 0 || weight.scalar_type() != at::kBFloat16 ||
       bias.scalar_type() != at::kBFloat16 || !weight.is_contiguous() || !bias.is_contiguous() ||
+      weight.numel() != cols || bias.numel() != cols || !weight.is_cpu() || !bias.is_cpu() ||
       !norm_rows::BFloat16RowsAvailable()) {
     return at::layer_norm(x, {cols}, weight, bias, eps);
   }
