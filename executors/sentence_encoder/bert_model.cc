@@ -39,6 +39,7 @@
 #include <utility>
 
 #include "attention_rows.h"
+#include "attention_tiles.h"
 #include "int8_linear.h"
 #include "norm_rows.h"
 
@@ -167,7 +168,8 @@ bool OneDnnLinearWorks(at::ScalarType dtype) {
 
 // attention_rows' attention of each text of `qkv` ([B, L, 3 * hidden],
 // float32 or bfloat16, contiguous), one text per task on libtorch's
-// threads: [B, L, hidden] in qkv's dtype.
+// threads: [B, L, hidden] in qkv's dtype. bfloat16 runs on AMX tiles
+// (attention_tiles) where the CPU has them and the heads fit.
 at::Tensor ShortAttention(const at::Tensor& qkv, const HeadLayout& layout,
                           const std::optional<at::Tensor>& additive_mask, double scale) {
   const at::Tensor in = qkv.contiguous();
@@ -176,8 +178,13 @@ at::Tensor ShortAttention(const at::Tensor& qkv, const HeadLayout& layout,
   const float* mask = additive_mask.has_value() ? additive_mask->const_data_ptr<float>() : nullptr;
   const auto s = static_cast<float>(scale);
   const bool bf16 = in.scalar_type() == at::kBFloat16;
+  const bool tiles = bf16 && attention_tiles::Available() && attention_tiles::TakesLayout(layout);
   ParallelRows(layout.batch, 1, [&](std::int64_t begin, std::int64_t end) {
-    if (bf16) {
+    if (tiles) {
+      attention_tiles::AttentionFromQkvBFloat16(
+          static_cast<const std::uint16_t*>(in.const_data_ptr()), layout, mask, s, begin, end,
+          static_cast<std::uint16_t*>(out.mutable_data_ptr()));
+    } else if (bf16) {
       attention_rows::AttentionFromQkvBFloat16(
           static_cast<const std::uint16_t*>(in.const_data_ptr()), layout, mask, s, begin, end,
           static_cast<std::uint16_t*>(out.mutable_data_ptr()));
