@@ -5,8 +5,8 @@
 // query/key/value layer's output to the context rows the output projection
 // reads, for CPUs with AMX-BF16 (Xeon Sapphire Rapids and later). A head of
 // a 14-token text is one tile product for its scores and two for its
-// context, where the vector kernel spends some 900 multiply-adds; what is
-// left is the softmax, in float32 vector registers. The weights are rounded
+// context, where the vector kernel issues some 900 16-lane multiply-adds;
+// what is left is the softmax, in float32 vector registers. The weights are rounded
 // to bfloat16 before they multiply the values (the tiles take bfloat16
 // only), as ATen's own bfloat16 attention does.
 //
