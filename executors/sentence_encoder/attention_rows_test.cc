@@ -7,20 +7,15 @@
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
-#include <string>
+
+#include "attention_test_shapes.h"
 
 namespace gantry::sentence_encoder {
 namespace {
 
-struct Shape {
-  std::int64_t batch, length, heads, head_dim;
-};
-
-std::string Name(const Shape& s) {
-  return std::to_string(s.batch) + " texts of " + std::to_string(s.length) + " tokens, " +
-         std::to_string(s.heads) + " heads of " + std::to_string(s.head_dim);
-}
+using attention_test::Name;
+using attention_test::PaddingMask;
+using attention_test::Shape;
 
 // softmax(q k^T * scale + mask) v per head, from token-major [B * L, 3h]
 // float32, back to token-major [B * L, h].
@@ -32,13 +27,6 @@ at::Tensor Reference(const at::Tensor& qkv, const Shape& s, const at::Tensor& ma
                                              mask.view({s.batch, 1, 1, s.length}),
                                          -1);
   return at::matmul(weights, parts[2]).permute({0, 2, 1, 3}).reshape({s.batch * s.length, hidden});
-}
-
-// The last text padded after half its tokens (at least one kept).
-at::Tensor PaddingMask(const Shape& s) {
-  at::Tensor mask = at::zeros({s.batch, s.length});
-  mask[s.batch - 1].slice(0, (s.length + 1) / 2).fill_(std::numeric_limits<float>::lowest());
-  return mask;
 }
 
 // Lengths on and off the kernel's 16-key blocks, up to the longest it

@@ -53,6 +53,21 @@ namespace {
 // c += a b, a's rows of bfloat16 pairs against b's columns of pairs.
 #define GANTRY_TILE_DOT(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
 
+// Tile c = the sum over n in [0, count) of tile a, loaded from a_at (rows
+// a_stride bytes apart), times tile 2, loaded from b_at (64-byte rows);
+// then stored to dst, rows dst_stride bytes apart. a_at and b_at are
+// expressions of n.
+#define GANTRY_TILE_PRODUCT(c, a, count, a_at, a_stride, b_at, dst, dst_stride) \
+  do {                                                                          \
+    GANTRY_TILE_ZERO(c);                                                        \
+    for (std::int64_t n = 0; n < (count); ++n) {                                \
+      GANTRY_TILE_LOAD(a, (a_at), (a_stride));                                  \
+      GANTRY_TILE_LOAD(2, (b_at), 64L);                                         \
+      GANTRY_TILE_DOT(c, a, 2);                                                 \
+    }                                                                           \
+    GANTRY_TILE_STORE(c, (dst), (dst_stride));                                  \
+  } while (false)
+
 // Tiles: 0 and 1 the product and left operand of a full block of 16 rows,
 // 3 and 4 those of the text's last, partial block, 2 the right operand.
 struct alignas(64) TileConfig {
@@ -223,21 +238,11 @@ GANTRY_TILES_TARGET void AttendHead(const std::uint16_t* q, const std::uint16_t*
       float* scores = &s.scores[0][kb * kTileRows];
       constexpr long kScoreBytes = kMaxLength * 4;  // NOLINT(google-runtime-int)
       if (partial) {
-        GANTRY_TILE_ZERO(4);
-        for (std::int64_t c = 0; c < chunks; ++c) {
-          GANTRY_TILE_LOAD(3, q_block + c * kTileWidth, row_bytes);
-          GANTRY_TILE_LOAD(2, s.keys[kb][c], 64L);
-          GANTRY_TILE_DOT(4, 3, 2);
-        }
-        GANTRY_TILE_STORE(4, scores, kScoreBytes);
+        GANTRY_TILE_PRODUCT(4, 3, chunks, q_block + n * kTileWidth, row_bytes, s.keys[kb][n],
+                            scores, kScoreBytes);
       } else {
-        GANTRY_TILE_ZERO(0);
-        for (std::int64_t c = 0; c < chunks; ++c) {
-          GANTRY_TILE_LOAD(1, q_block + c * kTileWidth, row_bytes);
-          GANTRY_TILE_LOAD(2, s.keys[kb][c], 64L);
-          GANTRY_TILE_DOT(0, 1, 2);
-        }
-        GANTRY_TILE_STORE(0, scores, kScoreBytes);
+        GANTRY_TILE_PRODUCT(0, 1, chunks, q_block + n * kTileWidth, row_bytes, s.keys[kb][n],
+                            scores, kScoreBytes);
       }
     }
     Softmax(s, rows, length, scale);
@@ -245,21 +250,11 @@ GANTRY_TILES_TARGET void AttendHead(const std::uint16_t* q, const std::uint16_t*
     constexpr long kWeightBytes = kMaxLength * 2;  // NOLINT(google-runtime-int)
     for (std::int64_t db = 0; db < column_blocks; ++db) {
       if (partial) {
-        GANTRY_TILE_ZERO(4);
-        for (std::int64_t kc = 0; kc < key_chunks; ++kc) {
-          GANTRY_TILE_LOAD(3, &s.weights[0][kc * kTileWidth], kWeightBytes);
-          GANTRY_TILE_LOAD(2, s.values[kc][db], 64L);
-          GANTRY_TILE_DOT(4, 3, 2);
-        }
-        GANTRY_TILE_STORE(4, s.context, 64L);
+        GANTRY_TILE_PRODUCT(4, 3, key_chunks, &s.weights[0][n * kTileWidth], kWeightBytes,
+                            s.values[n][db], s.context, 64L);
       } else {
-        GANTRY_TILE_ZERO(0);
-        for (std::int64_t kc = 0; kc < key_chunks; ++kc) {
-          GANTRY_TILE_LOAD(1, &s.weights[0][kc * kTileWidth], kWeightBytes);
-          GANTRY_TILE_LOAD(2, s.values[kc][db], 64L);
-          GANTRY_TILE_DOT(0, 1, 2);
-        }
-        GANTRY_TILE_STORE(0, s.context, 64L);
+        GANTRY_TILE_PRODUCT(0, 1, key_chunks, &s.weights[0][n * kTileWidth], kWeightBytes,
+                            s.values[n][db], s.context, 64L);
       }
       for (std::int64_t i = 0; i < rows; ++i) {
         // Rounds to nearest even, as at::BFloat16 does.

@@ -8,22 +8,16 @@
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
-#include <string>
 
 #include "attention_rows.h"
+#include "attention_test_shapes.h"
 
 namespace gantry::sentence_encoder {
 namespace {
 
-struct Shape {
-  std::int64_t batch, length, heads, head_dim;
-};
-
-std::string Name(const Shape& s) {
-  return std::to_string(s.batch) + " texts of " + std::to_string(s.length) + " tokens, " +
-         std::to_string(s.heads) + " heads of " + std::to_string(s.head_dim);
-}
+using attention_test::Name;
+using attention_test::PaddingMask;
+using attention_test::Shape;
 
 HeadLayout Layout(const Shape& s) { return {s.batch, s.length, s.heads, s.head_dim}; }
 
@@ -47,13 +41,6 @@ at::Tensor Context(const at::Tensor& weights, const at::Tensor& qkv, const Shape
   return at::matmul(weights, values_of(parts[2]))
       .permute({0, 2, 1, 3})
       .reshape({s.batch * s.length, s.heads * s.head_dim});
-}
-
-// The last text padded after half its tokens (at least one kept).
-at::Tensor PaddingMask(const Shape& s) {
-  at::Tensor mask = at::zeros({s.batch, s.length});
-  mask[s.batch - 1].slice(0, (s.length + 1) / 2).fill_(std::numeric_limits<float>::lowest());
-  return mask;
 }
 
 at::Tensor RunTiles(const at::Tensor& qkv, const Shape& s, const at::Tensor& mask, double scale,
