@@ -13,6 +13,8 @@
 #define GANTRY_ATTENTION_TILES_X86 1
 #endif
 
+#include "row_vectors.h"
+
 namespace gantry::sentence_encoder::attention_tiles {
 
 namespace {
@@ -128,25 +130,6 @@ GANTRY_TILES_TARGET inline void Transpose16x16(__m512i rows[16]) {
   }
 }
 
-// e^x for x <= 0 (scores less their maximum), to a few float32 ulps; 0
-// below -87, where float32's e^x is denormal.
-GANTRY_TILES_TARGET inline __m512 ExpNonPositive(__m512 x) {
-  const __mmask16 underflows = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0F), _CMP_LT_OQ);
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0F));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341F)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125F), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06F), r);
-  __m512 p = _mm512_set1_ps(1.0F / 720.0F);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0F / 120.0F));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0F / 24.0F));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0F / 6.0F));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5F));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0F));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0F));
-  return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~underflows), p, n);
-}
-
 // Lanes of key block kb that are keys of the text.
 inline __mmask16 KeyLanes(std::int64_t kb, std::int64_t length) {
   const std::int64_t keys = length - kb * kTileRows;
@@ -170,8 +153,8 @@ GANTRY_TILES_TARGET inline void Softmax(Scratch& s, std::int64_t rows, std::int6
     const __m512 row_top = _mm512_set1_ps(_mm512_reduce_max_ps(top));
     __m512 sum = _mm512_setzero_ps();
     for (std::int64_t kb = 0; kb < key_blocks; ++kb) {
-      x[kb] =
-          _mm512_maskz_mov_ps(KeyLanes(kb, length), ExpNonPositive(_mm512_sub_ps(x[kb], row_top)));
+      x[kb] = _mm512_maskz_mov_ps(KeyLanes(kb, length),
+                                  row_vectors::ExpFloats(_mm512_sub_ps(x[kb], row_top)));
       sum = _mm512_add_ps(sum, x[kb]);
     }
     const __m512 inverse = _mm512_set1_ps(1.0F / _mm512_reduce_add_ps(sum));
