@@ -13,6 +13,18 @@
 // blocks may reach the same settings by itself, so it may keep no more
 // memory than glibc would let it keep anyway.
 //
+// The thresholds hold only for the process's main arena. Every other thread
+// that allocates gets an arena of its own, made of heaps of at most 64 MiB,
+// and glibc unmaps such a heap as soon as all its blocks are free, whatever
+// the trim threshold. A worker runs the model on a thread of its own, whose
+// first heap fills with the weights it loads: every activation of a few
+// MiB then took a fresh heap and gave it back, and a bfloat16 encoder's
+// worker faulted up to 150,000 pages in per 8,192 documents, more or fewer
+// from run to run with where its weights had landed (the bare model, on the
+// main thread, next to none). So every thread allocates from the
+// main arena (glibc's arena_max 1); threads that allocate small blocks keep
+// taking them from their own per-thread cache without a lock.
+//
 // Every gantry-worker does this before its executor is constructed; a
 // program that runs a model itself (a benchmark, an embedding of the model
 // without a worker) calls it first.
@@ -31,15 +43,17 @@ inline constexpr std::size_t kModelTrimThresholdBytes = 64U << 20;
 
 // What KeepModelBuffersInHeap did.
 enum class HeapTuning {
-  kApplied,            // both thresholds set
-  kLeftToEnvironment,  // MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or
-                       // GLIBC_TUNABLES is set: the user's settings stand
+  kApplied,            // both thresholds and the arena limit set
+  kLeftToEnvironment,  // MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_,
+                       // MALLOC_ARENA_MAX or GLIBC_TUNABLES is set: the
+                       // user's settings stand
   kUnsupported,        // not glibc's malloc, or it refused
 };
 
-// Sets glibc's mmap threshold to kModelMmapThresholdBytes and its trim
-// threshold to kModelTrimThresholdBytes, unless the environment sets malloc
-// tunables. Idempotent.
+// Sets glibc's mmap threshold to kModelMmapThresholdBytes, its trim
+// threshold to kModelTrimThresholdBytes and its arena limit to one, unless
+// the environment sets malloc tunables. Call it before the process starts
+// threads: a thread that has allocated keeps the arena it has. Idempotent.
 HeapTuning KeepModelBuffersInHeap();
 
 }  // namespace gantry
