@@ -247,6 +247,8 @@ StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   grpc::ResourceQuota quota("gantry-worker");
   quota.SetMaxThreads(kMaxWorkerCallsInFlight + kSpareServerThreads);
   builder.SetResourceQuota(quota);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+                              kWorkerIdleServerThreads);
   std::string address = JoinHostPort(host, port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(&server->services_->single);
