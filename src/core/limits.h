@@ -51,10 +51,11 @@ inline constexpr std::int64_t kGatewayMessagesInFlight = 16;
 // refusals needs more room than the pollers alone (32 lost that race).
 inline constexpr int kSpareServerThreads = 64;
 
-// Sync-server threads a worker keeps waiting for the next call once their
-// call is answered (gRPC's MAX_POLLERS; its default of 2 made nearly every
-// call of a client with 64 in flight start a thread and end one). They stay
-// until the worker stops; each idle one is a stack of a few pages.
-inline constexpr int kWorkerIdleServerThreads = 64;
+// Sync-server threads a worker (data calls) or a gateway (ModelInfer) keeps
+// waiting for the next call once their call is answered (gRPC's
+// MAX_POLLERS; its default of 2 made nearly every call of a client with 64
+// in flight start a thread and end one). They stay until the server stops;
+// each idle one is a stack of a few pages.
+inline constexpr int kIdleSyncServerThreads = 64;
 
 }  // namespace gantry::internal

@@ -695,6 +695,8 @@ Status Gateway::Impl::Init() {
   grpc::ResourceQuota quota("gantry-gateway");
   quota.SetMaxThreads(kMaxKServeCallsInFlight + kSpareServerThreads);
   builder.SetResourceQuota(quota);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+                              kIdleSyncServerThreads);
   std::string address = JoinHostPort(options_.host, options_.port);
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (options_.tls.enabled()) {

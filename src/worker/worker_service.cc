@@ -248,7 +248,7 @@ StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   quota.SetMaxThreads(kMaxWorkerCallsInFlight + kSpareServerThreads);
   builder.SetResourceQuota(quota);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
-                              kWorkerIdleServerThreads);
+                              kIdleSyncServerThreads);
   std::string address = JoinHostPort(host, port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(&server->services_->single);

@@ -21,6 +21,7 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -541,6 +542,62 @@ TEST(HostileInputTest, AFloodOfModelInferCallsIsRefusedPastTheGatewaysBound) {
   EXPECT_LE(ThreadCount(::getpid()) - threads_before,
             internal::kMaxKServeCallsInFlight + internal::kSpareServerThreads + 32);
   flood.ExpectServedOnRelease();
+}
+
+// The ids of this process's gRPC sync-server threads (gRPC names them
+// grpcpp_sync_server): the in-process gateway's, which serve ModelInfer.
+std::set<std::string> SyncServerThreadsOfThisProcess() {
+  std::set<std::string> threads;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", error)) {
+    std::ifstream comm(entry.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name) && name.rfind("grpcpp_sync", 0) == 0) {
+      threads.insert(entry.path().filename().string());
+    }
+  }
+  return threads;
+}
+
+// Once a ModelInfer call is answered, its gateway thread waits for the next
+// call instead of ending: with gRPC's default of two idle threads, nearly
+// every call of a client with many in flight ended a thread and started one.
+TEST(HostileInputTest, TheGatewayKeepsItsModelInferThreadsFromOneBurstToTheNext) {
+  testing::TempDir dir;
+  const std::string release = dir.File("release");
+  Deployment dep({.uses = "GateExec", .uses_with = {{"release", Value(release)}}, .replicas = 1});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  inference::ModelInferRequest infer;
+  infer.set_model_name("executor");
+  auto* input = infer.add_inputs();
+  input->set_name("text");
+  input->set_datatype("BYTES");
+  input->add_shape(1);
+  input->add_shape(1);
+  input->mutable_contents()->add_bytes_contents("x");
+  static constexpr int kCalls = 24;
+  // kCalls calls held at once (GateExec answers when `release` exists),
+  // then released; returns the sync-server threads left afterwards.
+  auto burst = [&]() -> std::set<std::string> {
+    std::filesystem::remove(release);
+    Flood flood(dep.address(), "/inference.GRPCInferenceService/ModelInfer",
+                infer.SerializeAsString(), kCalls, release);
+    EXPECT_TRUE(testing::WaitUntil(
+        [] { return SyncServerThreadsOfThisProcess().size() >= static_cast<std::size_t>(kCalls); },
+        std::chrono::milliseconds(60000)))
+        << "the gateway never held " << kCalls << " calls at once";
+    flood.ExpectServedOnRelease();
+    return SyncServerThreadsOfThisProcess();
+  };
+  const std::size_t before = SyncServerThreadsOfThisProcess().size();
+  const std::set<std::string> after_first = burst();
+  // Those that held the calls are still there, waiting for the next ones.
+  EXPECT_GE(after_first.size(), before + kCalls / 2) << before << " threads before the burst";
+  int started = 0;
+  for (const std::string& thread : burst()) {
+    started += after_first.count(thread) == 0 ? 1 : 0;
+  }
+  EXPECT_LT(started, kCalls / 4);
 }
 
 // The gateway's Jina services are callbacks: a waiting request holds no
