@@ -200,17 +200,6 @@ TEST(DeploymentTest, ClientsTalkToTheGatewayConcurrently) {
   EXPECT_EQ(good.load(), 4);
 }
 
-// The thread ids a process has now.
-std::set<std::string> ThreadsOf(pid_t pid) {
-  std::set<std::string> threads;
-  std::error_code error;
-  for (const auto& entry :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", error)) {
-    threads.insert(entry.path().filename().string());
-  }
-  return threads;
-}
-
 // Each call a worker holds waits on a gRPC sync-server thread. Once answered,
 // that thread must wait for the next call, not end: with gRPC's default of
 // two idle threads, nearly every call of a client with many in flight
@@ -221,7 +210,7 @@ TEST(DeploymentTest, AWorkerKeepsItsServerThreadsFromOneBurstOfCallsToTheNext) {
   const pid_t worker = dep.replicas()[0].pid;
   ASSERT_GT(worker, 0);
   ASSERT_TRUE(dep.Post("/slow", MakeDocs(1)).ok());
-  const std::set<std::string> before = ThreadsOf(worker);
+  const std::set<pid_t> before = testing::ThreadsOf(worker);
   ASSERT_FALSE(before.empty());
   // 24 calls in flight at once, answered one at a time (/slow runs one
   // document a call, after sleeping 10 ms): the worker holds up to 24.
@@ -231,14 +220,14 @@ TEST(DeploymentTest, AWorkerKeepsItsServerThreadsFromOneBurstOfCallsToTheNext) {
                           .prefetch = kCalls};
   auto first = dep.Post("/slow", MakeDocs(kCalls), burst);
   ASSERT_TRUE(first.ok()) << first.status();
-  const std::set<std::string> after_first = ThreadsOf(worker);
+  const std::set<pid_t> after_first = testing::ThreadsOf(worker);
   // Those that held the calls are still there, waiting for the next ones.
   EXPECT_GE(after_first.size(), before.size() + kCalls / 2)
       << before.size() << " threads before the burst";
   auto second = dep.Post("/slow", MakeDocs(kCalls), burst);
   ASSERT_TRUE(second.ok()) << second.status();
   int started = 0;
-  for (const std::string& thread : ThreadsOf(worker)) {
+  for (const pid_t thread : testing::ThreadsOf(worker)) {
     started += after_first.count(thread) == 0 ? 1 : 0;
   }
   // A few may start when more calls overlap the second time than the first.

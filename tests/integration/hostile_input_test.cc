@@ -435,11 +435,7 @@ class Flood {
 };
 
 // Threads of process `pid` now.
-long ThreadCount(pid_t pid) {
-  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
-  return static_cast<long>(std::distance(std::filesystem::directory_iterator(tasks),
-                                         std::filesystem::directory_iterator()));
-}
+long ThreadCount(pid_t pid) { return static_cast<long>(testing::ThreadsOf(pid).size()); }
 
 // A flood of concurrent requests must not grow a worker thread per call:
 // past kMaxWorkerCallsInFlight the replica refuses with RESOURCE_EXHAUSTED
@@ -514,14 +510,8 @@ with:
   EXPECT_EQ((*after)[2].text(), "held:doc 2");
 }
 
-// KServe's ModelInfer is a sync service on the gateway: each call holds a
-// gateway thread until its replica answers. Past kMaxKServeCallsInFlight the
-// gateway refuses with RESOURCE_EXHAUSTED and serves what it took.
-TEST(HostileInputTest, AFloodOfModelInferCallsIsRefusedPastTheGatewaysBound) {
-  testing::TempDir dir;
-  const std::string release = dir.File("release");
-  Deployment dep({.uses = "GateExec", .uses_with = {{"release", Value(release)}}, .replicas = 1});
-  ASSERT_TRUE(dep.ok()) << dep.status();
+// A KServe ModelInfer request for the deployment's one model: one text, "x".
+inference::ModelInferRequest OneTextModelInferRequest() {
   inference::ModelInferRequest infer;
   infer.set_model_name("executor");
   auto* input = infer.add_inputs();
@@ -530,6 +520,18 @@ TEST(HostileInputTest, AFloodOfModelInferCallsIsRefusedPastTheGatewaysBound) {
   input->add_shape(1);
   input->add_shape(1);
   input->mutable_contents()->add_bytes_contents("x");
+  return infer;
+}
+
+// KServe's ModelInfer is a sync service on the gateway: each call holds a
+// gateway thread until its replica answers. Past kMaxKServeCallsInFlight the
+// gateway refuses with RESOURCE_EXHAUSTED and serves what it took.
+TEST(HostileInputTest, AFloodOfModelInferCallsIsRefusedPastTheGatewaysBound) {
+  testing::TempDir dir;
+  const std::string release = dir.File("release");
+  Deployment dep({.uses = "GateExec", .uses_with = {{"release", Value(release)}}, .replicas = 1});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  const inference::ModelInferRequest infer = OneTextModelInferRequest();
 
   constexpr int kRefused = 40;
   const long threads_before = ThreadCount(::getpid());
@@ -546,17 +548,8 @@ TEST(HostileInputTest, AFloodOfModelInferCallsIsRefusedPastTheGatewaysBound) {
 
 // The ids of this process's gRPC sync-server threads (gRPC names them
 // grpcpp_sync_server): the in-process gateway's, which serve ModelInfer.
-std::set<std::string> SyncServerThreadsOfThisProcess() {
-  std::set<std::string> threads;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", error)) {
-    std::ifstream comm(entry.path() / "comm");
-    std::string name;
-    if (std::getline(comm, name) && name.rfind("grpcpp_sync", 0) == 0) {
-      threads.insert(entry.path().filename().string());
-    }
-  }
-  return threads;
+std::set<pid_t> SyncServerThreadsOfThisProcess() {
+  return testing::ThreadsOf(::getpid(), "grpcpp_sync");
 }
 
 // Once a ModelInfer call is answered, its gateway thread waits for the next
@@ -567,18 +560,11 @@ TEST(HostileInputTest, TheGatewayKeepsItsModelInferThreadsFromOneBurstToTheNext)
   const std::string release = dir.File("release");
   Deployment dep({.uses = "GateExec", .uses_with = {{"release", Value(release)}}, .replicas = 1});
   ASSERT_TRUE(dep.ok()) << dep.status();
-  inference::ModelInferRequest infer;
-  infer.set_model_name("executor");
-  auto* input = infer.add_inputs();
-  input->set_name("text");
-  input->set_datatype("BYTES");
-  input->add_shape(1);
-  input->add_shape(1);
-  input->mutable_contents()->add_bytes_contents("x");
+  const inference::ModelInferRequest infer = OneTextModelInferRequest();
   static constexpr int kCalls = 24;
   // kCalls calls held at once (GateExec answers when `release` exists),
   // then released; returns the sync-server threads left afterwards.
-  auto burst = [&]() -> std::set<std::string> {
+  auto burst = [&]() -> std::set<pid_t> {
     std::filesystem::remove(release);
     Flood flood(dep.address(), "/inference.GRPCInferenceService/ModelInfer",
                 infer.SerializeAsString(), kCalls, release);
@@ -590,11 +576,11 @@ TEST(HostileInputTest, TheGatewayKeepsItsModelInferThreadsFromOneBurstToTheNext)
     return SyncServerThreadsOfThisProcess();
   };
   const std::size_t before = SyncServerThreadsOfThisProcess().size();
-  const std::set<std::string> after_first = burst();
+  const std::set<pid_t> after_first = burst();
   // Those that held the calls are still there, waiting for the next ones.
   EXPECT_GE(after_first.size(), before + kCalls / 2) << before << " threads before the burst";
   int started = 0;
-  for (const std::string& thread : burst()) {
+  for (const pid_t thread : burst()) {
     started += after_first.count(thread) == 0 ? 1 : 0;
   }
   EXPECT_LT(started, kCalls / 4);

@@ -151,6 +151,23 @@ std::vector<pid_t> ChildrenOf(pid_t pid) {
   return out;
 }
 
+std::set<pid_t> ThreadsOf(pid_t pid, std::string_view name_prefix) {
+  std::set<pid_t> threads;
+  std::error_code error;
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& entry : std::filesystem::directory_iterator(tasks, error)) {
+    if (!name_prefix.empty()) {
+      std::ifstream comm(entry.path() / "comm");
+      std::string name;
+      if (!std::getline(comm, name) || name.rfind(name_prefix, 0) != 0) {
+        continue;
+      }
+    }
+    threads.insert(static_cast<pid_t>(std::stol(entry.path().filename().string())));
+  }
+  return threads;
+}
+
 bool ProcessAlive(pid_t pid) {
   char state = 0;
   pid_t ppid = 0;

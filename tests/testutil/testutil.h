@@ -10,7 +10,9 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -53,6 +55,9 @@ std::chrono::milliseconds Since(std::chrono::steady_clock::time_point start);
 std::vector<pid_t> ChildrenOf(pid_t pid);
 // True while `pid` exists and is not a zombie.
 bool ProcessAlive(pid_t pid);
+// The thread ids of `pid` now (from /proc/<pid>/task), only those whose name
+// (comm) starts with `name_prefix` when it is not empty; empty once `pid` is gone.
+std::set<pid_t> ThreadsOf(pid_t pid, std::string_view name_prefix = {});
 
 // Bounds a wait that cannot be given a timeout itself (joining threads
 // that call into a server): if it is still alive `timeout` after it was

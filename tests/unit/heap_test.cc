@@ -97,9 +97,7 @@ void TouchEveryPage(void* block, std::size_t bytes) {
     bytes_of[i] = 2;
   }
 }
-#endif
 
-#if defined(__GLIBC__)
 // As a worker's handler thread does: a thread of its own loads weights that
 // stay, then allocates and frees an activation of a few MiB pass after pass.
 // In an arena of its own each activation took a fresh heap, unmapped again
