@@ -93,9 +93,9 @@ class SingleDataService final : public jina::JinaSingleDataRequestRPC::StreamedU
     if (result.is_error) {
       context->AddTrailingMetadata("is-error", "true");
     }
-    if (!stream->Write(request)) {
-      return grpc::Status(grpc::StatusCode::CANCELLED, "process_single_data: the client is gone");
-    }
+    // Sent with the status, as the plain unary form does: one wait for
+    // gRPC's poller a call instead of two.
+    stream->WriteLast(request, grpc::WriteOptions());
     return grpc::Status::OK;
   }
 
@@ -143,9 +143,7 @@ class DataListService final : public jina::JinaDataRequestRPC::StreamedUnaryServ
     if (result.is_error) {
       context->AddTrailingMetadata("is-error", "true");
     }
-    if (!stream->Write(reply)) {
-      return grpc::Status(grpc::StatusCode::CANCELLED, "process_data: the client is gone");
-    }
+    stream->WriteLast(reply, grpc::WriteOptions());  // with the status, as above
     return grpc::Status::OK;
   }
 
