@@ -65,8 +65,9 @@ class SingleDataService final : public jina::JinaSingleDataRequestRPC::StreamedU
     // gateway passed on) does not run the handler, also after waiting for it.
     // The deadline is a clock read; whether a sync call was cancelled is
     // not: IsCancelled polls the call's completion queue, and on the
-    // handler thread that poll took a third of the no-op path's handler
-    // time. It is asked only of requests that waited for their turn.
+    // handler thread that poll took more than half of the handler thread's
+    // time on the no-op path. It is asked only of requests that waited for
+    // their turn.
     const auto arrived = std::chrono::steady_clock::now();
     auto abandoned = [context, arrived] {
       if (context->deadline() <= std::chrono::system_clock::now()) {
