@@ -1,10 +1,14 @@
 #include "common/grpc_options.h"
 
 #include <absl/synchronization/mutex.h>
+#include <grpcpp/resource_quota.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <string>
+
+#include "core/limits.h"
 
 namespace gantry::internal {
 
@@ -17,6 +21,15 @@ int MessageCapForGrpc(std::int64_t max_message_bytes) {
 }
 
 }  // namespace
+
+void BoundSyncServerThreads(grpc::ServerBuilder& builder, const std::string& quota_name,
+                            int max_calls_in_flight) {
+  grpc::ResourceQuota quota(quota_name);
+  quota.SetMaxThreads(max_calls_in_flight + kSpareServerThreads);
+  builder.SetResourceQuota(quota);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+                              kIdleSyncServerThreads);
+}
 
 void ConfigureServerBuilder(grpc::ServerBuilder& builder, std::int64_t max_message_bytes) {
   builder.SetMaxReceiveMessageSize(MessageCapForGrpc(max_message_bytes));

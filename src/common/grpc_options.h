@@ -16,6 +16,11 @@ namespace gantry::internal {
 
 // `max_message_bytes` caps every message received and sent, both ways.
 void ConfigureServerBuilder(grpc::ServerBuilder& builder, std::int64_t max_message_bytes);
+// The threads of a server's sync services: at most `max_calls_in_flight`
+// held calls plus kSpareServerThreads (a ResourceQuota named `quota_name`),
+// and up to kIdleSyncServerThreads kept waiting once their call is answered.
+void BoundSyncServerThreads(grpc::ServerBuilder& builder, const std::string& quota_name,
+                            int max_calls_in_flight);
 // `credentials`: plaintext when null (workers, and clients of a gateway
 // without TLS). A "dns:///name:port" address gets the round_robin policy,
 // so calls spread over every address the name resolves to.

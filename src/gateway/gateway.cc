@@ -5,7 +5,6 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <grpcpp/resource_quota.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <spdlog/spdlog.h>
 
@@ -692,11 +691,7 @@ Status Gateway::Impl::Init() {
   ConfigureServerBuilder(builder, options_.max_message_bytes);
   // Caps the threads of the sync services (KServe, reflection); the Jina
   // services are callbacks and hold no thread while they wait.
-  grpc::ResourceQuota quota("gantry-gateway");
-  quota.SetMaxThreads(kMaxKServeCallsInFlight + kSpareServerThreads);
-  builder.SetResourceQuota(quota);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
-                              kIdleSyncServerThreads);
+  BoundSyncServerThreads(builder, "gantry-gateway", kMaxKServeCallsInFlight);
   std::string address = JoinHostPort(options_.host, options_.port);
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (options_.tls.enabled()) {

@@ -1,7 +1,6 @@
 #include "worker/worker_service.h"
 
 #include <grpcpp/health_check_service_interface.h>
-#include <grpcpp/resource_quota.h>
 
 #include <atomic>
 #include <chrono>
@@ -258,11 +257,7 @@ StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
         GRPC_ARG_MAX_CONNECTION_AGE_MS,
         static_cast<int>(std::chrono::milliseconds(max_connection_age).count()));
   }
-  grpc::ResourceQuota quota("gantry-worker");
-  quota.SetMaxThreads(kMaxWorkerCallsInFlight + kSpareServerThreads);
-  builder.SetResourceQuota(quota);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
-                              kIdleSyncServerThreads);
+  BoundSyncServerThreads(builder, "gantry-worker", kMaxWorkerCallsInFlight);
   std::string address = JoinHostPort(host, port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(&server->services_->single);
