@@ -346,7 +346,8 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
       std::lock_guard lock(mutex_);
       registered = registered_;
       refusal = std::move(refusal_);
-      ReleaseReplyBytesLocked(reply_bytes_held_);  // replies a failed call never wrote
+      // Replies a failed call never wrote, and a unary reply sent with its status.
+      ReleaseReplyBytesLocked(reply_bytes_held_);
     }
     if (refusal) {
       // Its alarm may be firing now: once this returns, it cannot reach us.
@@ -498,6 +499,15 @@ class DataReactor final : public grpc::ServerGenericBidiReactor {
     current_write_ = write_queue_.front();
     current_write_bytes_ = static_cast<std::int64_t>(current_write_.Length());
     write_queue_.erase(write_queue_.begin());
+    if (unary_ && reads_done_ && in_flight_ == 0 && write_queue_.empty()) {
+      // The one reply of a unary call goes out with its status in one batch,
+      // as gRPC's own unary methods send them: a write and then a Finish would
+      // wait for the write's callback, one more thread wake-up per request.
+      // No OnWriteDone follows; OnDone releases the reply's bytes.
+      finished_ = true;
+      StartWriteAndFinish(&current_write_, grpc::WriteOptions(), final_status_);
+      return;
+    }
     StartWrite(&current_write_);
   }
 

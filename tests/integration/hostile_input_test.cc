@@ -724,6 +724,29 @@ TEST(HostileInputTest, RepliesNotYetReadCountAgainstTheGatewaysBytesInFlight) {
   ASSERT_TRUE(after.ok()) << after.status();
 }
 
+// The gateway sends a unary call's reply together with its status. Those
+// reply bytes must still leave its budget once sent: unary calls one after
+// another, twice the budget of kGatewayMessagesInFlight x max_message_bytes in
+// all, are each served, never refused as "busy".
+TEST(HostileInputTest, UnaryRepliesLeaveTheGatewaysBytesInFlightOnceSent) {
+  constexpr std::int64_t kCap = std::int64_t{3} << 19;  // 1.5 MiB
+  constexpr std::int64_t kReplyBytes = std::int64_t{1} << 20;
+  Deployment dep({.uses = "BigReplyExec", .replicas = 1, .max_message_bytes = kCap});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  const std::int64_t calls = 2 * internal::kGatewayMessagesInFlight * kCap / kReplyBytes;
+  auto stub = jina::JinaSingleDataRequestRPC::NewStub(internal::MakeChannel(dep.address(), kCap));
+  const jina::DataRequestProto request = GrowRequest(kReplyBytes);
+  for (std::int64_t i = 0; i < calls; ++i) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    jina::DataRequestProto reply;
+    const grpc::Status status = stub->process_single_data(&context, request, &reply);
+    ASSERT_TRUE(status.ok()) << "unary call " << i << " of " << calls << ": "
+                             << status.error_message();
+    ASSERT_GE(reply.ByteSizeLong(), static_cast<std::size_t>(kReplyBytes));
+  }
+}
+
 // A worker that served many large replies at once must still exit by
 // itself once stopped. Its gRPC server's destructor was seen to wait 10 s for
 // one of gRPC's own threads, past the Deployment's 8 s stop grace, so that
