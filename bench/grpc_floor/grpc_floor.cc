@@ -2,7 +2,7 @@
 // the peer that Gantry's own latency is read against (bench/peer/run.sh).
 //
 //   gantry_grpc_floor --port N --echo sync|callback [--no-health]
-//   gantry_grpc_floor --port N --forward HOST:PORT
+//   gantry_grpc_floor --port N --forward HOST:PORT [--api callback|async [--threads T]]
 //
 // `--echo sync` answers /jina.JinaSingleDataRequestRPC/process_single_data
 // with the request it parsed, on gRPC's sync API, as Gantry's worker serves
@@ -11,8 +11,10 @@
 // callback API: no protobuf at all. `--forward` relays the bytes of each call
 // to HOST:PORT and its reply back, with the caller's deadline, on the callback
 // API with a generic stub, as Gantry's gateway forwards (no routing, no
-// replica pool). Every mode also serves grpc.health.v1 (SERVING), so that
-// Gantry's gateway can keep the echo in rotation; `--echo sync --no-health`
+// replica pool); with `--api async` it relays on the async API instead, T
+// threads (default 1) each polling a completion queue of its own, which spares
+// the callback API's hand-offs between its polling threads. Every mode also serves grpc.health.v1
+// (SERVING), so that Gantry's gateway can keep the echo in rotation; `--echo sync --no-health`
 // leaves it out, as a server without a health service, which answers
 // UNIMPLEMENTED to a health check. Listens on 127.0.0.1 only; stops on
 // SIGTERM or SIGINT.
@@ -30,7 +32,9 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "jina/jina.grpc.pb.h"
 
@@ -138,10 +142,88 @@ class BytesService final : public grpc::CallbackGenericService {
   grpc::GenericStub* upstream_;
 };
 
+// One relayed call on gRPC's async API, stepped by the thread that polls its
+// completion queue: the request's bytes go upstream with the caller's
+// deadline, the reply's bytes come back. Each step's tag is the call itself.
+// Thread-compatible: only its queue's one thread steps it.
+class AsyncRelayCall {
+ public:
+  AsyncRelayCall(grpc::AsyncGenericService* service, grpc::ServerCompletionQueue* queue,
+                 grpc::GenericStub* upstream)
+      : service_(service), queue_(queue), upstream_(upstream), stream_(&server_context_) {
+    service_->RequestCall(&server_context_, &stream_, queue_, queue_, this);
+  }
+
+  // Runs the next step; deletes the call after its last.
+  void Step(bool ok) {
+    switch (step_) {
+      case Stage::kAccepted:
+        if (!ok) {  // the server is shutting down
+          delete this;
+          return;
+        }
+        new AsyncRelayCall(service_, queue_, upstream_);  // the next call's slot
+        step_ = Stage::kRead;
+        stream_.Read(&request_, this);
+        return;
+      case Stage::kRead:
+        if (!ok) {
+          step_ = Stage::kFinished;
+          stream_.Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no request message"),
+                         this);
+          return;
+        }
+        upstream_context_.set_deadline(server_context_.deadline());
+        upstream_call_ = upstream_->PrepareUnaryCall(&upstream_context_, server_context_.method(),
+                                                     request_, queue_);
+        step_ = Stage::kUpstream;
+        upstream_call_->StartCall();
+        upstream_call_->Finish(&reply_, &upstream_status_, this);
+        return;
+      case Stage::kUpstream:
+        step_ = Stage::kFinished;
+        if (upstream_status_.ok()) {
+          stream_.WriteAndFinish(reply_, grpc::WriteOptions(), grpc::Status::OK, this);
+        } else {
+          stream_.Finish(upstream_status_, this);
+        }
+        return;
+      case Stage::kFinished:
+        delete this;
+        return;
+    }
+  }
+
+ private:
+  enum class Stage { kAccepted, kRead, kUpstream, kFinished };
+
+  grpc::AsyncGenericService* service_;
+  grpc::ServerCompletionQueue* queue_;
+  grpc::GenericStub* upstream_;
+  grpc::GenericServerContext server_context_;
+  grpc::GenericServerAsyncReaderWriter stream_;
+  grpc::ClientContext upstream_context_;
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> upstream_call_;
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer reply_;
+  grpc::Status upstream_status_;
+  Stage step_ = Stage::kAccepted;
+};
+
+// Polls one completion queue until it is shut down and drained.
+void PollRelayQueue(grpc::ServerCompletionQueue* queue) {
+  void* tag = nullptr;
+  bool ok = false;
+  while (queue->Next(&tag, &ok)) {
+    static_cast<AsyncRelayCall*>(tag)->Step(ok);
+  }
+}
+
 int Usage() {
   std::fprintf(stderr,
                "usage: gantry_grpc_floor --port N (--echo sync|callback [--no-health] |\n"
-               "                                   --forward HOST:PORT)\n");
+               "                                   --forward HOST:PORT [--api callback|async\n"
+               "                                   [--threads 1-16]])\n");
   return 2;
 }
 
@@ -151,6 +233,8 @@ int main(int argc, char** argv) {
   int port = -1;
   std::string echo;
   std::string forward;
+  std::string api = "callback";
+  int relay_threads = 1;
   bool health = true;
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
@@ -175,13 +259,23 @@ int main(int argc, char** argv) {
       echo = value;
     } else if (flag == "--forward") {
       forward = value;
+    } else if (flag == "--api") {
+      api = value;
+    } else if (flag == "--threads") {
+      char* end = nullptr;
+      relay_threads = static_cast<int>(std::strtol(value, &end, 10));
+      if (*end != '\0') {
+        relay_threads = 0;  // refused below
+      }
     } else {
       std::fprintf(stderr, "gantry_grpc_floor: unknown flag %s\n", argv[i - 1]);
       return Usage();
     }
   }
   if (port < 0 || echo.empty() == forward.empty() ||
-      (!echo.empty() && echo != "sync" && echo != "callback")) {
+      (!echo.empty() && echo != "sync" && echo != "callback") ||
+      (api != "callback" && api != "async") || (api == "async" && forward.empty()) ||
+      relay_threads < 1 || relay_threads > 16) {
     return Usage();
   }
   if (!health && echo != "sync") {
@@ -221,8 +315,15 @@ int main(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials());
+  grpc::AsyncGenericService async_relay;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> relay_queues;
   if (echo == "sync") {
     builder.RegisterService(&sync_echo);
+  } else if (api == "async") {
+    builder.RegisterAsyncGenericService(&async_relay);
+    for (int i = 0; i < relay_threads; ++i) {
+      relay_queues.push_back(builder.AddCompletionQueue());
+    }
   } else {
     builder.RegisterCallbackGenericService(&bytes_service);
   }
@@ -234,8 +335,21 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "gantry_grpc_floor: listening on 127.0.0.1:%d (%s)\n", port,
                echo.empty() ? ("forward to " + forward).c_str() : ("echo " + echo).c_str());
 
+  std::vector<std::thread> relay_pollers;
+  for (auto& queue : relay_queues) {
+    new AsyncRelayCall(&async_relay, queue.get(), upstream.get());
+    relay_pollers.emplace_back(PollRelayQueue, queue.get());
+  }
+
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // gRPC wants a server's queues shut down after the server, and drained.
+  for (auto& queue : relay_queues) {
+    queue->Shutdown();
+  }
+  for (std::thread& poller : relay_pollers) {
+    poller.join();
+  }
   return 0;
 }

@@ -198,6 +198,8 @@ def main():
     floor('one hop: Gantry worker / bare sync echo', 'gantry-direct', 'floor-sync')
     floor('one hop: bare callback echo (no protobuf) / bare sync echo', 'floor-callback',
           'floor-sync')
+    floor('two hops: bare async relay + echo / bare relay + echo', 'floor-relay-async',
+          'floor-relay')
     floor('two hops: Gantry gateway + worker / bare relay + echo', 'gantry', 'floor-relay')
     floor('two hops: Gantry gateway + bare echo / bare relay + echo', 'gantry-gateway-echo',
           'floor-relay')

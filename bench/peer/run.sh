@@ -256,7 +256,8 @@ floor_pair() {
 # The floor: what gRPC itself costs on this machine, with the same client.
 # floor-sync is one hop on the sync API (the worker's shape), floor-callback
 # one hop on the callback API without protobuf, floor-relay two hops (the
-# relay on the callback API with a generic stub, the gateway's shape).
+# relay on the callback API with a generic stub, the gateway's shape), and
+# floor-relay-async the same relay on the async API, one polling thread.
 bench_floor() {
   local echo_port echo_pgid
   floor_pair floor-sync "$FLOOR" --echo sync
@@ -266,6 +267,7 @@ bench_floor() {
   echo_pgid="$SERVER_PID"
   if probe floor-echo "$echo_port" "$(now_ns)"; then
     floor_pair floor-relay "$FLOOR" --forward "127.0.0.1:$echo_port"
+    floor_pair floor-relay-async "$FLOOR" --forward "127.0.0.1:$echo_port" --api async
     # Gantry's gateway in front of the bare echo.
     floor_pair gantry-gateway-echo "$GANTRY" gateway --replica-addresses "127.0.0.1:$echo_port" \
       --log-level warning

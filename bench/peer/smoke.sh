@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ctest smoke test (label `bench`): gantry_loadgen runs briefly against a
 # Gantry deployment of NoOpExec and must report > 0 req/s without errors.
-# With FLOOR (gantry_grpc_floor), the same through a bare relay in front of
-# a bare echo, and through `gantry gateway` in front of that echo; then
+# With FLOOR (gantry_grpc_floor), the same through a bare relay (callback
+# API, then async API) in front of a bare echo, and through `gantry gateway` in front of that echo; then
 # through `gantry gateway` in front of an echo without a health service,
 # after enough liveness checks (one a second, three misses take a replica
 # out) that such a replica would have left rotation if its UNIMPLEMENTED
@@ -86,18 +86,23 @@ start_gateway() {
   GATEWAY_PORT="$(tr -d '[:space:]' < "$DIR/$1.port")"
 }
 if [[ -n "$FLOOR" ]]; then
-  echo_port="$(free_port)" relay_port="$(free_port)"
+  echo_port="$(free_port)" relay_port="$(free_port)" async_relay_port="$(free_port)"
   "$FLOOR" --port "$echo_port" --echo sync > "$DIR/echo.log" 2>&1 &
   FLOOR_PIDS+=("$!")
   "$FLOOR" --port "$relay_port" --forward "127.0.0.1:$echo_port" > "$DIR/relay.log" 2>&1 &
   FLOOR_PIDS+=("$!")
+  "$FLOOR" --port "$async_relay_port" --forward "127.0.0.1:$echo_port" --api async \
+    > "$DIR/async-relay.log" 2>&1 &
+  FLOOR_PIDS+=("$!")
   start_gateway gateway "$echo_port"
   # The probe waits (bounded) until each bare server listens.
-  for port in "$echo_port" "$relay_port"; do
+  for port in "$echo_port" "$relay_port" "$async_relay_port"; do
     timeout 60 "$LOADGEN" --mode probe --address "127.0.0.1:$port" --timeout-ms 30000 > /dev/null ||
-      { echo "bare server on $port did not answer"; cat "$DIR/echo.log" "$DIR/relay.log"; exit 1; }
+      { echo "bare server on $port did not answer"; cat "$DIR/echo.log" "$DIR/relay.log" \
+        "$DIR/async-relay.log"; exit 1; }
   done
   unary_ok floor-relay "$relay_port" || fail=1
+  unary_ok floor-relay-async "$async_relay_port" || fail=1
   unary_ok gantry-gateway-echo "$GATEWAY_PORT" || fail=1
 
   bare_port="$(free_port)"

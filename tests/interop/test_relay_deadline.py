@@ -1,4 +1,5 @@
-"""The bench's bare gRPC relay (`gantry_grpc_floor --forward`) passes its
+"""The bench's bare gRPC relays (`gantry_grpc_floor --forward`, on the
+callback and on the async API) pass their
 caller's deadline to the upstream call, as a gateway must: an upstream that
 never answers is released when the caller's deadline passes, not held until
 the relay stops.
@@ -53,6 +54,8 @@ class Upstream(grpc.GenericRpcHandler):
 
 
 class RelayDeadlineTest(unittest.TestCase):
+    API = "callback"  # the gRPC API the relay forwards on
+
     def setUp(self):
         self.upstream = Upstream()
         self.addCleanup(self.upstream.server.stop, 0)
@@ -61,7 +64,8 @@ class RelayDeadlineTest(unittest.TestCase):
         for _ in range(3):
             port = free_port()
             self.relay = subprocess.Popen(
-                [FLOOR, "--port", str(port), "--forward", f"127.0.0.1:{self.upstream.port}"],
+                [FLOOR, "--port", str(port), "--forward", f"127.0.0.1:{self.upstream.port}",
+                 "--api", self.API],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             self.addCleanup(self.stop_relay, self.relay)
             self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
@@ -104,6 +108,10 @@ class RelayDeadlineTest(unittest.TestCase):
         self.assertLess(self.upstream.held_s, 4, "the upstream call outlived the caller's deadline")
         # The relay keeps serving.
         self.assertEqual(self.call(b"after", timeout=10), b"after")
+
+
+class AsyncRelayDeadlineTest(RelayDeadlineTest):
+    API = "async"
 
 
 if __name__ == "__main__":
