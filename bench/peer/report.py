@@ -213,7 +213,10 @@ def main():
     lines = [
         f'Machine: {machine.get("cores")} cores ({machine.get("cpu")}), kernel '
         f'{machine.get("kernel")}, load average at start {machine.get("load1")}; '
-        f'worker program: {machine.get("worker")}; quick mode: {bool(machine.get("quick"))}.',
+        f'worker program: {machine.get("worker")}; quick mode: {bool(machine.get("quick"))}; '
+        f'cpuidle driver: {machine.get("cpuidle", "not recorded")}'
+        + (f' (guest_halt_poll_ns {machine["guest_halt_poll_ns"]})'
+           if machine.get('guest_halt_poll_ns') else '') + '.',
         '',
         '| metric | Gantry | Jina | Gantry/Jina |',
         '|---|---:|---:|---:|',

@@ -229,10 +229,17 @@ start_jina() {
   start_server "$2" env JINA_LOG_LEVEL=WARNING "$JINA_PY" "$ROOT/bench/peer/jina_serve.py" --port "$1"
 }
 
+# How an idle CPU waits for its next wake-up sets most of the latency at
+# concurrency 1: in a VM, a virtual CPU that halts costs an exit to the host and
+# back on every wake-up, unless the guest polls first (the haltpoll driver's
+# guest_halt_poll_ns, 200000 by default; some hosts boot their guests with 0).
+cpuidle_driver="$(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo none)"
+halt_poll_ns="$(cat /sys/module/haltpoll/parameters/guest_halt_poll_ns 2>/dev/null || echo '')"
 {
-  printf '{"mode":"machine","cores":%s,"cpu":"%s","kernel":"%s","load1":"%s","quick":%s,"worker":"%s"}\n' \
+  printf '{"mode":"machine","cores":%s,"cpu":"%s","kernel":"%s","load1":"%s","quick":%s,"worker":"%s","cpuidle":"%s","guest_halt_poll_ns":"%s"}\n' \
     "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//; s/"//g')" \
-    "$(uname -r)" "$(cut -d' ' -f1 /proc/loadavg)" "$QUICK" "$(basename "$WORKER")"
+    "$(uname -r)" "$(cut -d' ' -f1 /proc/loadavg)" "$QUICK" "$(basename "$WORKER")" \
+    "$cpuidle_driver" "$halt_poll_ns"
 } >> "$RESULTS"
 
 # floor_pair LABEL CMD...: starts CMD (with --port P appended) in front of
