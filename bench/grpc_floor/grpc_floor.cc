@@ -13,11 +13,11 @@
 // API with a generic stub, as Gantry's gateway forwards (no routing, no
 // replica pool); with `--api async` it relays on the async API instead, T
 // threads (default 1) each polling a completion queue of its own, which spares
-// the callback API's hand-offs between its polling threads. Every mode also serves grpc.health.v1
-// (SERVING), so that Gantry's gateway can keep the echo in rotation; `--echo sync --no-health`
-// leaves it out, as a server without a health service, which answers
-// UNIMPLEMENTED to a health check. Listens on 127.0.0.1 only; stops on
-// SIGTERM or SIGINT.
+// the callback API's hand-offs between its polling threads. Every mode also
+// serves grpc.health.v1 (SERVING), so that Gantry's gateway can keep the echo
+// in rotation; `--echo sync --no-health` leaves it out, as a server without a
+// health service, which answers UNIMPLEMENTED to a health check. Listens on
+// 127.0.0.1 only; stops on SIGTERM or SIGINT.
 #include <absl/synchronization/mutex.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
@@ -25,6 +25,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <pthread.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -109,6 +110,10 @@ class ForwardReactor final : public UnaryBytesReactor {
     upstream_context_.set_deadline(context.deadline());
   }
 
+  // The caller is gone, or the server is stopping: so is the upstream call
+  // (TryCancel may come from any thread, also before the call starts).
+  void OnCancel() override { upstream_context_.TryCancel(); }
+
  private:
   void Reply() override {
     stub_->UnaryCall(&upstream_context_, method_, grpc::StubOptions(), &request_, &reply_,
@@ -142,17 +147,25 @@ class BytesService final : public grpc::CallbackGenericService {
   grpc::GenericStub* upstream_;
 };
 
+// Relayed calls not yet deleted, slots waiting for a call included.
+std::atomic<int> g_live_relay_calls{0};
+
 // One relayed call on gRPC's async API, stepped by the thread that polls its
-// completion queue: the request's bytes go upstream with the caller's
-// deadline, the reply's bytes come back. Each step's tag is the call itself.
+// completion queue: the request's bytes go upstream as a child call (the
+// caller's deadline, and its cancellation), the reply's bytes come back.
+// Each step's tag is the call itself.
 // Thread-compatible: only its queue's one thread steps it.
 class AsyncRelayCall {
  public:
   AsyncRelayCall(grpc::AsyncGenericService* service, grpc::ServerCompletionQueue* queue,
                  grpc::GenericStub* upstream)
       : service_(service), queue_(queue), upstream_(upstream), stream_(&server_context_) {
+    ++g_live_relay_calls;
     service_->RequestCall(&server_context_, &stream_, queue_, queue_, this);
   }
+  ~AsyncRelayCall() { --g_live_relay_calls; }
+  AsyncRelayCall(const AsyncRelayCall&) = delete;
+  AsyncRelayCall& operator=(const AsyncRelayCall&) = delete;
 
   // Runs the next step; deletes the call after its last.
   void Step(bool ok) {
@@ -173,9 +186,11 @@ class AsyncRelayCall {
                          this);
           return;
         }
-        upstream_context_.set_deadline(server_context_.deadline());
-        upstream_call_ = upstream_->PrepareUnaryCall(&upstream_context_, server_context_.method(),
-                                                     request_, queue_);
+        // A child of the caller's call: a server that stops, cancelling the
+        // caller, cancels the upstream call too.
+        upstream_context_ = grpc::ClientContext::FromServerContext(server_context_);
+        upstream_call_ = upstream_->PrepareUnaryCall(upstream_context_.get(),
+                                                     server_context_.method(), request_, queue_);
         step_ = Stage::kUpstream;
         upstream_call_->StartCall();
         upstream_call_->Finish(&reply_, &upstream_status_, this);
@@ -202,7 +217,7 @@ class AsyncRelayCall {
   grpc::GenericStub* upstream_;
   grpc::GenericServerContext server_context_;
   grpc::GenericServerAsyncReaderWriter stream_;
-  grpc::ClientContext upstream_context_;
+  std::unique_ptr<grpc::ClientContext> upstream_context_;
   std::unique_ptr<grpc::GenericClientAsyncResponseReader> upstream_call_;
   grpc::ByteBuffer request_;
   grpc::ByteBuffer reply_;
@@ -344,7 +359,18 @@ int main(int argc, char** argv) {
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  // gRPC wants a server's queues shut down after the server, and drained.
+  // A relayed call's last steps still start operations on its queue, which a
+  // queue that is shut down refuses: the queues shut down (and drain) only
+  // once every call has ended, which the server's cancellation bounds.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (g_live_relay_calls.load() > 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (g_live_relay_calls.load() > 0) {
+    std::fprintf(stderr, "gantry_grpc_floor: %d relayed calls did not end within 10 s\n",
+                 g_live_relay_calls.load());
+    std::_Exit(1);
+  }
   for (auto& queue : relay_queues) {
     queue->Shutdown();
   }

@@ -1,8 +1,8 @@
 """The bench's bare gRPC relays (`gantry_grpc_floor --forward`, on the
-callback and on the async API) pass their
-caller's deadline to the upstream call, as a gateway must: an upstream that
-never answers is released when the caller's deadline passes, not held until
-the relay stops.
+callback and on the async API) pass their caller's deadline to the upstream
+call, as a gateway must: an upstream that never answers is released when the
+caller's deadline passes, not held until the relay stops. And a relay that
+stops cancels the upstream calls it still holds, so that it exits.
 
 Run by ctest (label `interop`, tests/interop/run_jina_tests.sh: the Jina venv
 has grpcio). The upstream is a grpcio server in this process; the relay runs
@@ -108,6 +108,23 @@ class RelayDeadlineTest(unittest.TestCase):
         self.assertLess(self.upstream.held_s, 4, "the upstream call outlived the caller's deadline")
         # The relay keeps serving.
         self.assertEqual(self.call(b"after", timeout=10), b"after")
+
+    def test_a_stopping_relay_ends_a_hung_call_that_has_no_deadline(self):
+        pending = self.call.future(HANG)  # no deadline: only the stop can end it
+        time.sleep(0.5)
+        start = time.monotonic()
+        self.relay.terminate()
+        try:
+            code = self.relay.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.fail("the relay did not stop within 10 s of SIGTERM with a call held upstream")
+        self.assertEqual(code, 0)
+        # The server's 2 s grace, then its cancellation reaches the upstream call.
+        self.assertLess(time.monotonic() - start, 6)
+        self.assertTrue(self.upstream.hung.wait(10), "the upstream call was never cancelled")
+        self.assertLess(self.upstream.held_s, 8)
+        with self.assertRaises(grpc.RpcError):
+            pending.result(timeout=10)
 
 
 class AsyncRelayDeadlineTest(RelayDeadlineTest):
