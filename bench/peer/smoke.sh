@@ -2,11 +2,11 @@
 # ctest smoke test (label `bench`): gantry_loadgen runs briefly against a
 # Gantry deployment of NoOpExec and must report > 0 req/s without errors.
 # With FLOOR (gantry_grpc_floor), the same through a bare relay (callback
-# API, then async API) in front of a bare echo, and through `gantry gateway` in front of that echo; then
-# through `gantry gateway` in front of an echo without a health service,
-# after enough liveness checks (one a second, three misses take a replica
-# out) that such a replica would have left rotation if its UNIMPLEMENTED
-# answers counted as misses.
+# API, then async API) in front of a bare echo, and through `gantry gateway`
+# in front of that echo; then through `gantry gateway` in front of an echo
+# without a health service, after enough liveness checks (one a second, three
+# misses take a replica out) that such a replica would have left rotation if
+# its UNIMPLEMENTED answers counted as misses.
 # Speed is never asserted.
 #   smoke.sh GANTRY_CLI WORKER_PROGRAM LOADGEN [FLOOR]
 set -euo pipefail
