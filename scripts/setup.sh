@@ -58,8 +58,21 @@ fi
 # PyPI package ships Swagger UI 4.15, which cannot render the OpenAPI 3.1
 # document of /openapi.json; swagger-ui-py ships 5.x.
 if ! "${venv}/bin/python" -c 'import torch, swagger_ui, sys; sys.exit(0 if int(torch.__version__.split(".")[0]) >= 2 else 1)' 2>/dev/null; then
+  # The torch wheel and the CUDA libraries it depends on take about 6 GiB
+  # installed, and pip unpacks each wheel in TMPDIR first: say so up front
+  # rather than fail half-way with ENOSPC. GANTRY_SETUP_MIN_FREE_GIB=0 skips.
+  need_gib="${GANTRY_SETUP_MIN_FREE_GIB:-8}"
+  for dir in "${venv}" "${TMPDIR:-/tmp}"; do
+    free_gib=$(($(df -k --output=avail "${dir}" | tail -1) / 1048576))
+    if ((free_gib < need_gib)); then
+      echo "setup: ${dir} has ${free_gib} GiB free; installing libtorch needs about ${need_gib} GiB there" \
+        "(GANTRY_SETUP_MIN_FREE_GIB overrides)" >&2
+      exit 1
+    fi
+  done
   echo "setup: installing libtorch 2.x (the PyPI torch wheel) and swagger-ui-py into ${venv}"
-  "${venv}/bin/python" -m pip install --quiet --upgrade pip
-  "${venv}/bin/python" -m pip install --quiet 'torch>=2.4' numpy 'swagger-ui-py==25.7.1'
+  "${venv}/bin/python" -m pip install --quiet --no-cache-dir --upgrade pip
+  # No cache: it would keep a second copy of the ~3 GiB of wheels.
+  "${venv}/bin/python" -m pip install --quiet --no-cache-dir 'torch>=2.4' numpy 'swagger-ui-py==25.7.1'
 fi
 echo "setup: ok (torch $("${venv}/bin/python" -c 'import torch; print(torch.__version__)') in ${venv})"
