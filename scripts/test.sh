@@ -34,6 +34,21 @@ drop_build() {
   fi
 }
 
+# A clean clone grows to about 8 GiB (the venvs, the model, build/) and
+# needs room for one sanitizer build beside it: check the room up front
+# instead of failing with ENOSPC half an hour in. What the tree already
+# holds counts towards it. GANTRY_TEST_MIN_FREE_GIB=0 skips the check.
+need_gib="${GANTRY_TEST_MIN_FREE_GIB:-12}"
+if ((need_gib > 0)); then
+  have_gib=$(($(du -sk "$root" 2>/dev/null | cut -f1) / 1048576))
+  free_gib=$(($(df -k --output=avail "$root" | tail -1) / 1048576))
+  if ((have_gib + free_gib < need_gib)); then
+    echo "test.sh: $root holds ${have_gib} GiB and has ${free_gib} GiB free; the whole" \
+      "suite needs about ${need_gib} GiB there (GANTRY_TEST_MIN_FREE_GIB overrides)" >&2
+    exit 1
+  fi
+fi
+
 export GANTRY_REQUIRE_PEERS=1
 # Line tables only (-g1), in every build here: full debug info doubles the
 # compile time of a libtorch translation unit (44 s against 24 s for
