@@ -5,9 +5,9 @@ LayerNorm, GELU, pooling, the framework) took no time at all.
 It counts the multiply-adds of one document through the model (from the
 model's config.json and the seed text's token count, via the model's own
 tokenizer.json) and times the model's matrix products themselves: the six
-linear layers of one encoder layer on a batch of 32 documents and on one of
-128 (the pass width SentenceEncoder takes in bfloat16 on a CPU with AMX;
-the faster of the two is the ceiling), with the same
+linear layers of one encoder layer on batches of 32, 128 and 256 documents
+(256 is the pass width SentenceEncoder takes in bfloat16 on a CPU with AMX;
+the fastest is the ceiling), with the same
 torch, threads and dtype as the benchmark's sides, through both GEMM
 libraries torch has on CPU (at::linear's MKL/OpenBLAS, and oneDNN, which
 Gantry's SentenceEncoder uses, with plain and with prepacked weights), and
@@ -33,7 +33,7 @@ MALLOC_TRIM_THRESHOLD_=67108864, as run.sh does), or glibc hands a
 product's megabytes back to the kernel after each call and the ceiling
 times page faults (int8 at 128 documents came out at half its speed so).
 
-    python ceiling.py --model-path DIR [--dtype float32|bfloat16|int8] [--batch 32 128]
+    python ceiling.py --model-path DIR [--dtype float32|bfloat16|int8] [--batch 32 128 256]
 
 Prints `key=value` lines, each batch's with a `batch<N>_` prefix; run.sh
 --ceiling reads `ceiling_docs_per_s`, the fastest batch's.
@@ -65,7 +65,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-path", required=True)
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "int8"], default="float32")
-    parser.add_argument("--batch", type=int, nargs="+", default=[32, 128])
+    parser.add_argument("--batch", type=int, nargs="+", default=[32, 128, 256])
     args = parser.parse_args()
 
     with open(os.path.join(args.model_path, "config.json")) as f:

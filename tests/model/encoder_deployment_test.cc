@@ -298,7 +298,7 @@ TEST_F(EncoderDeploymentTest, AnInputOverTheLimitWithTruncationOffIsInvalidArgum
   ASSERT_NE((*served)[1].embedding(), nullptr);
 }
 
-// The default pass width: 128 documents in bfloat16 on a CPU with AMX, with
+// The default pass width: 256 documents in bfloat16 on a CPU with AMX, with
 // long texts held to 32 rows' tokens (the memory a pass had at 32), and 32
 // in every other case; a batch_size given is kept, without that hold.
 TEST_F(EncoderDeploymentTest, DefaultPassWidthFollowsDTypeAndAmx) {
@@ -319,8 +319,10 @@ TEST_F(EncoderDeploymentTest, DefaultPassWidthFollowsDTypeAndAmx) {
   const auto bfloat16 = load("bfloat16", 0);
   const std::int64_t longest = bfloat16->max_seq_length();
   EXPECT_EQ(bfloat16->amx_batch_size(), amx);
-  EXPECT_EQ(bfloat16->batch_size(), amx ? 128 : 32);
-  EXPECT_EQ(bfloat16->RowsPerPass(14, 1000), amx ? 128 : 32);
+  EXPECT_EQ(bfloat16->batch_size(), amx ? 256 : 32);
+  EXPECT_EQ(bfloat16->RowsPerPass(14, 1000), amx ? 256 : 32);
+  // 32 rows of the longest input's tokens: 64 rows of half its length.
+  EXPECT_EQ(bfloat16->RowsPerPass(longest / 2, 1000), amx ? 64 : 32);
   EXPECT_EQ(bfloat16->RowsPerPass(longest, 1000), 32);
   EXPECT_EQ(bfloat16->max_batch_tokens(), 32 * longest);
   const auto float32 = load("float32", 0);

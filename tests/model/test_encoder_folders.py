@@ -239,7 +239,7 @@ class PoolingParity(unittest.TestCase):
 
     def test_bfloat16_on_amx_merges_requests_by_default(self):
         # Without any batching key: in bfloat16 on a CPU with AMX, requests
-        # that wait while a pass runs share the next one, up to 128 documents
+        # that wait while a pass runs share the next one, up to 256 documents
         # a pass, held to 32 rows' tokens; float32 there, and every dtype
         # elsewhere, runs each request on its own, 32 documents a pass.
         folder = os.path.join(self.tmp.name, "amx")
@@ -256,7 +256,7 @@ class PoolingParity(unittest.TestCase):
                 try:
                     merged = amx and dtype == "bfloat16"
                     info = http_get(gantry.http_port, "/info")
-                    self.assertEqual(info["max_batch_requests"], 128 if merged else 32)
+                    self.assertEqual(info["max_batch_requests"], 256 if merged else 32)
                     self.assertEqual(info["max_batch_tokens"], 32 * info["max_input_length"])
                     for i, (status, reply) in enumerate(self.post_each_at_once(gantry, texts)):
                         self.assertEqual(status, 200, reply)
