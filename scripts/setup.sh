@@ -62,6 +62,10 @@ if ! "${venv}/bin/python" -c 'import torch, swagger_ui, sys; sys.exit(0 if int(t
   # installed, and pip unpacks each wheel in TMPDIR first: say so up front
   # rather than fail half-way with ENOSPC. GANTRY_SETUP_MIN_FREE_GIB=0 skips.
   need_gib="${GANTRY_SETUP_MIN_FREE_GIB:-8}"
+  if [[ ! "${need_gib}" =~ ^[0-9]+$ ]]; then
+    echo "setup: GANTRY_SETUP_MIN_FREE_GIB must be a whole number of GiB, got '${need_gib}'" >&2
+    exit 2
+  fi
   for dir in "${venv}" "${TMPDIR:-/tmp}"; do
     free_gib=$(($(df -k --output=avail "${dir}" | tail -1) / 1048576))
     if ((free_gib < need_gib)); then

@@ -39,6 +39,10 @@ drop_build() {
 # instead of failing with ENOSPC half an hour in. What the tree already
 # holds counts towards it. GANTRY_TEST_MIN_FREE_GIB=0 skips the check.
 need_gib="${GANTRY_TEST_MIN_FREE_GIB:-12}"
+if [[ ! "${need_gib}" =~ ^[0-9]+$ ]]; then
+  echo "test.sh: GANTRY_TEST_MIN_FREE_GIB must be a whole number of GiB, got '${need_gib}'" >&2
+  exit 2
+fi
 free_gib=$(($(df -k --output=avail "$root" | tail -1) / 1048576))
 # du walks the whole tree: only where the free space alone falls short.
 if ((free_gib < need_gib)); then
