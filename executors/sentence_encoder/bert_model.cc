@@ -166,15 +166,32 @@ bool OneDnnLinearWorks(at::ScalarType dtype) {
   }
 }
 
-// attention_rows' attention of each text of `qkv` ([B, L, 3 * hidden],
-// float32 or bfloat16, contiguous), one text per task on libtorch's
-// threads: [B, L, hidden] in qkv's dtype. bfloat16 runs on AMX tiles
+// `rows` [n, cols] with zero rows appended up to `total` rows.
+at::Tensor ZeroPadRows(const at::Tensor& rows, std::int64_t total) {
+  const std::int64_t n = rows.size(0);
+  if (total <= n) {
+    return rows;
+  }
+  at::Tensor out = at::empty({total, rows.size(1)}, rows.options());
+  out.narrow(0, 0, n).copy_(rows);
+  out.narrow(0, n, total - n).zero_();
+  return out;
+}
+
+// attention_rows' attention of each text of `qkv` (B * L token rows of
+// 3 * hidden, maybe more rows after them, float32 or bfloat16, contiguous),
+// one text per task on libtorch's threads: [out_rows, hidden] in qkv's
+// dtype, token rows first, the rest zero. bfloat16 runs on AMX tiles
 // (attention_tiles) where the CPU has them and the heads fit.
 at::Tensor ShortAttention(const at::Tensor& qkv, const HeadLayout& layout,
-                          const std::optional<at::Tensor>& additive_mask, double scale) {
+                          const std::optional<at::Tensor>& additive_mask, double scale,
+                          std::int64_t out_rows) {
   const at::Tensor in = qkv.contiguous();
-  at::Tensor out =
-      at::empty({layout.batch, layout.length, layout.heads * layout.head_dim}, in.options());
+  const std::int64_t tokens = layout.batch * layout.length;
+  at::Tensor out = at::empty({out_rows, layout.heads * layout.head_dim}, in.options());
+  if (out_rows > tokens) {
+    out.narrow(0, tokens, out_rows - tokens).zero_();
+  }
   const float* mask = additive_mask.has_value() ? additive_mask->const_data_ptr<float>() : nullptr;
   const auto s = static_cast<float>(scale);
   const bool bf16 = in.scalar_type() == at::kBFloat16;
@@ -495,6 +512,21 @@ std::array<std::pair<const at::Tensor*, at::Tensor*>, 6> BertModel::Layer::Linea
            {&out_w, &out_packed}}};
 }
 
+std::int64_t CpuProductRows(std::int64_t tokens) {
+  if (tokens <= 0) {
+    return tokens;
+  }
+  if (tokens <= 64) {
+    return (tokens + 15) / 16 * 16;
+  }
+  std::int64_t octave = 64;  // the power of two at or below tokens
+  while (octave * 2 <= tokens) {
+    octave *= 2;
+  }
+  const std::int64_t step = octave / 16;
+  return (tokens + step - 1) / step * step;
+}
+
 at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                               std::optional<bool> padded, const at::Tensor& token_type_ids) const {
   // Not value_or: its argument, a device sync on CUDA, would run anyway.
@@ -510,6 +542,14 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
   const double eps = config_.layer_norm_eps;
 
   at::Tensor x = Embed(input_ids, token_type_ids);
+  // With the fused products every token is a row ([rows, hidden]); in
+  // bfloat16 the rows are padded to one of few counts (CpuProductRows).
+  const std::int64_t tokens = batch * length;
+  const std::int64_t rows =
+      fused_cpu_qkv_ && x.scalar_type() == at::kBFloat16 ? CpuProductRows(tokens) : tokens;
+  if (fused_cpu_qkv_) {
+    x = ZeroPadRows(x.reshape({tokens, hidden}), rows);
+  }
 
   const bool short_fused = fused_cpu_qkv_ && length <= kShortAttentionMaxLength;
   const bool explicit_attention = !fused_cpu_qkv_ && x.is_cpu() && x.scalar_type() != at::kFloat &&
@@ -548,17 +588,19 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
     };
     at::Tensor context;
     if (fused_cpu_qkv_) {
-      const at::Tensor qkv = linear(x, weight(l.qkv_w, l.qkv_packed), l.qkv_b);  // [B, L, 3h]
+      const at::Tensor qkv = linear(x, weight(l.qkv_w, l.qkv_packed), l.qkv_b);  // [rows, 3h]
       if (short_fused) {
-        context = ShortAttention(qkv, {batch, length, heads, head_dim}, mask, scale);
+        context = ShortAttention(qkv, {batch, length, heads, head_dim}, mask, scale, rows);
       } else {
-        context =
-            at::scaled_dot_product_attention(split_heads(qkv.narrow(-1, 0, hidden)),
-                                             split_heads(qkv.narrow(-1, hidden, hidden)),
-                                             split_heads(qkv.narrow(-1, 2 * hidden, hidden)), mask,
+        const at::Tensor real = qkv.narrow(0, 0, tokens).view({batch, length, 3 * hidden});
+        context = ZeroPadRows(
+            at::scaled_dot_product_attention(split_heads(real.narrow(-1, 0, hidden)),
+                                             split_heads(real.narrow(-1, hidden, hidden)),
+                                             split_heads(real.narrow(-1, 2 * hidden, hidden)), mask,
                                              /*dropout_p=*/0.0, /*is_causal=*/false, scale)
                 .transpose(1, 2)
-                .reshape({batch, length, hidden});
+                .reshape({tokens, hidden}),
+            rows);
       }
     } else {
       const at::Tensor q = split_heads(linear(x, weight(l.query_w, l.query_packed), l.query_b));
@@ -579,7 +621,7 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
     x = LayerNorm(linear_add(i, weight(l.out_w, l.out_packed), l.out_b, a), l.out_ln_w, l.out_ln_b,
                   eps);
   }
-  return x;
+  return fused_cpu_qkv_ ? x.narrow(0, 0, tokens).view({batch, length, hidden}) : x;
 }
 
 at::Tensor BertModel::Embed(const at::Tensor& input_ids, const at::Tensor& token_type_ids) const {

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -187,6 +188,32 @@ TEST(CudaShapesTest, RowsAndLengthsRoundUpToFewShapes) {
   EXPECT_EQ(CudaPaddedLength(16, 512), 16);
   EXPECT_EQ(CudaPaddedLength(509, 512), 512);
   EXPECT_EQ(CudaPaddedLength(509, 510), 509);  // no position past the model's
+}
+
+// The row counts the CPU's fused products run a pass as (CpuProductRows):
+// never fewer than the tokens, at most a sixteenth more beyond 64, and few.
+TEST(CpuProductRowsTest, RoundsUpToFewRowCounts) {
+  EXPECT_EQ(CpuProductRows(0), 0);
+  EXPECT_EQ(CpuProductRows(1), 16);
+  EXPECT_EQ(CpuProductRows(14), 16);
+  EXPECT_EQ(CpuProductRows(64), 64);
+  EXPECT_EQ(CpuProductRows(65), 68);
+  EXPECT_EQ(CpuProductRows(448), 448);    // 32 seed documents of 14 tokens
+  EXPECT_EQ(CpuProductRows(3584), 3584);  // 256 of them
+  EXPECT_EQ(CpuProductRows(3585), 3712);
+  EXPECT_EQ(CpuProductRows(4420), 4608);
+  EXPECT_EQ(CpuProductRows(65536), 65536);  // 256 rows of 256 tokens
+  std::set<std::int64_t> counts;
+  for (std::int64_t tokens = 1; tokens <= 65536; ++tokens) {
+    const std::int64_t rows = CpuProductRows(tokens);
+    ASSERT_GE(rows, tokens);
+    if (tokens > 64) {
+      ASSERT_LE(rows * 16, tokens * 17) << tokens;
+    }
+    counts.insert(rows);
+  }
+  // 4 up to 64, then 16 for each of the 10 doublings up to 65,536.
+  EXPECT_EQ(counts.size(), 4U + 16U * 10U);
 }
 
 // The tiny model on random weights, and two rows of five tokens of which
