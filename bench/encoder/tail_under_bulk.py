@@ -218,9 +218,9 @@ def pass_width(port: int) -> int:
     return info['max_batch_requests']
 
 
-def gantry_side(args, gantry, model, env, tmp, batch_size=None, priority=False):
-    label = ('gantry-priority' if priority else
-             'gantry' if batch_size is None else f'gantry-b{batch_size}')
+def gantry_side(args, gantry, model, env, tmp, batch_size=None, priority=False, label=None):
+    label = label or ('gantry-priority' if priority else
+                      'gantry' if batch_size is None else f'gantry-b{batch_size}')
     yml = os.path.join(tmp, f'{label}.yml')
 
     def cmd(port):
