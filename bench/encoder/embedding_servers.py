@@ -23,6 +23,21 @@ def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
+def parse_checked(parser, ranges):
+    """parser's arguments, each (flag, low, high) of `ranges` refused outside
+    [low, high] (every value of a repeated flag); and from here on SIGTERM and
+    SIGHUP stop the run through stop_on_signal."""
+    args = parser.parse_args()
+    for flag, low, high in ranges:
+        value = getattr(args, flag.lstrip('-').replace('-', '_'))
+        for one in value if isinstance(value, list) else [value]:
+            if not low <= one <= high:
+                parser.error(f'{flag} must be {low} to {high}, not {one}')
+    signal.signal(signal.SIGTERM, stop_on_signal)
+    signal.signal(signal.SIGHUP, stop_on_signal)
+    return args
+
+
 def stop_on_signal(signum, _frame):
     # Turns SIGTERM/SIGHUP (a test runner's timeout) into an exception, so
     # that every `finally` and __exit__ below stops its processes.

@@ -38,7 +38,6 @@ bench/encoder/infinity_venv.sh makes (run here when missing).
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -46,8 +45,8 @@ import tempfile
 import time
 
 from embedding_servers import (MODEL_NAME, ROOT, Server, die_with_parent, gantry_side, free_port,
-                               infinity_side, pass_width, post_ok, server_env,
-                               stop_on_signal, write_tsv)
+                               infinity_side, parse_checked, pass_width, post_ok,
+                               server_env, write_tsv)
 
 BULK_TEXT = 'Using a GPU allows you to significantly speed up encoding.'
 PROBE_TEXT = 'How do I make encoding faster?'
@@ -145,20 +144,10 @@ def main() -> int:
     parser.add_argument('--priority', action='store_true')
     parser.add_argument('--no-infinity', action='store_true')
     parser.add_argument('--out', default='')
-    args = parser.parse_args()
-    signal.signal(signal.SIGTERM, stop_on_signal)
-    signal.signal(signal.SIGHUP, stop_on_signal)
-    for name, value, low, high in (('--threads', args.threads, 1, 256),
-                                   ('--rounds', args.rounds, 1, 100),
-                                   ('--bulk-concurrency', args.bulk_concurrency, 1, 512),
-                                   ('--bulk-request-size', args.bulk_request_size, 1, 2048)):
-        if not low <= value <= high:
-            parser.error(f'{name} must be {low} to {high}, not {value}')
-    for width in args.gantry_batch_size:
-        if not 1 <= width <= 2048:
-            parser.error(f'--gantry-batch-size must be 1 to 2048, not {width}')
-    if not (1 <= args.seconds <= 600 and 1 <= args.idle_seconds <= 600):
-        parser.error('--seconds and --idle-seconds must be 1 to 600')
+    args = parse_checked(parser, [('--threads', 1, 256), ('--rounds', 1, 100),
+                                  ('--bulk-concurrency', 1, 512), ('--bulk-request-size', 1, 2048),
+                                  ('--gantry-batch-size', 1, 2048), ('--seconds', 1, 600),
+                                  ('--idle-seconds', 1, 600)])
     gantry = os.path.join(args.build_dir, 'bin', 'gantry')
     loadgen = os.path.join(args.build_dir, 'bin', 'gantry_loadgen')
     env = server_env('tail_under_bulk', [gantry, loadgen], args.threads)

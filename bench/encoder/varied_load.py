@@ -27,7 +27,6 @@ import http.client
 import json
 import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,7 @@ import threading
 import time
 
 from embedding_servers import (MODEL_NAME, ROOT, Server, free_port, gantry_side, infinity_side,
-                               server_env, stop_on_signal, write_tsv)
+                               parse_checked, server_env, write_tsv)
 
 WORDS = ('the of and to in is was for on that with as by at from it an be are this which or '
          'model server request batch token text query passage search vector embedding index '
@@ -140,16 +139,9 @@ def main() -> int:
     parser.add_argument('--seed', type=int, default=1)
     parser.add_argument('--no-infinity', action='store_true')
     parser.add_argument('--out', default='')
-    args = parser.parse_args()
-    signal.signal(signal.SIGTERM, stop_on_signal)
-    signal.signal(signal.SIGHUP, stop_on_signal)
-    for name, value, low, high in (('--threads', args.threads, 1, 256),
-                                   ('--clients', args.clients, 1, 256),
-                                   ('--rounds', args.rounds, 1, 100)):
-        if not low <= value <= high:
-            parser.error(f'{name} must be {low} to {high}, not {value}')
-    if not (1 <= args.seconds <= 3600 and 0 <= args.warmup_seconds <= 600):
-        parser.error('--seconds must be 1 to 3600 and --warmup-seconds 0 to 600')
+    args = parse_checked(parser, [('--threads', 1, 256), ('--clients', 1, 256),
+                                  ('--rounds', 1, 100), ('--seconds', 1, 3600),
+                                  ('--warmup-seconds', 0, 600)])
     builds = [('gantry', args.build_dir)]
     if args.before_build_dir:
         builds.append(('gantry-before', args.before_build_dir))

@@ -166,15 +166,25 @@ bool OneDnnLinearWorks(at::ScalarType dtype) {
   }
 }
 
+// [total, cols] whose rows from `used` on are zero; the first `used` are
+// left for the caller to fill.
+at::Tensor RowsWithZeroTail(std::int64_t total, std::int64_t used, std::int64_t cols,
+                            const at::TensorOptions& options) {
+  at::Tensor out = at::empty({total, cols}, options);
+  if (total > used) {
+    out.narrow(0, used, total - used).zero_();
+  }
+  return out;
+}
+
 // `rows` [n, cols] with zero rows appended up to `total` rows.
 at::Tensor ZeroPadRows(const at::Tensor& rows, std::int64_t total) {
   const std::int64_t n = rows.size(0);
   if (total <= n) {
     return rows;
   }
-  at::Tensor out = at::empty({total, rows.size(1)}, rows.options());
+  at::Tensor out = RowsWithZeroTail(total, n, rows.size(1), rows.options());
   out.narrow(0, 0, n).copy_(rows);
-  out.narrow(0, n, total - n).zero_();
   return out;
 }
 
@@ -187,11 +197,8 @@ at::Tensor ShortAttention(const at::Tensor& qkv, const HeadLayout& layout,
                           const std::optional<at::Tensor>& additive_mask, double scale,
                           std::int64_t out_rows) {
   const at::Tensor in = qkv.contiguous();
-  const std::int64_t tokens = layout.batch * layout.length;
-  at::Tensor out = at::empty({out_rows, layout.heads * layout.head_dim}, in.options());
-  if (out_rows > tokens) {
-    out.narrow(0, tokens, out_rows - tokens).zero_();
-  }
+  at::Tensor out = RowsWithZeroTail(out_rows, layout.batch * layout.length,
+                                    layout.heads * layout.head_dim, in.options());
   const float* mask = additive_mask.has_value() ? additive_mask->const_data_ptr<float>() : nullptr;
   const auto s = static_cast<float>(scale);
   const bool bf16 = in.scalar_type() == at::kBFloat16;
@@ -593,14 +600,15 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
         context = ShortAttention(qkv, {batch, length, heads, head_dim}, mask, scale, rows);
       } else {
         const at::Tensor real = qkv.narrow(0, 0, tokens).view({batch, length, 3 * hidden});
-        context = ZeroPadRows(
-            at::scaled_dot_product_attention(split_heads(real.narrow(-1, 0, hidden)),
-                                             split_heads(real.narrow(-1, hidden, hidden)),
-                                             split_heads(real.narrow(-1, 2 * hidden, hidden)), mask,
-                                             /*dropout_p=*/0.0, /*is_causal=*/false, scale)
-                .transpose(1, 2)
-                .reshape({tokens, hidden}),
-            rows);
+        const at::Tensor attended = at::scaled_dot_product_attention(
+            split_heads(real.narrow(-1, 0, hidden)), split_heads(real.narrow(-1, hidden, hidden)),
+            split_heads(real.narrow(-1, 2 * hidden, hidden)), mask,
+            /*dropout_p=*/0.0, /*is_causal=*/false, scale);  // [B, heads, L, head_dim]
+        // Written once, token-major, straight into the padded rows.
+        context = RowsWithZeroTail(rows, tokens, hidden, attended.options());
+        context.narrow(0, 0, tokens)
+            .view({batch, length, heads, head_dim})
+            .copy_(attended.transpose(1, 2));
       }
     } else {
       const at::Tensor q = split_heads(linear(x, weight(l.query_w, l.query_packed), l.query_b));
