@@ -13,6 +13,8 @@
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/gelu.h>
+#include <ATen/ops/index_copy.h>
+#include <ATen/ops/index_select.h>
 #include <ATen/ops/layer_norm.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/matmul.h>
@@ -23,6 +25,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -31,12 +34,14 @@
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "attention_rows.h"
 #include "attention_tiles.h"
@@ -215,6 +220,167 @@ at::Tensor ShortAttention(const at::Tensor& qkv, const HeadLayout& layout,
     } else {
       attention_rows::AttentionFromQkv(in.const_data_ptr<float>(), layout, mask, s, begin, end,
                                        out.mutable_data_ptr<float>());
+    }
+  });
+  return out;
+}
+
+// A text of a packed batch: its first row among the packed rows, and its
+// token count.
+struct PackedText {
+  std::int64_t first_row;
+  std::int64_t length;
+};
+
+// The real tokens of a right-padded batch without its padding: products
+// cost by the row, and texts of varied lengths padded to the longest are
+// often a third padding. Texts longer than kShortAttentionMaxLength come
+// first, as one block padded to the longest of them (ATen's blocked
+// attention takes it, and texts that long are alike); every other text's
+// tokens follow on their own.
+struct PackedBatch {
+  at::Tensor source_rows;  // int64 [packed]: each packed row's row of the [B * L] batch
+  std::int64_t long_texts = 0;
+  std::int64_t long_length = 0;
+  std::optional<at::Tensor> long_mask;  // bool [long_texts, 1, 1, long_length]; none when full
+  // The short texts, dealt into one part per intra-op thread by the cost of
+  // their attention (quadratic in the length), so the threads finish together.
+  std::vector<std::vector<PackedText>> short_parts;
+
+  std::int64_t packed() const { return source_rows.size(0); }
+};
+
+// The batch packed, or none when packing saves no row or the mask is not
+// right padding (each row's ones first, at least one).
+std::optional<PackedBatch> PackBatch(const at::Tensor& attention_mask) {
+  const at::Tensor mask = attention_mask.to(at::kCPU, at::kLong).contiguous();
+  const std::int64_t batch = mask.size(0);
+  const std::int64_t length = mask.size(1);
+  const std::int64_t* m = mask.const_data_ptr<std::int64_t>();
+  std::vector<std::int64_t> lengths(static_cast<std::size_t>(batch));
+  std::int64_t long_texts = 0;
+  std::int64_t long_length = 0;
+  std::int64_t short_tokens = 0;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t* row = m + b * length;
+    std::int64_t n = 0;
+    while (n < length && row[n] != 0) {
+      ++n;
+    }
+    if (n == 0 || std::any_of(row + n, row + length, [](std::int64_t v) { return v != 0; })) {
+      return std::nullopt;
+    }
+    lengths[static_cast<std::size_t>(b)] = n;
+    if (n > kShortAttentionMaxLength) {
+      ++long_texts;
+      long_length = std::max(long_length, n);
+    } else {
+      short_tokens += n;
+    }
+  }
+  const std::int64_t packed = long_texts * long_length + short_tokens;
+  if (packed >= batch * length) {
+    return std::nullopt;
+  }
+  PackedBatch out;
+  out.long_texts = long_texts;
+  out.long_length = long_length;
+  out.source_rows = at::empty({packed}, at::TensorOptions().dtype(at::kLong));
+  std::int64_t* source = out.source_rows.mutable_data_ptr<std::int64_t>();
+  std::int64_t next = 0;
+  bool long_padded = false;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t n = lengths[static_cast<std::size_t>(b)];
+    if (n > kShortAttentionMaxLength) {
+      std::iota(source + next, source + next + long_length, b * length);
+      next += long_length;
+      long_padded = long_padded || n < long_length;
+    }
+  }
+  if (long_padded) {
+    at::Tensor keep =
+        at::zeros({long_texts, 1, 1, long_length}, at::TensorOptions().dtype(at::kBool));
+    bool* k = keep.mutable_data_ptr<bool>();
+    std::int64_t j = 0;
+    for (const std::int64_t n : lengths) {
+      if (n > kShortAttentionMaxLength) {
+        std::fill_n(k + j * long_length, n, true);
+        ++j;
+      }
+    }
+    out.long_mask = keep;
+  }
+  std::vector<PackedText> short_texts;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t n = lengths[static_cast<std::size_t>(b)];
+    if (n <= kShortAttentionMaxLength) {
+      short_texts.push_back({next, n});
+      std::iota(source + next, source + next + n, b * length);
+      next += n;
+    }
+  }
+  // Longest first into the part with the least work so far.
+  std::sort(short_texts.begin(), short_texts.end(),
+            [](const PackedText& a, const PackedText& b) { return a.length > b.length; });
+  const auto parts = static_cast<std::size_t>(std::max(at::get_num_threads(), 1));
+  out.short_parts.resize(std::min(parts, std::max<std::size_t>(short_texts.size(), 1)));
+  std::vector<std::int64_t> work(out.short_parts.size(), 0);
+  for (const PackedText& text : short_texts) {
+    const auto lightest =
+        static_cast<std::size_t>(std::min_element(work.begin(), work.end()) - work.begin());
+    out.short_parts[lightest].push_back(text);
+    work[lightest] += text.length * (text.length + 16);
+  }
+  return out;
+}
+
+// The attention of a packed batch's texts (`qkv`: [rows, 3 * hidden], the
+// packed rows first): [out_rows, hidden] in qkv's dtype, the packed rows
+// first, the rest zero.
+at::Tensor PackedAttention(const at::Tensor& qkv, const PackedBatch& batch, std::int64_t heads,
+                           std::int64_t head_dim, double scale, std::int64_t out_rows) {
+  const at::Tensor in = qkv.contiguous();
+  const std::int64_t hidden = heads * head_dim;
+  at::Tensor out = RowsWithZeroTail(out_rows, batch.packed(), hidden, in.options());
+  if (batch.long_texts > 0) {
+    const std::int64_t block_rows = batch.long_texts * batch.long_length;
+    const at::Tensor block =
+        in.narrow(0, 0, block_rows).view({batch.long_texts, batch.long_length, 3 * hidden});
+    auto split_heads = [&](std::int64_t part) {
+      return block.narrow(-1, part * hidden, hidden)
+          .view({batch.long_texts, batch.long_length, heads, head_dim})
+          .transpose(1, 2);
+    };
+    const at::Tensor attended = at::scaled_dot_product_attention(
+        split_heads(0), split_heads(1), split_heads(2), batch.long_mask,
+        /*dropout_p=*/0.0, /*is_causal=*/false, scale);  // [texts, heads, L, head_dim]
+    out.narrow(0, 0, block_rows)
+        .view({batch.long_texts, batch.long_length, heads, head_dim})
+        .copy_(attended.transpose(1, 2));
+  }
+  const auto s = static_cast<float>(scale);
+  const bool bf16 = in.scalar_type() == at::kBFloat16;
+  const bool tiles = bf16 && attention_tiles::Available();
+  const auto parts = static_cast<std::int64_t>(batch.short_parts.size());
+  ParallelRows(parts, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t part = begin; part < end; ++part) {
+      for (const PackedText& text : batch.short_parts[static_cast<std::size_t>(part)]) {
+        const HeadLayout layout{1, text.length, heads, head_dim};
+        const std::int64_t from = text.first_row * 3 * hidden;
+        const std::int64_t to = text.first_row * hidden;
+        if (tiles && attention_tiles::TakesLayout(layout)) {
+          attention_tiles::AttentionFromQkvBFloat16(
+              static_cast<const std::uint16_t*>(in.const_data_ptr()) + from, layout, nullptr, s, 0,
+              1, static_cast<std::uint16_t*>(out.mutable_data_ptr()) + to);
+        } else if (bf16) {
+          attention_rows::AttentionFromQkvBFloat16(
+              static_cast<const std::uint16_t*>(in.const_data_ptr()) + from, layout, nullptr, s, 0,
+              1, static_cast<std::uint16_t*>(out.mutable_data_ptr()) + to);
+        } else {
+          attention_rows::AttentionFromQkv(in.const_data_ptr<float>() + from, layout, nullptr, s, 0,
+                                           1, out.mutable_data_ptr<float>() + to);
+        }
+      }
     }
   });
   return out;
@@ -549,12 +715,23 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
   const double eps = config_.layer_norm_eps;
 
   at::Tensor x = Embed(input_ids, token_type_ids);
-  // With the fused products every token is a row ([rows, hidden]); in
-  // bfloat16 the rows are padded to one of few counts (CpuProductRows).
+  // With the fused products every token is a row ([rows, hidden]), and a
+  // padded batch keeps only its real tokens (PackBatch); in bfloat16 the
+  // rows are then padded to one of few counts (CpuProductRows).
   const std::int64_t tokens = batch * length;
+  std::optional<PackedBatch> packing;
+  if (fused_cpu_qkv_ && any_padding) {
+    packing = PackBatch(attention_mask);
+  }
+  const std::int64_t used = packing.has_value() ? packing->packed() : tokens;
   const std::int64_t rows =
-      fused_cpu_qkv_ && x.scalar_type() == at::kBFloat16 ? CpuProductRows(tokens) : tokens;
-  if (fused_cpu_qkv_) {
+      fused_cpu_qkv_ && x.scalar_type() == at::kBFloat16 ? CpuProductRows(used) : used;
+  if (packing.has_value()) {
+    at::Tensor gathered = RowsWithZeroTail(rows, used, hidden, x.options());
+    at::Tensor real = gathered.narrow(0, 0, used);
+    at::index_select_out(real, x.reshape({tokens, hidden}), 0, packing->source_rows);
+    x = gathered;
+  } else if (fused_cpu_qkv_) {
     x = ZeroPadRows(x.reshape({tokens, hidden}), rows);
   }
 
@@ -565,7 +742,7 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
   // float32 for ExplicitAttention and attention_rows. None when nothing is
   // padded, as transformers does, which lets SDPA pick its fastest kernel.
   std::optional<at::Tensor> mask;
-  if (any_padding) {
+  if (any_padding && !packing.has_value()) {
     mask = attention_mask.to(at::kBool).view({batch, 1, 1, length});
     if (explicit_attention || short_fused) {
       mask = at::zeros({batch, 1, 1, length}, x.options().dtype(at::kFloat))
@@ -596,7 +773,9 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
     at::Tensor context;
     if (fused_cpu_qkv_) {
       const at::Tensor qkv = linear(x, weight(l.qkv_w, l.qkv_packed), l.qkv_b);  // [rows, 3h]
-      if (short_fused) {
+      if (packing.has_value()) {
+        context = PackedAttention(qkv, *packing, heads, head_dim, scale, rows);
+      } else if (short_fused) {
         context = ShortAttention(qkv, {batch, length, heads, head_dim}, mask, scale, rows);
       } else {
         const at::Tensor real = qkv.narrow(0, 0, tokens).view({batch, length, 3 * hidden});
@@ -628,6 +807,12 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
         linear_gelu(a, weight(l.inter_w, l.inter_packed), l.inter_b);  // exact erf GELU
     x = LayerNorm(linear_add(i, weight(l.out_w, l.out_packed), l.out_b, a), l.out_ln_w, l.out_ln_b,
                   eps);
+  }
+  if (packing.has_value()) {
+    // Back to [B, L, hidden]; the padding's rows are zero.
+    return at::zeros({tokens, hidden}, x.options())
+        .index_copy_(0, packing->source_rows, x.narrow(0, 0, used))
+        .view({batch, length, hidden});
   }
   return fused_cpu_qkv_ ? x.narrow(0, 0, tokens).view({batch, length, hidden}) : x;
 }
@@ -696,7 +881,11 @@ at::Tensor BertModel::ForwardInt8(const at::Tensor& input_ids, const at::Tensor&
                                   bool padded, const at::Tensor& token_type_ids) const {
   const std::int64_t batch = input_ids.size(0);
   const std::int64_t length = input_ids.size(1);
-  const std::int64_t rows = batch * length;
+  const std::int64_t tokens = batch * length;
+  // A padded batch keeps only its real tokens, as in Forward.
+  const std::optional<PackedBatch> packing =
+      padded ? PackBatch(attention_mask) : std::optional<PackedBatch>();
+  const std::int64_t rows = packing.has_value() ? packing->packed() : tokens;
   const std::int64_t hidden = config_.hidden_size;
   const std::int64_t heads = config_.num_attention_heads;
   const std::int64_t head_dim = hidden / heads;
@@ -705,7 +894,8 @@ at::Tensor BertModel::ForwardInt8(const at::Tensor& input_ids, const at::Tensor&
   const at::TensorOptions float_options = at::TensorOptions().dtype(at::kFloat);
 
   // Every row is one token: [rows, hidden] from here to the end.
-  at::Tensor x = Embed(input_ids, token_type_ids).reshape({rows, hidden}).contiguous();
+  at::Tensor x = Embed(input_ids, token_type_ids).reshape({tokens, hidden});
+  x = packing.has_value() ? x.index_select(0, packing->source_rows) : x.contiguous();
   QuantizedActivations xq = QuantizedActivations::FromTensor(x);
 
   // Up to kExplicitAttentionMaxLength tokens the attention is one pass of
@@ -717,7 +907,7 @@ at::Tensor BertModel::ForwardInt8(const at::Tensor& input_ids, const at::Tensor&
   const bool bf16_attention = int8_attention_dtype_ == at::kBFloat16;
   const int8_rows::HeadLayout layout{batch, length, heads, head_dim};
   std::optional<at::Tensor> mask;
-  if (padded) {
+  if (padded && !packing.has_value()) {
     mask = attention_mask.to(at::kBool).view({batch, 1, 1, length});
     if (short_texts) {
       mask = at::zeros({batch, length}, float_options)
@@ -725,31 +915,60 @@ at::Tensor BertModel::ForwardInt8(const at::Tensor& input_ids, const at::Tensor&
                                std::numeric_limits<float>::lowest());
     }
   }
-  auto long_attention = [&](const int8_rows::Product& qkv_product,
-                            const QuantizedActivations& out) {
-    at::Tensor qkv =
-        at::empty({3, batch, heads, length, head_dim}, float_options.dtype(int8_attention_dtype_));
-    ParallelRows(rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
+  // The texts of `texts` (a layout of the first rows) through SDPA.
+  auto long_attention = [&](const int8_rows::Product& qkv_product, const QuantizedActivations& out,
+                            const int8_rows::HeadLayout& texts,
+                            const std::optional<at::Tensor>& keep) {
+    const std::int64_t text_rows = texts.batch * texts.length;
+    at::Tensor qkv = at::empty({3, texts.batch, heads, texts.length, head_dim},
+                               float_options.dtype(int8_attention_dtype_));
+    ParallelRows(text_rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
       if (bf16_attention) {
-        int8_rows::DequantizeToHeadsBFloat16(qkv_product, layout, begin, end,
+        int8_rows::DequantizeToHeadsBFloat16(qkv_product, texts, begin, end,
                                              static_cast<std::uint16_t*>(qkv.mutable_data_ptr()));
       } else {
-        int8_rows::DequantizeToHeads(qkv_product, layout, begin, end,
-                                     qkv.mutable_data_ptr<float>());
+        int8_rows::DequantizeToHeads(qkv_product, texts, begin, end, qkv.mutable_data_ptr<float>());
       }
     });
     const at::Tensor context =
-        at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], mask, /*dropout_p=*/0.0,
+        at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], keep, /*dropout_p=*/0.0,
                                          /*is_causal=*/false, /*scale=*/1.0)
             .contiguous();
     const int8_rows::QuantizedRows out_rows = out.Rows();
-    ParallelRows(rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
+    ParallelRows(text_rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
       if (bf16_attention) {
         int8_rows::QuantizeHeadRowsBFloat16(
-            static_cast<const std::uint16_t*>(context.const_data_ptr()), layout, begin, end,
+            static_cast<const std::uint16_t*>(context.const_data_ptr()), texts, begin, end,
             out_rows);
       } else {
-        int8_rows::QuantizeHeadRows(context.const_data_ptr<float>(), layout, begin, end, out_rows);
+        int8_rows::QuantizeHeadRows(context.const_data_ptr<float>(), texts, begin, end, out_rows);
+      }
+    });
+  };
+  // A packed batch's attention: the long block as above, every short text
+  // on its own rows.
+  auto packed_attention = [&](const int8_rows::Product& qkv_product,
+                              const QuantizedActivations& out) {
+    if (packing->long_texts > 0) {
+      long_attention(qkv_product, out, {packing->long_texts, packing->long_length, heads, head_dim},
+                     packing->long_mask);
+    }
+    const int8_rows::QuantizedRows out_rows = out.Rows();
+    const std::int64_t out_cols = heads * head_dim;
+    const auto parts = static_cast<std::int64_t>(packing->short_parts.size());
+    ParallelRows(parts, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t part = begin; part < end; ++part) {
+        for (const PackedText& text : packing->short_parts[static_cast<std::size_t>(part)]) {
+          int8_rows::Product at_text = qkv_product;
+          at_text.acc += text.first_row * qkv_product.cols;
+          at_text.row_scale += text.first_row;
+          at_text.row_offset += text.first_row;
+          const int8_rows::QuantizedRows to_text{out_rows.q + text.first_row * out_cols,
+                                                 out_rows.scale + text.first_row,
+                                                 out_rows.offset + text.first_row};
+          int8_rows::AttentionFromProduct(at_text, {1, text.length, heads, head_dim}, nullptr, 0, 1,
+                                          to_text);
+        }
       }
     });
   };
@@ -761,14 +980,16 @@ at::Tensor BertModel::ForwardInt8(const at::Tensor& input_ids, const at::Tensor&
     const at::Tensor qkv_acc = q8.qkv.Multiply(xq);
     const int8_rows::Product qkv_product = q8.qkv.Product(qkv_acc, xq);
     const QuantizedActivations cq = QuantizedActivations::Empty(rows, hidden);
-    if (short_texts) {
+    if (packing.has_value()) {
+      packed_attention(qkv_product, cq);
+    } else if (short_texts) {
       const int8_rows::QuantizedRows cq_rows = cq.Rows();
       const float* mask_data = mask.has_value() ? mask->const_data_ptr<float>() : nullptr;
       ParallelRows(batch, 1, [&](std::int64_t begin, std::int64_t end) {
         int8_rows::AttentionFromProduct(qkv_product, layout, mask_data, begin, end, cq_rows);
       });
     } else {
-      long_attention(qkv_product, cq);
+      long_attention(qkv_product, cq, layout, mask);
     }
 
     const at::Tensor attn_acc = q8.attn_out.Multiply(cq);
@@ -805,6 +1026,11 @@ at::Tensor BertModel::ForwardInt8(const at::Tensor& input_ids, const at::Tensor&
     });
     x = std::move(next);
     xq = std::move(next_q);
+  }
+  if (packing.has_value()) {
+    return at::zeros({tokens, hidden}, float_options)
+        .index_copy_(0, packing->source_rows, x)
+        .view({batch, length, hidden});
   }
   return x.view({batch, length, hidden});
 }

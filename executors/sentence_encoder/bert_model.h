@@ -123,9 +123,12 @@ class BertModel {
   // which on CUDA waits for the device.
   // `token_type_ids` (int64 [B, L], 0 or 1: the segment of each token of a
   // text pair) may be left undefined: all 0.
-  // With fused_cpu_qkv() in bfloat16 the tokens run through the products as
-  // CpuProductRows(B * L) rows, the extra ones zero-filled and dropped at
-  // the end, so that oneDNN meets few product shapes.
+  // With fused_cpu_qkv() a right-padded batch runs its real tokens only:
+  // texts over kShortAttentionMaxLength as one block padded to the longest
+  // of them, every other text without padding; the padding's rows of the
+  // result are then zero. In bfloat16 those T rows run through the
+  // products as CpuProductRows(T) rows, the extra ones zero-filled and
+  // dropped at the end, so that oneDNN meets few product shapes.
   at::Tensor Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                      std::optional<bool> padded = std::nullopt,
                      const at::Tensor& token_type_ids = {}) const;

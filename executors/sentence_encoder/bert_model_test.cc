@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -394,6 +395,62 @@ TEST(BertModelTest, BothAttentionPathsMatchTheReference) {
       EXPECT_GT(cosine.min().item<double>(), dtype == at::kFloat ? 0.999999 : 0.999)
           << dtype << ", length " << length << ": " << cosine;
     }
+  }
+}
+
+// A padded batch runs its real tokens only: texts over 64 tokens as one
+// block padded to the longest of them, the rest each on its own. Texts of
+// every kind, in no order, must match the reference, and the rows of the
+// padding come back zero. A mask that is not right padding (a hole) runs
+// padded, as before, and matches too.
+TEST(BertModelTest, PackedBatchesOfMixedLengthsMatchTheReference) {
+  BertConfig config = TinyConfig();
+  config.max_position_embeddings = 96;
+  const Weights w = RandomWeights(config);
+  const std::vector<std::vector<std::int64_t>> cases = {
+      {3, 90, 64, 70, 1, 65, 90, 17},  // a long block with its own padding
+      {80, 12, 80, 5},                 // long texts of one length: no mask in the block
+      {40, 7, 64, 2, 33},              // short texts only
+      {90, 90, 90}};                   // no padding at all
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    BertModel model(config);
+    ASSERT_TRUE(LoadInto(model, w).ok());
+    model.To(at::Device(at::kCPU), dtype);
+    for (const std::vector<std::int64_t>& lengths : cases) {
+      const auto batch = static_cast<std::int64_t>(lengths.size());
+      const std::int64_t length = *std::max_element(lengths.begin(), lengths.end());
+      at::manual_seed(batch * 100 + length);
+      at::Tensor ids = at::randint(1, config.vocab_size, {batch, length}, at::kLong);
+      at::Tensor mask = at::zeros({batch, length}, at::kLong);
+      for (std::int64_t b = 0; b < batch; ++b) {
+        mask[b].slice(0, 0, lengths[static_cast<std::size_t>(b)]).fill_(1);
+      }
+      ids.masked_fill_(mask == 0, 0);
+      const at::Tensor hidden = model.Forward(ids, mask).to(at::kFloat);
+      const at::Tensor got = MeanPoolNormalize(hidden, mask).to(at::kDouble);
+      const at::Tensor want = ReferenceEmbedding(w, config, ids, mask).to(at::kDouble);
+      const at::Tensor cosine = (got * want).sum(1);
+      EXPECT_GT(cosine.min().item<double>(), dtype == at::kFloat ? 0.999999 : 0.999)
+          << dtype << ", lengths " << at::tensor(lengths) << ": " << cosine;
+      for (std::int64_t b = 0; b < batch; ++b) {
+        const std::int64_t n = lengths[static_cast<std::size_t>(b)];
+        if (n <= 64 && n < length) {
+          EXPECT_EQ(hidden[b].slice(0, n).abs().max().item<float>(), 0.0F)
+              << dtype << ", text " << b << " of " << n << " tokens";
+        }
+      }
+    }
+    // A hole in a row's mask: not right padding.
+    at::manual_seed(5);
+    at::Tensor ids = at::randint(1, config.vocab_size, {2, 20}, at::kLong);
+    at::Tensor mask = at::ones({2, 20}, at::kLong);
+    mask[0].slice(0, 5, 8).fill_(0);
+    mask[1].slice(0, 12).fill_(0);
+    const at::Tensor got =
+        MeanPoolNormalize(model.Forward(ids, mask).to(at::kFloat), mask).to(at::kDouble);
+    const at::Tensor want = ReferenceEmbedding(w, config, ids, mask).to(at::kDouble);
+    EXPECT_GT((got * want).sum(1).min().item<double>(), dtype == at::kFloat ? 0.999999 : 0.999)
+        << dtype;
   }
 }
 

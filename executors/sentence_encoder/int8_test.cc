@@ -304,6 +304,41 @@ TEST_F(Int8ModelTest, StaysCloseToFloat32InEitherAttentionDType) {
   EXPECT_TRUE(at::allclose(int8_model_.Forward(ids, mask), float_model_.Forward(ids, mask)));
 }
 
+// A padded batch runs its real tokens only (texts over 64 tokens as one
+// padded block): each text of a batch of mixed lengths, in no order, gives
+// what it gives alone, and stays close to float32.
+TEST_F(Int8ModelTest, EachTextOfAPackedBatchMatchesItselfAlone) {
+  SKIP_WITHOUT_INT8();
+  const std::vector<std::int64_t> lengths = {9, 78, 64, 3, 70, 1, 78, 40};
+  const auto batch = static_cast<std::int64_t>(lengths.size());
+  const std::int64_t length = 78;
+  const at::Tensor ids = at::randint(5, 50, {batch, length});
+  at::Tensor mask = at::zeros({batch, length}, at::kLong);
+  for (std::int64_t b = 0; b < batch; ++b) {
+    mask[b].slice(0, 0, lengths[static_cast<std::size_t>(b)]).fill_(1);
+  }
+  const at::Tensor want = Pooled(float_model_.Forward(ids, mask), mask);
+  for (const at::ScalarType attention : {at::kFloat, at::kBFloat16}) {
+    ASSERT_TRUE(int8_model_.QuantizeToInt8(attention).ok());
+    const at::Tensor hidden = int8_model_.Forward(ids, mask);
+    const at::Tensor got = Pooled(hidden, mask);
+    EXPECT_GT((got * want).sum(1).min().item<double>(), 0.995) << c10::toString(attention);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t n = lengths[static_cast<std::size_t>(b)];
+      const at::Tensor row_mask = mask.slice(0, b, b + 1).slice(1, 0, n);
+      const at::Tensor alone =
+          Pooled(int8_model_.Forward(ids.slice(0, b, b + 1).slice(1, 0, n), row_mask), row_mask);
+      // The long block's SDPA pads; what is padded weighs exactly nothing,
+      // but its sums may run in another order.
+      EXPECT_LT((alone[0] - got[b]).abs().max().item<double>(), n > 64 ? 1e-5 : 1e-6)
+          << c10::toString(attention) << ", text " << b << " of " << n << " tokens";
+      if (n <= 64) {
+        EXPECT_EQ(hidden[b].slice(0, n).abs().max().item<float>(), 0.0F) << "text " << b;
+      }
+    }
+  }
+}
+
 TEST_F(Int8ModelTest, NeedsTheFloat32ModelOnTheCpu) {
   int8_model_.To(at::Device(at::kCPU), at::kBFloat16);
   const Status status = int8_model_.QuantizeToInt8(at::kFloat);
