@@ -19,7 +19,7 @@ medians over the rounds of texts/s and request latency p50/p99, and the
 ratios. --out FILE.tsv writes one row per side and round.
 
   python3 bench/encoder/varied_load.py [--build-dir DIR] [--before-build-dir DIR]
-      [--dtype float32|bfloat16] [--threads T] [--clients C] [--seconds S]
+      [--dtype float32|bfloat16|int8] [--threads T] [--clients C] [--seconds S]
       [--warmup-seconds S] [--rounds R] [--seed N] [--no-infinity] [--out FILE.tsv]
 """
 import argparse
@@ -130,7 +130,7 @@ def main() -> int:
     parser.add_argument('--build-dir', default=os.environ.get('GANTRY_BUILD_DIR',
                                                               os.path.join(ROOT, 'build')))
     parser.add_argument('--before-build-dir', default='')
-    parser.add_argument('--dtype', default='bfloat16', choices=['float32', 'bfloat16'])
+    parser.add_argument('--dtype', default='bfloat16', choices=['float32', 'bfloat16', 'int8'])
     parser.add_argument('--threads', type=int, default=os.cpu_count())
     parser.add_argument('--clients', type=int, default=8)
     parser.add_argument('--seconds', type=float, default=20.0)
@@ -142,6 +142,9 @@ def main() -> int:
     args = parse_checked(parser, [('--threads', 1, 256), ('--clients', 1, 256),
                                   ('--rounds', 1, 100), ('--seconds', 1, 3600),
                                   ('--warmup-seconds', 0, 600)])
+    if args.dtype == 'int8' and not args.no_infinity:
+        parser.error('--dtype int8 is for Gantry sides only (Infinity runs float32 or '
+                     'bfloat16 here): add --no-infinity')
     builds = [('gantry', args.build_dir)]
     if args.before_build_dir:
         builds.append(('gantry-before', args.before_build_dir))
