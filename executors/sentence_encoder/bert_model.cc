@@ -198,6 +198,54 @@ at::Tensor ZeroPadRows(const at::Tensor& rows, std::int64_t total) {
 // one text per task on libtorch's threads: [out_rows, hidden] in qkv's
 // dtype, token rows first, the rest zero. bfloat16 runs on AMX tiles
 // (attention_tiles) where the CPU has them and the heads fit.
+// The one-pass attention of texts [begin, end) of `layout`, whose token rows
+// start at row `first_row` of `in` ([rows, 3 * hidden], contiguous, float32
+// or bfloat16) and of `out` ([rows, hidden], in's dtype). bfloat16 runs on
+// AMX tiles (attention_tiles) where the CPU has them and the heads fit.
+void AttendShortTexts(const at::Tensor& in, const HeadLayout& layout, const float* mask,
+                      float scale, std::int64_t begin, std::int64_t end, std::int64_t first_row,
+                      at::Tensor& out) {
+  const std::int64_t hidden = layout.heads * layout.head_dim;
+  const std::int64_t from = first_row * 3 * hidden;
+  const std::int64_t to = first_row * hidden;
+  if (in.scalar_type() == at::kFloat) {
+    attention_rows::AttentionFromQkv(in.const_data_ptr<float>() + from, layout, mask, scale, begin,
+                                     end, out.mutable_data_ptr<float>() + to);
+    return;
+  }
+  const auto* qkv = static_cast<const std::uint16_t*>(in.const_data_ptr()) + from;
+  auto* context = static_cast<std::uint16_t*>(out.mutable_data_ptr()) + to;
+  if (attention_tiles::Available() && attention_tiles::TakesLayout(layout)) {
+    attention_tiles::AttentionFromQkvBFloat16(qkv, layout, mask, scale, begin, end, context);
+  } else {
+    attention_rows::AttentionFromQkvBFloat16(qkv, layout, mask, scale, begin, end, context);
+  }
+}
+
+// ATen's blocked attention of `texts` texts of `length` tokens, from their
+// token rows of `qkv` ([texts * length, 3 * hidden]) into `out` ([texts *
+// length, hidden], token-major, written once). `keep`: bool [texts, 1, 1,
+// length], or none.
+void BlockedAttention(const at::Tensor& qkv, std::int64_t texts, std::int64_t length,
+                      std::int64_t heads, std::int64_t head_dim,
+                      const std::optional<at::Tensor>& keep, double scale, at::Tensor out) {
+  const std::int64_t hidden = heads * head_dim;
+  const at::Tensor block = qkv.view({texts, length, 3 * hidden});
+  auto split_heads = [&](std::int64_t part) {
+    return block.narrow(-1, part * hidden, hidden)
+        .view({texts, length, heads, head_dim})
+        .transpose(1, 2);
+  };
+  const at::Tensor attended = at::scaled_dot_product_attention(
+      split_heads(0), split_heads(1), split_heads(2), keep,
+      /*dropout_p=*/0.0, /*is_causal=*/false, scale);  // [texts, heads, length, head_dim]
+  out.view({texts, length, heads, head_dim}).copy_(attended.transpose(1, 2));
+}
+
+// attention_rows' attention of each text of `qkv` (B * L token rows of
+// 3 * hidden, maybe more rows after them, float32 or bfloat16, contiguous),
+// one text per task on libtorch's threads: [out_rows, hidden] in qkv's
+// dtype, token rows first, the rest zero.
 at::Tensor ShortAttention(const at::Tensor& qkv, const HeadLayout& layout,
                           const std::optional<at::Tensor>& additive_mask, double scale,
                           std::int64_t out_rows) {
@@ -205,22 +253,8 @@ at::Tensor ShortAttention(const at::Tensor& qkv, const HeadLayout& layout,
   at::Tensor out = RowsWithZeroTail(out_rows, layout.batch * layout.length,
                                     layout.heads * layout.head_dim, in.options());
   const float* mask = additive_mask.has_value() ? additive_mask->const_data_ptr<float>() : nullptr;
-  const auto s = static_cast<float>(scale);
-  const bool bf16 = in.scalar_type() == at::kBFloat16;
-  const bool tiles = bf16 && attention_tiles::Available() && attention_tiles::TakesLayout(layout);
   ParallelRows(layout.batch, 1, [&](std::int64_t begin, std::int64_t end) {
-    if (tiles) {
-      attention_tiles::AttentionFromQkvBFloat16(
-          static_cast<const std::uint16_t*>(in.const_data_ptr()), layout, mask, s, begin, end,
-          static_cast<std::uint16_t*>(out.mutable_data_ptr()));
-    } else if (bf16) {
-      attention_rows::AttentionFromQkvBFloat16(
-          static_cast<const std::uint16_t*>(in.const_data_ptr()), layout, mask, s, begin, end,
-          static_cast<std::uint16_t*>(out.mutable_data_ptr()));
-    } else {
-      attention_rows::AttentionFromQkv(in.const_data_ptr<float>(), layout, mask, s, begin, end,
-                                       out.mutable_data_ptr<float>());
-    }
+    AttendShortTexts(in, layout, mask, static_cast<float>(scale), begin, end, 0, out);
   });
   return out;
 }
@@ -340,46 +374,18 @@ std::optional<PackedBatch> PackBatch(const at::Tensor& attention_mask) {
 at::Tensor PackedAttention(const at::Tensor& qkv, const PackedBatch& batch, std::int64_t heads,
                            std::int64_t head_dim, double scale, std::int64_t out_rows) {
   const at::Tensor in = qkv.contiguous();
-  const std::int64_t hidden = heads * head_dim;
-  at::Tensor out = RowsWithZeroTail(out_rows, batch.packed(), hidden, in.options());
+  at::Tensor out = RowsWithZeroTail(out_rows, batch.packed(), heads * head_dim, in.options());
   if (batch.long_texts > 0) {
     const std::int64_t block_rows = batch.long_texts * batch.long_length;
-    const at::Tensor block =
-        in.narrow(0, 0, block_rows).view({batch.long_texts, batch.long_length, 3 * hidden});
-    auto split_heads = [&](std::int64_t part) {
-      return block.narrow(-1, part * hidden, hidden)
-          .view({batch.long_texts, batch.long_length, heads, head_dim})
-          .transpose(1, 2);
-    };
-    const at::Tensor attended = at::scaled_dot_product_attention(
-        split_heads(0), split_heads(1), split_heads(2), batch.long_mask,
-        /*dropout_p=*/0.0, /*is_causal=*/false, scale);  // [texts, heads, L, head_dim]
-    out.narrow(0, 0, block_rows)
-        .view({batch.long_texts, batch.long_length, heads, head_dim})
-        .copy_(attended.transpose(1, 2));
+    BlockedAttention(in.narrow(0, 0, block_rows), batch.long_texts, batch.long_length, heads,
+                     head_dim, batch.long_mask, scale, out.narrow(0, 0, block_rows));
   }
-  const auto s = static_cast<float>(scale);
-  const bool bf16 = in.scalar_type() == at::kBFloat16;
-  const bool tiles = bf16 && attention_tiles::Available();
   const auto parts = static_cast<std::int64_t>(batch.short_parts.size());
   ParallelRows(parts, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t part = begin; part < end; ++part) {
       for (const PackedText& text : batch.short_parts[static_cast<std::size_t>(part)]) {
-        const HeadLayout layout{1, text.length, heads, head_dim};
-        const std::int64_t from = text.first_row * 3 * hidden;
-        const std::int64_t to = text.first_row * hidden;
-        if (tiles && attention_tiles::TakesLayout(layout)) {
-          attention_tiles::AttentionFromQkvBFloat16(
-              static_cast<const std::uint16_t*>(in.const_data_ptr()) + from, layout, nullptr, s, 0,
-              1, static_cast<std::uint16_t*>(out.mutable_data_ptr()) + to);
-        } else if (bf16) {
-          attention_rows::AttentionFromQkvBFloat16(
-              static_cast<const std::uint16_t*>(in.const_data_ptr()) + from, layout, nullptr, s, 0,
-              1, static_cast<std::uint16_t*>(out.mutable_data_ptr()) + to);
-        } else {
-          attention_rows::AttentionFromQkv(in.const_data_ptr<float>() + from, layout, nullptr, s, 0,
-                                           1, out.mutable_data_ptr<float>() + to);
-        }
+        AttendShortTexts(in, {1, text.length, heads, head_dim}, nullptr, static_cast<float>(scale),
+                         0, 1, text.first_row, out);
       }
     }
   });
@@ -778,16 +784,9 @@ at::Tensor BertModel::Forward(const at::Tensor& input_ids, const at::Tensor& att
       } else if (short_fused) {
         context = ShortAttention(qkv, {batch, length, heads, head_dim}, mask, scale, rows);
       } else {
-        const at::Tensor real = qkv.narrow(0, 0, tokens).view({batch, length, 3 * hidden});
-        const at::Tensor attended = at::scaled_dot_product_attention(
-            split_heads(real.narrow(-1, 0, hidden)), split_heads(real.narrow(-1, hidden, hidden)),
-            split_heads(real.narrow(-1, 2 * hidden, hidden)), mask,
-            /*dropout_p=*/0.0, /*is_causal=*/false, scale);  // [B, heads, L, head_dim]
-        // Written once, token-major, straight into the padded rows.
-        context = RowsWithZeroTail(rows, tokens, hidden, attended.options());
-        context.narrow(0, 0, tokens)
-            .view({batch, length, heads, head_dim})
-            .copy_(attended.transpose(1, 2));
+        context = RowsWithZeroTail(rows, tokens, hidden, qkv.options());
+        BlockedAttention(qkv.narrow(0, 0, tokens), batch, length, heads, head_dim, mask, scale,
+                         context.narrow(0, 0, tokens));
       }
     } else {
       const at::Tensor q = split_heads(linear(x, weight(l.query_w, l.query_packed), l.query_b));
