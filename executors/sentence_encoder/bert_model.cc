@@ -228,7 +228,7 @@ void AttendShortTexts(const at::Tensor& in, const HeadLayout& layout, const floa
 // length], or none.
 void BlockedAttention(const at::Tensor& qkv, std::int64_t texts, std::int64_t length,
                       std::int64_t heads, std::int64_t head_dim,
-                      const std::optional<at::Tensor>& keep, double scale, at::Tensor out) {
+                      const std::optional<at::Tensor>& keep, double scale, const at::Tensor& out) {
   const std::int64_t hidden = heads * head_dim;
   const at::Tensor block = qkv.view({texts, length, 3 * hidden});
   auto split_heads = [&](std::int64_t part) {
