@@ -118,13 +118,18 @@ def pass_width(port: int) -> int:
     return info['max_batch_requests']
 
 
-def gantry_side(args, gantry, model, env, tmp, batch_size=None, priority=False, label=None):
+def gantry_side(args, gantry, model, env, tmp, batch_size=None, priority=False, label=None,
+                merged=False):
     """`gantry deployment` of one SentenceEncoder replica in args.dtype, HTTP
     on the port it is started with: the executor's own pass width, or
     `batch_size`, or (priority) /encode merged at args.gantry_pass_width with
-    two priority levels."""
+    two priority levels; `merged` (with `batch_size`): the requests queued
+    while a call runs merged into the next call, up to `batch_size` texts."""
+    if merged and batch_size is None:
+        raise ValueError('gantry_side: merged needs a batch_size')
     label = label or ('gantry-priority' if priority else
-                      'gantry' if batch_size is None else f'gantry-b{batch_size}')
+                      'gantry' if batch_size is None else
+                      f'gantry-m{batch_size}' if merged else f'gantry-b{batch_size}')
     yml = os.path.join(tmp, f'{label}.yml')
 
     def cmd(port):
@@ -140,6 +145,9 @@ def gantry_side(args, gantry, model, env, tmp, batch_size=None, priority=False, 
             if priority:
                 f.write('  uses_dynamic_batching:\n    /encode: {preferred_batch_size: '
                         f'{args.gantry_pass_width}, timeout: 0, priority_levels: 2}}\n')
+            elif merged:
+                f.write('  uses_dynamic_batching:\n    /encode: {preferred_batch_size: '
+                        f'{batch_size}, timeout: 0}}\n')
         return [gantry, 'deployment', '--uses', yml, '--port', '0', '--http-port', str(port),
                 '--log-level', 'warning']
 

@@ -3,7 +3,10 @@ server meets in production, unlike the seed job's one sentence repeated.
 Gantry (SentenceEncoder behind `gantry deployment`) against Infinity
 (PyPI infinity-emb 0.0.78, torch engine) on the same model folder, and
 optionally against a second Gantry build (--before-build-dir: an A/B of a
-change).
+change) and against the same build with other pass widths (--batch-sizes:
+extra sides `gantry-bN`, SentenceEncoder's `batch_size: N`) or with requests
+merged (--merged-batch-sizes: sides `gantry-mN`, `batch_size: N` and the
+requests queued while a call runs merged into the next, up to N texts).
 
 Each of --clients client threads keeps one request in flight to the
 OpenAI-style route (Gantry's POST /v1/embeddings, Infinity's POST
@@ -19,7 +22,8 @@ medians over the rounds of texts/s and request latency p50/p99, and the
 ratios. --out FILE.tsv writes one row per side and round.
 
   python3 bench/encoder/varied_load.py [--build-dir DIR] [--before-build-dir DIR]
-      [--dtype float32|bfloat16|int8] [--threads T] [--clients C] [--seconds S]
+      [--batch-sizes N,N...] [--merged-batch-sizes N,N...] [--dtype float32|bfloat16|int8] [--threads T]
+      [--clients C] [--seconds S]
       [--warmup-seconds S] [--rounds R] [--seed N] [--no-infinity] [--out FILE.tsv]
 """
 import argparse
@@ -130,6 +134,10 @@ def main() -> int:
     parser.add_argument('--build-dir', default=os.environ.get('GANTRY_BUILD_DIR',
                                                               os.path.join(ROOT, 'build')))
     parser.add_argument('--before-build-dir', default='')
+    parser.add_argument('--batch-sizes', default='',
+                        help='comma-separated pass widths, each an extra side of --build-dir')
+    parser.add_argument('--merged-batch-sizes', default='',
+                        help='the same, each side with its requests merged up to the width')
     parser.add_argument('--dtype', default='bfloat16', choices=['float32', 'bfloat16', 'int8'])
     parser.add_argument('--threads', type=int, default=os.cpu_count())
     parser.add_argument('--clients', type=int, default=8)
@@ -142,6 +150,17 @@ def main() -> int:
     args = parse_checked(parser, [('--threads', 1, 256), ('--clients', 1, 256),
                                   ('--rounds', 1, 100), ('--seconds', 1, 3600),
                                   ('--warmup-seconds', 0, 600)])
+    def widths(flag, text):
+        try:
+            values = [int(b) for b in text.split(',') if b.strip()]
+        except ValueError:
+            parser.error(f'{flag}: {text!r} is not a list of integers')
+        if any(not 1 <= b <= 4096 for b in values) or len(set(values)) != len(values):
+            parser.error(f'{flag}: {text!r}: each in 1..4096, none twice')
+        return values
+
+    batch_sizes = widths('--batch-sizes', args.batch_sizes)
+    merged_sizes = widths('--merged-batch-sizes', args.merged_batch_sizes)
     if args.dtype == 'int8' and not args.no_infinity:
         parser.error('--dtype int8 is for Gantry sides only (Infinity runs float32 or '
                      'bfloat16 here): add --no-infinity')
@@ -157,6 +176,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix='varied-load-') as tmp:
         sides = [gantry_side(args, os.path.join(build, 'bin', 'gantry'), model, env, tmp,
                              label=label) for label, build in builds]
+        sides += [gantry_side(args, os.path.join(args.build_dir, 'bin', 'gantry'), model, env,
+                              tmp, batch_size=b) for b in batch_sizes]
+        sides += [gantry_side(args, os.path.join(args.build_dir, 'bin', 'gantry'), model, env,
+                              tmp, batch_size=b, merged=True) for b in merged_sizes]
         if not args.no_infinity:
             sides.append(infinity_side(args, model, env))
         rows = []
@@ -184,7 +207,8 @@ def main() -> int:
     for label, m in medians.items():
         print(f'{label:<15}{m["texts_per_s"]:>10.1f}{m["p50_ms"]:>10.1f}{m["p99_ms"]:>10.1f}')
     g = medians['gantry']
-    for other in ('gantry-before', 'infinity'):
+    for other in (['gantry-before', 'infinity'] + [f'gantry-b{b}' for b in batch_sizes] +
+                  [f'gantry-m{b}' for b in merged_sizes]):
         if other in medians:
             o = medians[other]
             print(f'gantry / {other}: texts/s {g["texts_per_s"] / o["texts_per_s"]:.2f}, '
