@@ -43,7 +43,7 @@ if [[ "${1:-}" == "--bundle" ]]; then
   [[ -f "${bundler}" ]] || bundler="${root}/../shared/tools/offline-bundle.sh"
   OFFLINE_BUNDLE_EXTRA="prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 \
 libprometheus-cpp-push1.0 libcivetweb1 libcivetweb-dev civetweb pkgconf pkgconf-bin libpkgconf3 \
-libb64-0d libcpp-httplib0.11 libbrotli1 libbrotli-dev" bash "${bundler}" "${tmp}/deps" >&2
+libb64-0d libcpp-httplib0.11 libbrotli1 libbrotli-dev libtcmalloc-minimal4" bash "${bundler}" "${tmp}/deps" >&2
   deps="${tmp}/deps"
   # The bundler drops static archives, and GoogleTest ships only those.
   for lib in libgtest.a libgtest_main.a libgmock.a libgmock_main.a libbenchmark_main.a; do

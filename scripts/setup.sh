@@ -20,6 +20,8 @@ packages=(
   # Boost.Beast and Asio (header-only): the HTTP server under the HTTP ports
   libboost-dev
   libb64-0d
+  # tcmalloc: the malloc of the programs that run models (cmake/GantryModelMalloc.cmake)
+  libtcmalloc-minimal4
   # Prometheus: the metrics library, and the server the metrics test scrapes with
   prometheus-cpp-dev prometheus
   clang-format clang-tidy

@@ -1,12 +1,9 @@
 #include "weight_cache.h"
 
 #include <ATen/ops/empty.h>
+#include <gantry/heap.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #include <cerrno>
 #include <cstdlib>
@@ -114,12 +111,6 @@ std::string ConvertedBytes(const SafetensorsFile& source, at::ScalarType target,
   return WriteSafetensors(std::move(entries), data, identity);
 }
 
-void ReleaseFreedMemory() {
-#ifdef __GLIBC__
-  ::malloc_trim(0);
-#endif
-}
-
 }  // namespace
 
 std::string DefaultWeightCacheDir() {
@@ -180,7 +171,7 @@ StatusOr<std::string> ConvertedWeights(const SafetensorsFile& source, std::strin
   }
   // The conversion's buffers (about twice the file) would otherwise stay in
   // this replica's heap for its whole life.
-  ReleaseFreedMemory();
+  ReleaseFreeHeapMemory();
   fs::rename(temporary, path, ec);
   if (ec) {
     const std::string why = ec.message();

@@ -27,7 +27,9 @@
 //
 // Every gantry-worker does this before its executor is constructed; a
 // program that runs a model itself (a benchmark, an embedding of the model
-// without a worker) calls it first.
+// without a worker) calls it first. The programs Gantry builds to run models
+// are linked with tcmalloc instead (cmake/GantryModelMalloc.cmake), which
+// keeps freed blocks per size by itself; there this does nothing.
 //
 // Thread safety: safe for concurrent use (glibc's mallopt takes its locks).
 #ifndef GANTRY_HEAP_H_
@@ -41,13 +43,27 @@ namespace gantry {
 inline constexpr std::size_t kModelMmapThresholdBytes = 32U << 20;
 inline constexpr std::size_t kModelTrimThresholdBytes = 64U << 20;
 
+// Which malloc serves this process.
+enum class MallocKind {
+  kGlibc,
+  kTcmalloc,  // gperftools' (linked, or LD_PRELOAD)
+  kOther,     // a sanitizer's, jemalloc, ...
+};
+MallocKind CurrentMalloc();
+const char* MallocKindName(MallocKind kind);
+
+// Gives the memory the allocator holds free back to the kernel: tcmalloc's
+// ReleaseFreeMemory, glibc's malloc_trim; nothing for another malloc. For
+// after a load whose transient buffers a long-lived process keeps no use for.
+void ReleaseFreeHeapMemory();
+
 // What KeepModelBuffersInHeap did.
 enum class HeapTuning {
   kApplied,            // both thresholds and the arena limit set
   kLeftToEnvironment,  // MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_,
                        // MALLOC_ARENA_MAX or GLIBC_TUNABLES is set: the
                        // user's settings stand
-  kUnsupported,        // not glibc's malloc, or it refused
+  kUnsupported,        // not glibc's malloc (CurrentMalloc), or it refused
 };
 
 // Sets glibc's mmap threshold to kModelMmapThresholdBytes, its trim

@@ -1,3 +1,4 @@
+#include <dlfcn.h>
 #include <gantry/heap.h>
 
 #include <cstdlib>
@@ -8,6 +9,53 @@
 #endif
 
 namespace gantry {
+namespace {
+
+void* FindSymbol(const char* name) { return ::dlsym(RTLD_DEFAULT, name); }
+
+}  // namespace
+
+MallocKind CurrentMalloc() {
+  // The malloc every library's calls resolve to, against each allocator's
+  // own name for it (both export malloc as an alias of that function).
+  void* const malloc_in_use = FindSymbol("malloc");
+  if (malloc_in_use != nullptr && malloc_in_use == FindSymbol("tc_malloc")) {
+    return MallocKind::kTcmalloc;
+  }
+  if (malloc_in_use != nullptr && malloc_in_use == FindSymbol("__libc_malloc")) {
+    return MallocKind::kGlibc;
+  }
+  return MallocKind::kOther;
+}
+
+const char* MallocKindName(MallocKind kind) {
+  switch (kind) {
+    case MallocKind::kGlibc:
+      return "glibc";
+    case MallocKind::kTcmalloc:
+      return "tcmalloc";
+    case MallocKind::kOther:
+      break;
+  }
+  return "other";
+}
+
+void ReleaseFreeHeapMemory() {
+  switch (CurrentMalloc()) {
+    case MallocKind::kTcmalloc:
+      if (void* release = FindSymbol("MallocExtension_ReleaseFreeMemory"); release != nullptr) {
+        reinterpret_cast<void (*)()>(release)();
+      }
+      return;
+    case MallocKind::kGlibc:
+#if defined(__GLIBC__)
+      ::malloc_trim(0);
+#endif
+      return;
+    case MallocKind::kOther:
+      return;
+  }
+}
 
 HeapTuning KeepModelBuffersInHeap() {
   for (const char* variable :
@@ -17,6 +65,11 @@ HeapTuning KeepModelBuffersInHeap() {
     }
   }
 #if defined(__GLIBC__)
+  // Another malloc (tcmalloc exports a mallopt that does nothing) keeps
+  // glibc's heap next to unused: its settings would say nothing.
+  if (CurrentMalloc() != MallocKind::kGlibc) {
+    return HeapTuning::kUnsupported;
+  }
   // Setting either threshold also stops glibc from moving them afterwards.
   if (::mallopt(M_MMAP_THRESHOLD, static_cast<int>(kModelMmapThresholdBytes)) == 1 &&
       ::mallopt(M_TRIM_THRESHOLD, static_cast<int>(kModelTrimThresholdBytes)) == 1 &&

@@ -327,9 +327,10 @@ int RunWorker(const WorkerFlags& flags) {
 
   // Before any model allocates: see gantry/heap.h.
   if (const HeapTuning heap = KeepModelBuffersInHeap(); heap != HeapTuning::kApplied) {
-    spdlog::debug("malloc thresholds left as they are ({})", heap == HeapTuning::kLeftToEnvironment
-                                                                 ? "the environment sets them"
-                                                                 : "not glibc's malloc");
+    spdlog::debug("malloc: {}; glibc's thresholds left as they are ({})",
+                  MallocKindName(CurrentMalloc()),
+                  heap == HeapTuning::kLeftToEnvironment ? "the environment sets them"
+                                                         : "not glibc's malloc");
   }
 
   // The parent's death closes the lifeline: leave at once, nobody is
