@@ -11,14 +11,14 @@
 # performance guide recommends tcmalloc or jemalloc for CPU inference.
 #
 # gantry_link_model_malloc(TARGET) links it into an executable, as the first
-# library the loader resolves malloc from. Not under sanitizers, which
-# replace malloc themselves.
+# library the loader resolves malloc from. Not under sanitizers
+# (GANTRY_SANITIZE, GANTRY_FUZZ), which replace malloc themselves.
 option(GANTRY_WITH_TCMALLOC
        "Link tcmalloc into the programs that run models (gantry-worker, encode_10k, encoder_bare)"
        ON)
 set(GANTRY_MODEL_MALLOC_LIBRARY "")
-if(GANTRY_WITH_TCMALLOC AND GANTRY_SANITIZE)
-  message(STATUS "tcmalloc: not linked under sanitizers (GANTRY_SANITIZE replaces malloc)")
+if(GANTRY_WITH_TCMALLOC AND (GANTRY_SANITIZE OR GANTRY_FUZZ))
+  message(STATUS "tcmalloc: not linked under sanitizers (GANTRY_SANITIZE or GANTRY_FUZZ)")
 elseif(GANTRY_WITH_TCMALLOC)
   # Only the runtime package is needed: the loader is all that uses it.
   find_library(GANTRY_TCMALLOC_LIBRARY NAMES tcmalloc_minimal libtcmalloc_minimal.so.4)
