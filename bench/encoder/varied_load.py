@@ -22,8 +22,8 @@ medians over the rounds of texts/s and request latency p50/p99, and the
 ratios. --out FILE.tsv writes one row per side and round.
 
   python3 bench/encoder/varied_load.py [--build-dir DIR] [--before-build-dir DIR]
-      [--batch-sizes N,N...] [--merged-batch-sizes N,N...] [--dtype float32|bfloat16|int8] [--threads T]
-      [--clients C] [--seconds S]
+      [--batch-sizes N,N...] [--merged-batch-sizes N,N...]
+      [--dtype float32|bfloat16|int8] [--threads T] [--clients C] [--seconds S]
       [--warmup-seconds S] [--rounds R] [--seed N] [--no-infinity] [--out FILE.tsv]
 """
 import argparse

@@ -193,11 +193,6 @@ at::Tensor ZeroPadRows(const at::Tensor& rows, std::int64_t total) {
   return out;
 }
 
-// attention_rows' attention of each text of `qkv` (B * L token rows of
-// 3 * hidden, maybe more rows after them, float32 or bfloat16, contiguous),
-// one text per task on libtorch's threads: [out_rows, hidden] in qkv's
-// dtype, token rows first, the rest zero. bfloat16 runs on AMX tiles
-// (attention_tiles) where the CPU has them and the heads fit.
 // The one-pass attention of texts [begin, end) of `layout`, whose token rows
 // start at row `first_row` of `in` ([rows, 3 * hidden], contiguous, float32
 // or bfloat16) and of `out` ([rows, hidden], in's dtype). bfloat16 runs on

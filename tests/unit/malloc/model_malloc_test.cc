@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <string>
 #include <vector>
 
 namespace gantry {
