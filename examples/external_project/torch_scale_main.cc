@@ -1,6 +1,8 @@
 // Runs a Deployment of TorchScale inside this program (its replica
-// re-executes it), which links gantry's torch helpers itself (Gantry::torch).
+// re-executes it), which links gantry's torch helpers itself (Gantry::torch)
+// and the malloc gantry-worker runs models on (gantry_link_model_malloc).
 #include <gantry/deployment.h>
+#include <gantry/heap.h>
 #include <gantry/init.h>
 
 #include <cstdio>
@@ -25,5 +27,7 @@ int main(int argc, char** argv) {
     auto e = scaled.embedding()->Values<float>();
     std::printf("%s: scaled=[%g, %g, %g]\n", std::string(scaled.text()).c_str(), e[0], e[1], e[2]);
   }
+  // The replica is this program again, on the same malloc.
+  std::printf("malloc: %s\n", gantry::MallocKindName(gantry::CurrentMalloc()));
   return 0;
 }

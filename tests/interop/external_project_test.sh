@@ -75,6 +75,13 @@ if grep -q '^GANTRY_WITH_TORCH:BOOL=ON' "$build/CMakeCache.txt"; then
   out=$("$tmp/ext/torch_scale_app")
   echo "$out"
   echo "$out" | grep -q 'x: scaled=\[3, 6, 10.5\]' || { echo "FAIL: wrong TorchScale output"; exit 1; }
+  # gantry_link_model_malloc gives it the installed gantry-worker's malloc.
+  if readelf -d "$prefix/bin/gantry-worker" | grep -q 'NEEDED.*libtcmalloc_minimal'; then
+    readelf -d "$tmp/ext/torch_scale_app" | grep -q 'NEEDED.*libtcmalloc_minimal' \
+      || { echo "FAIL: torch_scale_app is not linked with tcmalloc as gantry-worker is"; exit 1; }
+    echo "$out" | grep -qx 'malloc: tcmalloc' \
+      || { echo "FAIL: torch_scale_app does not run on tcmalloc"; exit 1; }
+  fi
 
   step "external project: TorchScale plugin in the installed gantry-worker"
   # The plugin carries no gantry code: ToTorch and the device-check
