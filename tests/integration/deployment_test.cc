@@ -230,8 +230,10 @@ TEST(DeploymentTest, AWorkerKeepsItsServerThreadsFromOneBurstOfCallsToTheNext) {
   for (const pid_t thread : testing::ThreadsOf(worker)) {
     started += after_first.count(thread) == 0 ? 1 : 0;
   }
-  // A few may start when more calls overlap the second time than the first.
-  EXPECT_LT(started, kCalls / 4);
+  // A few may start when more calls overlap the second time than the first
+  // (6 of 24 once under TSan, whose slower threads overlap differently);
+  // without the setting nearly all 24 did.
+  EXPECT_LT(started, kCalls / 2);
 }
 
 TEST(DeploymentTest, DeadReplicaIsRetriedOnTheOther) {
