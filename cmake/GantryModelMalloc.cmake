@@ -13,6 +13,7 @@
 # gantry_link_model_malloc(TARGET) links it into an executable, as the first
 # library the loader resolves malloc from. Not under sanitizers
 # (GANTRY_SANITIZE, GANTRY_FUZZ), which replace malloc themselves.
+include(GantryTcmalloc)
 option(GANTRY_WITH_TCMALLOC
        "Link tcmalloc into the programs that run models (gantry-worker, encode_10k, encoder_bare)"
        ON)
@@ -20,23 +21,14 @@ set(GANTRY_MODEL_MALLOC_LIBRARY "")
 if(GANTRY_WITH_TCMALLOC AND (GANTRY_SANITIZE OR GANTRY_FUZZ))
   message(STATUS "tcmalloc: not linked under sanitizers (GANTRY_SANITIZE or GANTRY_FUZZ)")
 elseif(GANTRY_WITH_TCMALLOC)
-  # Only the runtime package is needed: the loader is all that uses it.
-  find_library(GANTRY_TCMALLOC_LIBRARY NAMES tcmalloc_minimal libtcmalloc_minimal.so.4)
-  if(NOT GANTRY_TCMALLOC_LIBRARY)
-    message(FATAL_ERROR
-            "tcmalloc not found (libtcmalloc_minimal.so.4): install Debian's libtcmalloc-minimal4 "
-            "(scripts/setup.sh does), or configure with -DGANTRY_WITH_TCMALLOC=OFF to run models "
-            "on glibc's malloc")
-  endif()
+  gantry_find_tcmalloc("" "")
   set(GANTRY_MODEL_MALLOC_LIBRARY "${GANTRY_TCMALLOC_LIBRARY}")
   message(STATUS "tcmalloc: ${GANTRY_MODEL_MALLOC_LIBRARY}")
 endif()
 
 function(gantry_link_model_malloc target)
   if(GANTRY_MODEL_MALLOC_LIBRARY)
-    # Nothing calls it by name, so --as-needed (Debian's default) would drop it.
-    target_link_options(${target} PRIVATE
-                        "LINKER:--push-state,--no-as-needed,${GANTRY_MODEL_MALLOC_LIBRARY},--pop-state")
+    gantry_link_tcmalloc(${target} "${GANTRY_MODEL_MALLOC_LIBRARY}")
     target_compile_definitions(${target} PRIVATE GANTRY_MODEL_MALLOC_TCMALLOC=1)
   endif()
 endfunction()

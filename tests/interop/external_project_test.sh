@@ -81,6 +81,31 @@ if grep -q '^GANTRY_WITH_TORCH:BOOL=ON' "$build/CMakeCache.txt"; then
       || { echo "FAIL: torch_scale_app is not linked with tcmalloc as gantry-worker is"; exit 1; }
     echo "$out" | grep -qx 'malloc: tcmalloc' \
       || { echo "FAIL: torch_scale_app does not run on tcmalloc"; exit 1; }
+
+    step "gantry_link_model_malloc on a machine without tcmalloc: a clear error, and the way out"
+    # No find_library call may find anything once the package is found, as
+    # on a machine without libtcmalloc-minimal4.
+    mkdir -p "$tmp/no_tcmalloc"
+    cat >"$tmp/no_tcmalloc/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.23)
+project(no_tcmalloc LANGUAGES CXX)
+find_package(Gantry REQUIRED)
+set(CMAKE_IGNORE_PREFIX_PATH "/;/usr;/usr/local")
+set(CMAKE_IGNORE_PATH "/lib;/usr/lib;/lib/${CMAKE_LIBRARY_ARCHITECTURE};/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}")
+file(WRITE "${PROJECT_BINARY_DIR}/main.cc" "int main() { return 0; }\n")
+add_executable(app "${PROJECT_BINARY_DIR}/main.cc")
+gantry_link_model_malloc(app)
+CMAKE
+    if cmake -S "$tmp/no_tcmalloc" -B "$tmp/no_tcmalloc/b1" $generator \
+         -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/no_tcmalloc.log" 2>&1; then
+      cat "$tmp/no_tcmalloc.log"; echo "FAIL: configure passed without tcmalloc"; exit 1
+    fi
+    tr -s ' \n' ' ' <"$tmp/no_tcmalloc.log" | grep -q \
+      "gantry_link_model_malloc(app): tcmalloc not found .*install Debian's libtcmalloc-minimal4" \
+      || { cat "$tmp/no_tcmalloc.log"; echo "FAIL: the error does not name the package"; exit 1; }
+    cmake -S "$tmp/no_tcmalloc" -B "$tmp/no_tcmalloc/b2" $generator -DGANTRY_WITH_TCMALLOC=OFF \
+      -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/no_tcmalloc.log" 2>&1 \
+      || { cat "$tmp/no_tcmalloc.log"; echo "FAIL: -DGANTRY_WITH_TCMALLOC=OFF did not configure"; exit 1; }
   fi
 
   step "external project: TorchScale plugin in the installed gantry-worker"
