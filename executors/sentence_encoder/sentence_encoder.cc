@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 #include <gantry/torch_cuda.h>
 
+#include <any>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -86,19 +87,67 @@ std::string SentenceEncoder::Prompt(const Parameters& parameters) const {
   return text == nullptr ? std::string() : *text;
 }
 
-void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
-  if (docs.empty()) {
-    return;
+namespace {
+
+// What PrepareEncode leaves with a document: its token ids, as Encode would
+// compute them for the request's parameters.
+using PreparedIds = std::vector<std::int64_t>;
+
+// Every document's prepared ids, taken out of the documents; empty when any
+// document has none (each is prepared with its request's parameters, which
+// every request of one call shares).
+std::vector<std::vector<std::int64_t>> TakePreparedIds(DocList& docs) {
+  for (const Doc& doc : docs) {
+    if (std::any_cast<PreparedIds>(&doc.prepared()) == nullptr) {
+      return {};
+    }
   }
+  std::vector<std::vector<std::int64_t>> ids;
+  ids.reserve(docs.size());
+  for (Doc& doc : docs) {
+    ids.push_back(std::move(*std::any_cast<PreparedIds>(&doc.mutable_prepared())));
+    doc.mutable_prepared().reset();
+  }
+  return ids;
+}
+
+// The documents' texts, for the tokenizer.
+std::vector<std::string_view> Texts(const DocList& docs) {
   std::vector<std::string_view> texts;
   texts.reserve(docs.size());
   for (const Doc& doc : docs) {
     texts.push_back(doc.text());
   }
+  return texts;
+}
+
+}  // namespace
+
+Status SentenceEncoder::PrepareEncode(DocList& docs, const Parameters& parameters) const {
+  std::vector<std::vector<std::int64_t>> ids;
+  try {
+    ids = embedder_->Tokenize(Texts(docs), Prompt(parameters),
+                              sentence_encoder::ReadTruncation(parameters, auto_truncate_));
+  } catch (const std::exception&) {
+    return OkStatus();  // Encode tokenizes again and throws, naming the document
+  }
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    docs[i].set_prepared(PreparedIds(std::move(ids[i])));
+  }
+  return OkStatus();
+}
+
+void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
+  if (docs.empty()) {
+    return;
+  }
   const std::string prompt = Prompt(parameters);
   const sentence_encoder::Truncation truncation =
       sentence_encoder::ReadTruncation(parameters, auto_truncate_);
-  const std::vector<std::vector<std::int64_t>> ids = embedder_->Tokenize(texts, prompt, truncation);
+  std::vector<std::vector<std::int64_t>> ids = TakePreparedIds(docs);
+  if (ids.empty()) {
+    ids = embedder_->Tokenize(Texts(docs), prompt, truncation);
+  }
   if (truncation == sentence_encoder::Truncation::kNone) {
     const auto limit = static_cast<std::size_t>(embedder_->max_seq_length());
     for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -150,20 +199,24 @@ StatusOr<BatchTokens> SentenceEncoder::CountTokens(const DocList& docs,
   if (embedder_->max_batch_tokens_option() <= 0) {
     return tokens;
   }
-  std::vector<std::string_view> texts;
-  texts.reserve(docs.size());
+  tokens.per_document.reserve(docs.size());
   for (const Doc& doc : docs) {
-    texts.push_back(doc.text());
-  }
-  try {
-    const std::vector<std::vector<std::int64_t>> ids = embedder_->Tokenize(
-        texts, Prompt(parameters), sentence_encoder::ReadTruncation(parameters, auto_truncate_));
-    tokens.per_document.reserve(ids.size());
-    for (const std::vector<std::int64_t>& row : ids) {
-      tokens.per_document.push_back(static_cast<std::int64_t>(row.size()));
+    if (const auto* prepared = std::any_cast<PreparedIds>(&doc.prepared()); prepared != nullptr) {
+      tokens.per_document.push_back(static_cast<std::int64_t>(prepared->size()));
     }
-  } catch (const std::invalid_argument& e) {
-    return InvalidArgumentError(e.what());
+  }
+  if (tokens.per_document.size() != docs.size()) {  // PrepareEncode could not tokenize them
+    tokens.per_document.clear();
+    try {
+      const std::vector<std::vector<std::int64_t>> ids =
+          embedder_->Tokenize(Texts(docs), Prompt(parameters),
+                              sentence_encoder::ReadTruncation(parameters, auto_truncate_));
+      for (const std::vector<std::int64_t>& row : ids) {
+        tokens.per_document.push_back(static_cast<std::int64_t>(row.size()));
+      }
+    } catch (const std::invalid_argument& e) {
+      return InvalidArgumentError(e.what());
+    }
   }
   tokens.budget = embedder_->max_batch_tokens();
   return tokens;

@@ -85,6 +85,14 @@ class SentenceEncoder final : public Executor {
   // a prompt the model does not have.
   void Encode(DocList& docs, const Parameters& parameters);
 
+  GANTRY_PREPARE(Encode, PrepareEncode);
+  // Tokenizes each text as Encode would, on the thread that received the
+  // request, and leaves its token ids with the document: requests are then
+  // tokenized concurrently while the model runs earlier ones, and Encode's
+  // thread only runs the model. Always OK: documents it cannot tokenize are
+  // left unprepared, and Encode fails the request naming them, as before.
+  Status PrepareEncode(DocList& docs, const Parameters& parameters) const;
+
   GANTRY_BATCH_TOKENS(Encode, CountTokens);
   // With `max_batch_tokens` set: each text's tokens as Encode will count
   // them, and that budget, so that dynamically batched requests close by

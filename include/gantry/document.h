@@ -12,6 +12,7 @@
 
 #include <gantry/status.h>
 
+#include <any>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -282,6 +283,15 @@ class Doc {
   const Value::Dict& fields() const { return fields_; }
   Value::Dict& mutable_fields() { return fields_; }
 
+  // What the handler's preparer (GANTRY_PREPARE, gantry/executor.h) worked
+  // out from this document for the handler; empty if none. Not a field: it
+  // is never sent or compared, and it stays with the document through
+  // dynamic batching.
+  const std::any& prepared() const { return prepared_; }
+  std::any& mutable_prepared() { return prepared_; }
+  void set_prepared(std::any prepared) { prepared_ = std::move(prepared); }
+
+  // Fields only: what was prepared is not part of the document.
   friend bool operator==(const Doc& a, const Doc& b) { return a.fields_ == b.fields_; }
 
  private:
@@ -289,6 +299,7 @@ class Doc {
   explicit Doc(NoIdTag) {}
 
   Value::Dict fields_;
+  std::any prepared_;
 };
 
 // An ordered list of documents (docarray's DocList).

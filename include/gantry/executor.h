@@ -51,11 +51,29 @@
 //
 // A batched handler may count tokens, so that its batches close by tokens
 // as well as by documents (text-embeddings-inference's max_batch_tokens),
-// under the same threading rule as validators:
+// under the same threading rule as validators, after the preparer (so it may
+// count from what the preparer left):
 //
 //     GANTRY_BATCH_TOKENS(Encode, CountTokens);
 //     gantry::StatusOr<gantry::BatchTokens> CountTokens(
 //         const gantry::DocList& docs, const gantry::Parameters& parameters) const;
+//
+// A handler may have a preparer, which does a request's share of the work
+// that does not need the handler's resources (a tokenizer, decoding an
+// image) on the thread that received the request, before it is queued or
+// handed to the handler. Requests are then prepared concurrently, while the
+// handler runs earlier ones; on a GPU the handler's thread only feeds the
+// device (text-embeddings-inference tokenizes in front of its batching queue
+// the same way):
+//
+//     GANTRY_PREPARE(Encode, Tokenize);
+//     gantry::Status Tokenize(gantry::DocList& docs,
+//                             const gantry::Parameters& parameters) const;
+//
+// It leaves what it worked out with each document (Doc::set_prepared), which
+// the handler reads back; the parameters are the ones the handler gets. A
+// non-OK status is the request's reply, as a validator's is. Preparers run
+// under the same threading rule as validators, after them.
 //
 // A handler returns void or gantry::Status and takes `DocList&`, optionally
 // followed by `const Parameters&`; it edits the documents in place. It may
@@ -157,6 +175,9 @@ struct Route {
   // handler has none.
   std::function<StatusOr<BatchTokens>(const Executor&, const DocList&, const Parameters&)>
       count_tokens{};
+  // Set by GANTRY_PREPARE: does one request's share of the handler's work
+  // on its own thread before it is queued; empty when the handler has none.
+  std::function<Status(const Executor&, DocList&, const Parameters&)> prepare{};
 };
 
 template <typename T>
@@ -241,6 +262,24 @@ class RouteCollector {
         route.count_tokens = [](const Executor& executor, const DocList& docs,
                                 const Parameters& parameters) -> StatusOr<BatchTokens> {
           return (static_cast<const T&>(executor).*kCounter)(docs, parameters);
+        };
+      }
+    }
+  }
+
+  // Attaches the const member `kPreparer` to the handler `method_name`.
+  template <auto kPreparer>
+  void SetPreparer(std::string_view method_name) {
+    static_assert(
+        std::is_same_v<decltype(kPreparer), Status (T::*)(DocList&, const Parameters&) const>,
+        "GANTRY_PREPARE: a preparer must be declared as "
+        "`gantry::Status Name(gantry::DocList& docs, const gantry::Parameters& parameters) "
+        "const`");
+    for (Route& route : *routes_) {
+      if (route.method_name == method_name) {
+        route.prepare = [](const Executor& executor, DocList& docs,
+                           const Parameters& parameters) -> Status {
+          return (static_cast<const T&>(executor).*kPreparer)(docs, parameters);
         };
       }
     }
@@ -421,6 +460,18 @@ bool IsExecutorRegistered(std::string_view name);
   }                                                                                                \
   inline static const ::gantry::internal::BatchingHook<GantrySelf> gantry_validate_hook_##method { \
     &GantrySelf::GantryValidate_##method                                                           \
+  }
+
+// Beside a handler's GANTRY_REQUESTS line: `preparer`, a const member
+// `Status preparer(DocList&, const Parameters&) const`, does each request's
+// share of the handler's work on its own thread (see above).
+#define GANTRY_PREPARE(method, preparer)                                                          \
+  static void GantryPrepare_##method(::gantry::internal::RouteCollector<GantrySelf>& routes) {    \
+    static_cast<void>(&GantrySelf::method); /* names a member handler */                          \
+    routes.template SetPreparer<&GantrySelf::preparer>(#method);                                  \
+  }                                                                                               \
+  inline static const ::gantry::internal::BatchingHook<GantrySelf> gantry_prepare_hook_##method { \
+    &GantrySelf::GantryPrepare_##method                                                           \
   }
 
 // Beside a dynamically batched handler's GANTRY_REQUESTS line: `counter`, a

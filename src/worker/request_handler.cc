@@ -576,6 +576,26 @@ RequestHandler::Result RequestHandler::HandleUntraced(jina::DataRequestProto* re
     }
   }
 
+  // The request's share of the handler's work, on this thread, with the
+  // parameters the handler gets; false once it failed the request.
+  auto prepare = [&]() -> bool {
+    if (!route.prepare) {
+      return true;
+    }
+    Status prepared;
+    try {
+      prepared = route.prepare(*executor_, *docs, parameters);
+    } catch (const std::exception& e) {
+      prepared = InternalError(std::string("preparer threw: ") + e.what());
+    }
+    if (!prepared.ok()) {
+      result.status = prepared.WithPrefix(where);
+      failed(prepared.code() == StatusCode::kInvalidArgument ? "invalid_argument" : "preparer");
+      return false;
+    }
+    return true;
+  };
+
   HandlerOutcome outcome;
   const std::size_t doc_count = docs->size();
   if (auto batching = batching_.find(bound); batching != batching_.end()) {
@@ -585,6 +605,9 @@ RequestHandler::Result RequestHandler::HandleUntraced(jina::DataRequestProto* re
       result.status =
           (priority.ok() ? queue_timeout.status() : priority.status()).WithPrefix(where);
       failed("invalid_argument");
+      return result;
+    }
+    if (!prepare()) {
       return result;
     }
     StatusOr<BatchTokens> tokens = CountTokens(route, *executor_, *docs, parameters);
@@ -597,6 +620,9 @@ RequestHandler::Result RequestHandler::HandleUntraced(jina::DataRequestProto* re
     outcome = PushBatched(bound, batching->second, it->second, parameters, where, *docs, measured,
                           *priority, *queue_timeout, &*tokens);
   } else {
+    if (!prepare()) {
+      return result;
+    }
     outcome = Invoke(route, *docs, parameters, measured, &abandoned);
   }
   if (times != nullptr) {

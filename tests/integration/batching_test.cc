@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -195,6 +196,62 @@ TEST(BatchingIntegrationTest, BatchesCloseByTokensAcrossRequests) {
   auto after = dep.Post("/words", DocList{Doc("still serving")});
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ((*after)[0].text(), "seen:still serving");
+}
+
+// A preparer's work stays with each document through merged calls and
+// comes back to the right caller; it ran on the request's own thread, not
+// the handler's; its error is that request's reply alone.
+TEST(BatchingIntegrationTest, PreparedDocumentsReachTheirHandlerCallsInMergedAndPlainCalls) {
+  Deployment dep({.uses = "PrepareExec"});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  for (const std::string endpoint : {"/prepared", "/prepared_plain"}) {
+    constexpr int kRequests = 32;
+    std::vector<Reply> replies(kRequests);
+    std::vector<std::string> prepared(kRequests);
+    std::vector<char> same_thread(kRequests);  // not vector<bool>: each thread writes its own
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kRequests; ++i) {
+      threads.emplace_back([&, i] {
+        const auto k = static_cast<std::size_t>(i);
+        replies[k].sent = "doc " + std::to_string(i);
+        auto result = dep.Post(endpoint, DocList{Doc(replies[k].sent)}, {.request_size = 1});
+        replies[k].status = result.status();
+        if (result.ok() && result->size() == 1) {
+          const Value::Dict& tags = (*result)[0].tags();
+          const std::string* text = tags.at("prepared").AsText();
+          prepared[k] = text != nullptr ? *text : "(nothing prepared)";
+          same_thread[k] = *tags.at("same_thread").AsBool() ? 1 : 0;
+          replies[k].call = *tags.at("call").AsInt();
+        }
+      });
+    }
+    testing::JoinWithin(threads, std::chrono::seconds(60), "32 concurrent Posts to " + endpoint);
+    std::set<std::int64_t> calls;
+    for (std::size_t k = 0; k < replies.size(); ++k) {
+      ASSERT_TRUE(replies[k].status.ok()) << endpoint << ": " << replies[k].status;
+      EXPECT_EQ(prepared[k], replies[k].sent) << endpoint;
+      calls.insert(replies[k].call);
+      if (endpoint == "/prepared") {
+        // Merged calls run on the batching thread, never a request's own.
+        EXPECT_EQ(same_thread[k], 0) << endpoint << ": prepared on the handler's thread";
+      }
+    }
+    if (endpoint == "/prepared") {
+      RecordProperty("handler_calls", static_cast<int>(calls.size()));
+      EXPECT_LT(calls.size(), 16u) << "the requests were not merged";
+    }
+  }
+
+  auto refused = dep.Post("/prepared", DocList{Doc("fine"), Doc("refuse")});
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("refused by the preparer"));
+  auto threw = dep.Post("/prepared_plain", DocList{Doc("explode")});
+  EXPECT_FALSE(threw.ok());
+  EXPECT_THAT(threw.status().message(),
+              ::testing::HasSubstr("preparer threw: the preparer exploded"));
+  auto after = dep.Post("/prepared", DocList{Doc("still serving")});
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(*(*after)[0].tags().at("prepared").AsText(), "still serving");
 }
 
 TEST(BatchingIntegrationTest, UnknownBatchingKeyFailsTheStart) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <any>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -263,6 +264,59 @@ class BatchCountExec final : public gantry::Executor {
   std::int64_t calls_ = 0;
 };
 GANTRY_REGISTER_EXECUTOR(BatchCountExec);
+
+// GANTRY_PREPARE through a real worker. The preparer leaves each document's
+// text and its own thread with the document (a text "refuse" fails the
+// request with INVALID_ARGUMENT, a text "explode" throws); the handler tags
+// each document with what was prepared for it (`prepared`, null when
+// nothing), whether the preparer ran on the handler's own thread
+// (`same_thread`) and its call (`call`). /prepared batches (16 documents or
+// 1 s), /prepared_plain does not.
+class PrepareExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(PrepareExec);
+  explicit PrepareExec(const gantry::ExecutorContext& /*context*/) {}
+
+  GANTRY_REQUESTS(Batched, "/prepared");
+  GANTRY_DYNAMIC_BATCHING(Batched, {.preferred_batch_size = 16, .timeout_ms = 1000});
+  GANTRY_PREPARE(Batched, Prepare);
+  void Batched(gantry::DocList& docs) { Tag(docs); }
+
+  GANTRY_REQUESTS(Plain, "/prepared_plain");
+  GANTRY_PREPARE(Plain, Prepare);
+  void Plain(gantry::DocList& docs) { Tag(docs); }
+
+  gantry::Status Prepare(gantry::DocList& docs, const gantry::Parameters& /*parameters*/) const {
+    for (gantry::Doc& doc : docs) {
+      if (doc.text() == "refuse") {
+        return gantry::InvalidArgumentError("document '" + doc.id() + "' refused by the preparer");
+      }
+      if (doc.text() == "explode") {
+        throw std::runtime_error("the preparer exploded");
+      }
+      doc.set_prepared(Prepared{std::string(doc.text()), std::this_thread::get_id()});
+    }
+    return gantry::OkStatus();
+  }
+
+ private:
+  struct Prepared {
+    std::string text;
+    std::thread::id thread;
+  };
+  void Tag(gantry::DocList& docs) {
+    ++calls_;
+    for (gantry::Doc& doc : docs) {
+      const auto* prepared = std::any_cast<Prepared>(&doc.prepared());
+      doc.mutable_tags()["prepared"] =
+          prepared != nullptr ? gantry::Value(prepared->text) : gantry::Value(nullptr);
+      doc.mutable_tags()["same_thread"] =
+          gantry::Value(prepared != nullptr && prepared->thread == std::this_thread::get_id());
+      doc.mutable_tags()["call"] = gantry::Value(calls_);
+    }
+  }
+  std::int64_t calls_ = 0;
+};
+GANTRY_REGISTER_EXECUTOR(PrepareExec);
 
 // For failure tests: each handler call appends "<pid> <text of doc 0>" to
 // the file `with.log` (so that tests count calls across processes), then

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <any>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -16,12 +17,15 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "int8_linear.h"
 #include "sentence_embedder.h"
+#include "sentence_encoder.h"
 
 namespace gantry {
 namespace {
@@ -168,6 +172,88 @@ TEST_F(EncoderDeploymentTest, EmbeddingsEqualBareModelInInputOrder) {
   std::printf("%zu documents through 2 replicas (%llu requests): worst cosine %.8f\n", docs.size(),
               static_cast<unsigned long long>(served_by_all), worst);
   EXPECT_EQ(mismatches, 0);
+}
+
+// Each request is tokenized on the worker thread that received it
+// (SentenceEncoder's preparer), and requests merged by dynamic batching
+// carry their own documents' tokens into one call: embeddings still equal
+// the bare model's, document by document, with a prompt and without.
+TEST_F(EncoderDeploymentTest, MergedRequestsEncodeTheTokensPreparedForEachDocument) {
+  std::vector<std::string> texts = MakeTexts();
+  texts.resize(96);
+  const std::vector<std::string_view> views(texts.begin(), texts.end());
+  sentence_encoder::EmbedderOptions bare_options;
+  bare_options.model_path = model_path_;
+  StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> bare =
+      sentence_encoder::SentenceEmbedder::Load(bare_options);
+  ASSERT_TRUE(bare.ok()) << bare.status();
+
+  DeploymentOptions options{.uses = "SentenceEncoder", .name = "encoder", .replicas = 1};
+  options.uses_with.insert_or_assign("model_path", Value(model_path_));
+  options.uses_dynamic_batching = {{"/encode", {.preferred_batch_size = 32, .timeout_ms = 200}}};
+  Deployment dep(std::move(options));
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  DocList docs;
+  for (const std::string& text : texts) {
+    docs.emplace_back(text);
+  }
+  for (const std::string prompt : {"", "query: "}) {
+    Parameters parameters;
+    if (!prompt.empty()) {
+      parameters.mutable_values().insert_or_assign("prompt", Value(prompt));
+    }
+    const at::Tensor expected = (*bare)->Encode(views, prompt).contiguous();
+    StatusOr<DocList> result = dep.Post(
+        "/encode", docs,
+        {.request_size = 4, .parameters = parameters, .timeout = std::chrono::seconds(50)});
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_EQ(result->size(), docs.size());
+    double worst = 1.0;
+    for (std::size_t i = 0; i < docs.size(); ++i) {
+      ASSERT_EQ((*result)[i].id(), docs[i].id()) << "document " << i;
+      const Tensor* embedding = (*result)[i].embedding();
+      ASSERT_NE(embedding, nullptr) << "document " << i;
+      const double cosine =
+          Cosine(embedding->Values<float>(),
+                 expected.data_ptr<float>() + static_cast<std::int64_t>(i) * kDimension);
+      worst = std::min(worst, std::isfinite(cosine) ? cosine : -1.0);
+    }
+    std::printf("prompt '%s': %zu documents in requests of 4, merged: worst cosine %.8f\n",
+                prompt.c_str(), docs.size(), worst);
+    EXPECT_GE(worst, 0.99999) << "prompt '" << prompt << "'";
+  }
+}
+
+// What the preparer leaves is what Encode embeds: swapped between two
+// documents, their embeddings swap; a text it cannot tokenize is left for
+// Encode, which refuses it as before.
+TEST_F(EncoderDeploymentTest, EncodeEmbedsTheTokenIdsItsPreparerLeft) {
+  ExecutorContext context;
+  context.with.mutable_values().insert_or_assign("model_path", Value(model_path_));
+  SentenceEncoder encoder(context);
+  const Parameters none;
+  DocList plain = {Doc("A man is eating food."), Doc("Stock markets fell sharply on Monday")};
+  encoder.Encode(plain, none);
+  DocList prepared = {Doc("A man is eating food."), Doc("Stock markets fell sharply on Monday")};
+  ASSERT_TRUE(encoder.PrepareEncode(prepared, none).ok());
+  for (const Doc& doc : prepared) {
+    ASSERT_NE(std::any_cast<std::vector<std::int64_t>>(&doc.prepared()), nullptr);
+  }
+  std::swap(prepared[0].mutable_prepared(), prepared[1].mutable_prepared());
+  encoder.Encode(prepared, none);
+  for (std::size_t i = 0; i < 2; ++i) {
+    ASSERT_NE(prepared[i].embedding(), nullptr);
+    EXPECT_GE(Cosine(prepared[i].embedding()->Values<float>(),
+                     plain[1 - i].embedding()->Values<float>().data()),
+              0.99999)
+        << "document " << i << " was not embedded from the tokens prepared for it";
+    EXPECT_FALSE(prepared[i].prepared().has_value()) << "Encode keeps what it used";
+  }
+
+  DocList bad = {Doc("fine"), Doc(std::string("not \xff UTF-8"))};
+  EXPECT_TRUE(encoder.PrepareEncode(bad, none).ok());
+  EXPECT_FALSE(bad[0].prepared().has_value());
+  EXPECT_THROW(encoder.Encode(bad, none), std::invalid_argument);
 }
 
 // Reduced precision through the whole path: each worker resolves its own
