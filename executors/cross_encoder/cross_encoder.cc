@@ -3,11 +3,13 @@
 #include <ATen/core/Tensor.h>
 #include <gantry/torch_cuda.h>
 
+#include <any>
 #include <cstdint>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cross_scorer.h"
@@ -44,6 +46,56 @@ CrossEncoder::CrossEncoder(const ExecutorContext& context) {
 
 CrossEncoder::~CrossEncoder() = default;
 
+namespace {
+
+// The documents' texts, for the tokenizer.
+std::vector<std::string_view> Texts(const DocList& docs) {
+  std::vector<std::string_view> texts;
+  texts.reserve(docs.size());
+  for (const Doc& doc : docs) {
+    texts.push_back(doc.text());
+  }
+  return texts;
+}
+
+// Every document's pair as PrepareRerank left it, taken out of the
+// documents; empty when any document has none.
+std::vector<sentence_encoder::PairIds> TakePreparedPairs(DocList& docs) {
+  for (const Doc& doc : docs) {
+    if (std::any_cast<sentence_encoder::PairIds>(&doc.prepared()) == nullptr) {
+      return {};
+    }
+  }
+  std::vector<sentence_encoder::PairIds> pairs;
+  pairs.reserve(docs.size());
+  for (Doc& doc : docs) {
+    pairs.push_back(std::move(*std::any_cast<sentence_encoder::PairIds>(&doc.mutable_prepared())));
+    doc.mutable_prepared().reset();
+  }
+  return pairs;
+}
+
+}  // namespace
+
+Status CrossEncoder::PrepareRerank(DocList& docs, const Parameters& parameters) const {
+  const Value* query = parameters.Find("query");
+  const std::string* query_text = query == nullptr ? nullptr : query->AsText();
+  if (query_text == nullptr) {
+    return OkStatus();  // Rerank refuses it, naming the parameter
+  }
+  std::vector<sentence_encoder::PairIds> pairs;
+  try {
+    pairs = scorer_->Tokenize(*query_text, Texts(docs),
+                              sentence_encoder::ReadTruncation(parameters, auto_truncate_));
+  } catch (const std::exception&) {
+    return OkStatus();  // Rerank tokenizes again and throws, naming the document
+  }
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    docs[i].set_prepared(std::move(pairs[i]));
+  }
+  return OkStatus();
+}
+
 void CrossEncoder::Rerank(DocList& docs, const Parameters& parameters) {
   const Value* query = parameters.Find("query");
   const std::string* query_text = query == nullptr ? nullptr : query->AsText();
@@ -55,15 +107,12 @@ void CrossEncoder::Rerank(DocList& docs, const Parameters& parameters) {
   if (docs.empty()) {
     return;
   }
-  std::vector<std::string_view> texts;
-  texts.reserve(docs.size());
-  for (const Doc& doc : docs) {
-    texts.push_back(doc.text());
-  }
   const sentence_encoder::Truncation truncation =
       sentence_encoder::ReadTruncation(parameters, auto_truncate_);
-  const std::vector<sentence_encoder::PairIds> pairs =
-      scorer_->Tokenize(*query_text, texts, truncation);
+  std::vector<sentence_encoder::PairIds> pairs = TakePreparedPairs(docs);
+  if (pairs.empty()) {
+    pairs = scorer_->Tokenize(*query_text, Texts(docs), truncation);
+  }
   const bool raw = sentence_encoder::ReadBoolParameter(parameters, "raw_scores").value_or(false);
   const bool token_counts = parameters.GetBool("return_token_counts");
   const at::Tensor logits = scorer_->Logits(pairs);

@@ -56,6 +56,13 @@ class CrossEncoder final : public Executor {
   // invalid UTF-8, std::length_error for a pair too long to keep whole.
   void Rerank(DocList& docs, const Parameters& parameters);
 
+  GANTRY_PREPARE(Rerank, PrepareRerank);
+  // Tokenizes each (query, text) pair as Rerank would, on the thread that
+  // received the request, and leaves the pair's ids with the document, so
+  // that Rerank's thread only runs the model. Always OK: a request it cannot
+  // tokenize is left unprepared, and Rerank refuses it as before.
+  Status PrepareRerank(DocList& docs, const Parameters& parameters) const;
+
   GANTRY_REQUESTS(Tokenize, "/tokenize");
   void Tokenize(DocList& docs, const Parameters& parameters);
 
