@@ -48,16 +48,6 @@ CrossEncoder::~CrossEncoder() = default;
 
 namespace {
 
-// The documents' texts, for the tokenizer.
-std::vector<std::string_view> Texts(const DocList& docs) {
-  std::vector<std::string_view> texts;
-  texts.reserve(docs.size());
-  for (const Doc& doc : docs) {
-    texts.push_back(doc.text());
-  }
-  return texts;
-}
-
 // Every document's pair as PrepareRerank left it, taken out of the
 // documents; empty when any document has none.
 std::vector<sentence_encoder::PairIds> TakePreparedPairs(DocList& docs) {
@@ -85,7 +75,7 @@ Status CrossEncoder::PrepareRerank(DocList& docs, const Parameters& parameters) 
   }
   std::vector<sentence_encoder::PairIds> pairs;
   try {
-    pairs = scorer_->Tokenize(*query_text, Texts(docs),
+    pairs = scorer_->Tokenize(*query_text, docs.texts(),
                               sentence_encoder::ReadTruncation(parameters, auto_truncate_));
   } catch (const std::exception&) {
     return OkStatus();  // Rerank tokenizes again and throws, naming the document
@@ -111,7 +101,7 @@ void CrossEncoder::Rerank(DocList& docs, const Parameters& parameters) {
       sentence_encoder::ReadTruncation(parameters, auto_truncate_);
   std::vector<sentence_encoder::PairIds> pairs = TakePreparedPairs(docs);
   if (pairs.empty()) {
-    pairs = scorer_->Tokenize(*query_text, Texts(docs), truncation);
+    pairs = scorer_->Tokenize(*query_text, docs.texts(), truncation);
   }
   const bool raw = sentence_encoder::ReadBoolParameter(parameters, "raw_scores").value_or(false);
   const bool token_counts = parameters.GetBool("return_token_counts");

@@ -111,22 +111,12 @@ std::vector<std::vector<std::int64_t>> TakePreparedIds(DocList& docs) {
   return ids;
 }
 
-// The documents' texts, for the tokenizer.
-std::vector<std::string_view> Texts(const DocList& docs) {
-  std::vector<std::string_view> texts;
-  texts.reserve(docs.size());
-  for (const Doc& doc : docs) {
-    texts.push_back(doc.text());
-  }
-  return texts;
-}
-
 }  // namespace
 
 Status SentenceEncoder::PrepareEncode(DocList& docs, const Parameters& parameters) const {
   std::vector<std::vector<std::int64_t>> ids;
   try {
-    ids = embedder_->Tokenize(Texts(docs), Prompt(parameters),
+    ids = embedder_->Tokenize(docs.texts(), Prompt(parameters),
                               sentence_encoder::ReadTruncation(parameters, auto_truncate_));
   } catch (const std::exception&) {
     return OkStatus();  // Encode tokenizes again and throws, naming the document
@@ -146,7 +136,7 @@ void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
       sentence_encoder::ReadTruncation(parameters, auto_truncate_);
   std::vector<std::vector<std::int64_t>> ids = TakePreparedIds(docs);
   if (ids.empty()) {
-    ids = embedder_->Tokenize(Texts(docs), prompt, truncation);
+    ids = embedder_->Tokenize(docs.texts(), prompt, truncation);
   }
   if (truncation == sentence_encoder::Truncation::kNone) {
     const auto limit = static_cast<std::size_t>(embedder_->max_seq_length());
@@ -209,7 +199,7 @@ StatusOr<BatchTokens> SentenceEncoder::CountTokens(const DocList& docs,
     tokens.per_document.clear();
     try {
       const std::vector<std::vector<std::int64_t>> ids =
-          embedder_->Tokenize(Texts(docs), Prompt(parameters),
+          embedder_->Tokenize(docs.texts(), Prompt(parameters),
                               sentence_encoder::ReadTruncation(parameters, auto_truncate_));
       for (const std::vector<std::int64_t>& row : ids) {
         tokens.per_document.push_back(static_cast<std::int64_t>(row.size()));

@@ -328,6 +328,10 @@ class DocList {
   std::vector<Doc>& docs() { return docs_; }
   const std::vector<Doc>& docs() const { return docs_; }
 
+  // Every document's text, in order (docarray's `docs.text`): views into
+  // the documents, valid while their texts are unchanged.
+  std::vector<std::string_view> texts() const;
+
   friend bool operator==(const DocList& a, const DocList& b) { return a.docs_ == b.docs_; }
 
  private:

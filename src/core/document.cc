@@ -341,6 +341,15 @@ Doc::Doc(std::string text) : Doc() { set_text(std::move(text)); }
 
 Doc Doc::Empty() { return Doc(NoIdTag{}); }
 
+std::vector<std::string_view> DocList::texts() const {
+  std::vector<std::string_view> texts;
+  texts.reserve(docs_.size());
+  for (const Doc& doc : docs_) {
+    texts.push_back(doc.text());
+  }
+  return texts;
+}
+
 const std::string& Doc::id() const {
   static const std::string kEmpty;
   const Value* v = Find(kIdField);

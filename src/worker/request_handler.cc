@@ -561,39 +561,32 @@ RequestHandler::Result RequestHandler::HandleUntraced(jina::DataRequestProto* re
     }
   }
 
-  // The request on its own, before it can share a call with anyone else's.
-  if (route.validate) {
-    Status valid;
+  // Runs one of the handler's hooks on this request alone (`what`:
+  // "validator" or "preparer"); false once it failed the request.
+  auto hook_passed = [&](const char* what, const auto& hook) -> bool {
+    Status status;
     try {
-      valid = route.validate(*executor_, *docs, parameters);
+      status = hook();
     } catch (const std::exception& e) {
-      valid = InternalError(std::string("validator threw: ") + e.what());
+      status = InternalError(std::string(what) + " threw: " + e.what());
     }
-    if (!valid.ok()) {
-      result.status = valid.WithPrefix(where);
-      failed(valid.code() == StatusCode::kInvalidArgument ? "invalid_argument" : "validator");
-      return result;
-    }
-  }
-
-  // The request's share of the handler's work, on this thread, with the
-  // parameters the handler gets; false once it failed the request.
-  auto prepare = [&]() -> bool {
-    if (!route.prepare) {
+    if (status.ok()) {
       return true;
     }
-    Status prepared;
-    try {
-      prepared = route.prepare(*executor_, *docs, parameters);
-    } catch (const std::exception& e) {
-      prepared = InternalError(std::string("preparer threw: ") + e.what());
-    }
-    if (!prepared.ok()) {
-      result.status = prepared.WithPrefix(where);
-      failed(prepared.code() == StatusCode::kInvalidArgument ? "invalid_argument" : "preparer");
-      return false;
-    }
-    return true;
+    result.status = status.WithPrefix(where);
+    failed(status.code() == StatusCode::kInvalidArgument ? "invalid_argument" : what);
+    return false;
+  };
+  // The request on its own, before it can share a call with anyone else's.
+  if (route.validate &&
+      !hook_passed("validator", [&] { return route.validate(*executor_, *docs, parameters); })) {
+    return result;
+  }
+  // The request's share of the handler's work, on this thread, with the
+  // parameters the handler gets.
+  auto prepare = [&]() -> bool {
+    return !route.prepare ||
+           hook_passed("preparer", [&] { return route.prepare(*executor_, *docs, parameters); });
   };
 
   HandlerOutcome outcome;

@@ -2,7 +2,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <any>
 #include <cstdint>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace gantry {
 namespace {
@@ -19,6 +23,30 @@ TEST(DocumentTest, NewDocHasA32HexIdAndText) {
   EXPECT_EQ(b.text(), "");
   EXPECT_EQ(a.Find("id")->docarray_type(), "id");
   EXPECT_TRUE(Doc::Empty().fields().empty());
+}
+
+TEST(DocumentTest, DocListTextsAreEachDocumentsTextInOrder) {
+  DocList docs = {Doc("first"), Doc::Empty(), Doc("third")};
+  EXPECT_EQ(docs.texts(), (std::vector<std::string_view>{"first", "", "third"}));
+  EXPECT_TRUE(DocList().texts().empty());
+}
+
+// What a preparer leaves with a document travels with it (copies and
+// moves) and is not part of it: not compared, not a field.
+TEST(DocumentTest, PreparedDataIsKeptButIsNotAField) {
+  Doc doc("text");
+  const Doc plain = doc;
+  doc.set_prepared(std::vector<std::int64_t>{101, 7, 102});
+  EXPECT_EQ(doc, plain);
+  EXPECT_EQ(doc.fields().size(), plain.fields().size());
+  const Doc copy = doc;
+  const Doc moved = std::move(doc);
+  for (const Doc* d : {&copy, &moved}) {
+    const auto* ids = std::any_cast<std::vector<std::int64_t>>(&d->prepared());
+    ASSERT_NE(ids, nullptr);
+    EXPECT_EQ(*ids, (std::vector<std::int64_t>{101, 7, 102}));
+  }
+  EXPECT_FALSE(plain.prepared().has_value());
 }
 
 TEST(DocumentTest, TypedAccessors) {
