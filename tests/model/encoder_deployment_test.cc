@@ -116,16 +116,22 @@ class EncoderDeploymentTest : public ::testing::Test {
     model_path_ = model;
   }
 
+  // The model without the framework, in `dtype`, as the reference.
+  StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> LoadBare(
+      const std::string& dtype = "float32") const {
+    sentence_encoder::EmbedderOptions options;
+    options.model_path = model_path_;
+    options.dtype = dtype;
+    return sentence_encoder::SentenceEmbedder::Load(options);
+  }
+
   std::string model_path_;
 };
 
 TEST_F(EncoderDeploymentTest, EmbeddingsEqualBareModelInInputOrder) {
   const std::vector<std::string> texts = MakeTexts();
 
-  sentence_encoder::EmbedderOptions bare_options;
-  bare_options.model_path = model_path_;
-  StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> bare =
-      sentence_encoder::SentenceEmbedder::Load(bare_options);
+  StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> bare = LoadBare();
   ASSERT_TRUE(bare.ok()) << bare.status();
   const std::vector<std::string_view> views(texts.begin(), texts.end());
   const at::Tensor expected = (*bare)->Encode(views).contiguous();
@@ -182,10 +188,7 @@ TEST_F(EncoderDeploymentTest, MergedRequestsEncodeTheTokensPreparedForEachDocume
   std::vector<std::string> texts = MakeTexts();
   texts.resize(96);
   const std::vector<std::string_view> views(texts.begin(), texts.end());
-  sentence_encoder::EmbedderOptions bare_options;
-  bare_options.model_path = model_path_;
-  StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> bare =
-      sentence_encoder::SentenceEmbedder::Load(bare_options);
+  StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> bare = LoadBare();
   ASSERT_TRUE(bare.ok()) << bare.status();
 
   DeploymentOptions options{.uses = "SentenceEncoder", .name = "encoder", .replicas = 1};
@@ -262,10 +265,7 @@ TEST_F(EncoderDeploymentTest, EncodeEmbedsTheTokenIdsItsPreparerLeft) {
 TEST_F(EncoderDeploymentTest, ReducedPrecisionDTypesStayWithinCosine0999OfFloat32) {
   const std::vector<std::string> all_texts = MakeTexts();
   const std::vector<std::string> texts(all_texts.begin(), all_texts.begin() + 40);
-  sentence_encoder::EmbedderOptions bare_options;
-  bare_options.model_path = model_path_;
-  StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> bare =
-      sentence_encoder::SentenceEmbedder::Load(bare_options);
+  StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> bare = LoadBare();
   ASSERT_TRUE(bare.ok()) << bare.status();
   const std::vector<std::string_view> views(texts.begin(), texts.end());
   const at::Tensor expected = (*bare)->Encode(views).contiguous();
@@ -314,14 +314,9 @@ TEST_F(EncoderDeploymentTest, Int8ThroughTheWholePathStaysNearFloat32) {
   const std::vector<std::string> all_texts = MakeTexts();
   const std::vector<std::string> texts(all_texts.begin(), all_texts.begin() + 60);
   const std::vector<std::string_view> views(texts.begin(), texts.end());
-  sentence_encoder::EmbedderOptions bare_options;
-  bare_options.model_path = model_path_;
-  StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> float32 =
-      sentence_encoder::SentenceEmbedder::Load(bare_options);
+  StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> float32 = LoadBare();
   ASSERT_TRUE(float32.ok()) << float32.status();
-  bare_options.dtype = "int8";
-  StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> int8 =
-      sentence_encoder::SentenceEmbedder::Load(bare_options);
+  StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> int8 = LoadBare("int8");
   ASSERT_TRUE(int8.ok()) << int8.status();
   EXPECT_EQ((*int8)->dtype(), "int8");
   const at::Tensor want_float32 = (*float32)->Encode(views).contiguous();
