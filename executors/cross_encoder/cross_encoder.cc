@@ -73,6 +73,12 @@ Status CrossEncoder::PrepareRerank(DocList& docs, const Parameters& parameters) 
   if (query_text == nullptr) {
     return OkStatus();  // Rerank refuses it, naming the parameter
   }
+  // Long texts are left to Rerank, as in SentenceEncoder::PrepareEncode.
+  for (const Doc& doc : docs) {
+    if (query_text->size() + doc.text().size() > sentence_encoder::kMaxPreparedTextBytes) {
+      return OkStatus();
+    }
+  }
   std::vector<sentence_encoder::PairIds> pairs;
   try {
     pairs = scorer_->Tokenize(*query_text, docs.texts(),

@@ -59,8 +59,9 @@ class CrossEncoder final : public Executor {
   GANTRY_PREPARE(Rerank, PrepareRerank);
   // Tokenizes each (query, text) pair as Rerank would, on the thread that
   // received the request, and leaves the pair's ids with the document, so
-  // that Rerank's thread only runs the model. Always OK: a request it cannot
-  // tokenize is left unprepared, and Rerank refuses it as before.
+  // that Rerank's thread only runs the model. Always OK: a request Rerank
+  // will refuse, or with a pair over kMaxPreparedTextBytes, is left
+  // unprepared, and Rerank tokenizes it as before.
   Status PrepareRerank(DocList& docs, const Parameters& parameters) const;
 
   GANTRY_REQUESTS(Tokenize, "/tokenize");

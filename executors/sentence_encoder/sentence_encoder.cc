@@ -114,15 +114,32 @@ std::vector<std::vector<std::int64_t>> TakePreparedIds(DocList& docs) {
 }  // namespace
 
 Status SentenceEncoder::PrepareEncode(DocList& docs, const Parameters& parameters) const {
-  std::vector<std::vector<std::int64_t>> ids;
+  // Requests it leaves unprepared go to Encode as before, which tokenizes
+  // them one call at a time: requests Encode refuses, and texts so long that
+  // tokenizing them on every receiving thread at once could hold gigabytes.
+  std::vector<std::vector<std::int64_t>> prepared;
   try {
-    ids = embedder_->Tokenize(docs.texts(), Prompt(parameters),
-                              sentence_encoder::ReadTruncation(parameters, auto_truncate_));
+    const std::string prompt = Prompt(parameters);
+    const sentence_encoder::Truncation truncation =
+        sentence_encoder::ReadTruncation(parameters, auto_truncate_);
+    const auto limit = static_cast<std::size_t>(embedder_->max_seq_length());
+    prepared.reserve(docs.size());
+    for (const Doc& doc : docs) {
+      if (doc.text().size() + prompt.size() > sentence_encoder::kMaxPreparedTextBytes) {
+        return OkStatus();
+      }
+      std::vector<std::vector<std::int64_t>> ids =
+          embedder_->Tokenize({doc.text()}, prompt, truncation);
+      if (truncation == sentence_encoder::Truncation::kNone && ids[0].size() > limit) {
+        return OkStatus();  // over the limit, uncut: Encode refuses it, naming the document
+      }
+      prepared.push_back(std::move(ids[0]));
+    }
   } catch (const std::exception&) {
     return OkStatus();  // Encode tokenizes again and throws, naming the document
   }
   for (std::size_t i = 0; i < docs.size(); ++i) {
-    docs[i].set_prepared(PreparedIds(std::move(ids[i])));
+    docs[i].set_prepared(PreparedIds(std::move(prepared[i])));
   }
   return OkStatus();
 }

@@ -89,8 +89,9 @@ class SentenceEncoder final : public Executor {
   // Tokenizes each text as Encode would, on the thread that received the
   // request, and leaves its token ids with the document: requests are then
   // tokenized concurrently while the model runs earlier ones, and Encode's
-  // thread only runs the model. Always OK: documents it cannot tokenize are
-  // left unprepared, and Encode fails the request naming them, as before.
+  // thread only runs the model. Always OK: a request Encode will refuse, or
+  // with a text over kMaxPreparedTextBytes, is left unprepared, and Encode
+  // tokenizes it as before.
   Status PrepareEncode(DocList& docs, const Parameters& parameters) const;
 
   GANTRY_BATCH_TOKENS(Encode, CountTokens);

@@ -39,6 +39,13 @@ struct WordPieceOptions {
   std::vector<std::string> special_tokens = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
 };
 
+// The longest text, in bytes, that an executor tokenizes on the thread that
+// received its request (in a preparer, GANTRY_PREPARE), where many requests
+// are tokenized at once: each such text holds at most 8 bytes of token ids
+// per byte while it is tokenized, so a receiving thread holds a few MiB at
+// most. Longer texts are tokenized by the handler, one call at a time.
+inline constexpr std::size_t kMaxPreparedTextBytes = std::size_t{64} << 10;
+
 // Ids [CLS] pieces... [SEP] cut to at most `max_length` (>= 2) by dropping
 // pieces at the end (right) or at the start (left), [CLS] and [SEP] kept.
 void CutIds(std::vector<std::int64_t>& ids, std::size_t max_length, bool from_left);

@@ -26,6 +26,7 @@
 #include "int8_linear.h"
 #include "sentence_embedder.h"
 #include "sentence_encoder.h"
+#include "tokenizer.h"
 
 namespace gantry {
 namespace {
@@ -257,6 +258,25 @@ TEST_F(EncoderDeploymentTest, EncodeEmbedsTheTokenIdsItsPreparerLeft) {
   EXPECT_TRUE(encoder.PrepareEncode(bad, none).ok());
   EXPECT_FALSE(bad[0].prepared().has_value());
   EXPECT_THROW(encoder.Encode(bad, none), std::invalid_argument);
+
+  // Left to Encode too, so that receiving threads never hold a long text's
+  // tokens all at once: a text over kMaxPreparedTextBytes, and one that
+  // Encode will refuse uncut.
+  std::string words;
+  while (words.size() <= sentence_encoder::kMaxPreparedTextBytes) {
+    words += "word ";
+  }
+  DocList long_text = {Doc("fine"), Doc(words)};
+  EXPECT_TRUE(encoder.PrepareEncode(long_text, none).ok());
+  EXPECT_FALSE(long_text[0].prepared().has_value());
+  encoder.Encode(long_text, none);  // cut to max_seq_length, as before
+  ASSERT_NE(long_text[1].embedding(), nullptr);
+  Parameters uncut;
+  uncut.mutable_values().insert_or_assign("truncate", Value(false));
+  DocList over = {Doc("fine"), Doc(words.substr(0, std::size_t{5} * 300))};  // 302 tokens
+  EXPECT_TRUE(encoder.PrepareEncode(over, uncut).ok());
+  EXPECT_FALSE(over[0].prepared().has_value());
+  EXPECT_THROW(encoder.Encode(over, uncut), std::length_error);
 }
 
 // Reduced precision through the whole path: each worker resolves its own
