@@ -3,7 +3,6 @@
 #include <ATen/core/Tensor.h>
 #include <gantry/torch_cuda.h>
 
-#include <any>
 #include <cstdint>
 #include <span>
 #include <stdexcept>
@@ -46,27 +45,6 @@ CrossEncoder::CrossEncoder(const ExecutorContext& context) {
 
 CrossEncoder::~CrossEncoder() = default;
 
-namespace {
-
-// Every document's pair as PrepareRerank left it, taken out of the
-// documents; empty when any document has none.
-std::vector<sentence_encoder::PairIds> TakePreparedPairs(DocList& docs) {
-  for (const Doc& doc : docs) {
-    if (std::any_cast<sentence_encoder::PairIds>(&doc.prepared()) == nullptr) {
-      return {};
-    }
-  }
-  std::vector<sentence_encoder::PairIds> pairs;
-  pairs.reserve(docs.size());
-  for (Doc& doc : docs) {
-    pairs.push_back(std::move(*std::any_cast<sentence_encoder::PairIds>(&doc.mutable_prepared())));
-    doc.mutable_prepared().reset();
-  }
-  return pairs;
-}
-
-}  // namespace
-
 Status CrossEncoder::PrepareRerank(DocList& docs, const Parameters& parameters) const {
   const Value* query = parameters.Find("query");
   const std::string* query_text = query == nullptr ? nullptr : query->AsText();
@@ -105,7 +83,7 @@ void CrossEncoder::Rerank(DocList& docs, const Parameters& parameters) {
   }
   const sentence_encoder::Truncation truncation =
       sentence_encoder::ReadTruncation(parameters, auto_truncate_);
-  std::vector<sentence_encoder::PairIds> pairs = TakePreparedPairs(docs);
+  std::vector<sentence_encoder::PairIds> pairs = TakePrepared<sentence_encoder::PairIds>(docs);
   if (pairs.empty()) {
     pairs = scorer_->Tokenize(*query_text, docs.texts(), truncation);
   }

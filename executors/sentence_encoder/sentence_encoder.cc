@@ -93,24 +93,6 @@ namespace {
 // compute them for the request's parameters.
 using PreparedIds = std::vector<std::int64_t>;
 
-// Every document's prepared ids, taken out of the documents; empty when any
-// document has none (each is prepared with its request's parameters, which
-// every request of one call shares).
-std::vector<std::vector<std::int64_t>> TakePreparedIds(DocList& docs) {
-  for (const Doc& doc : docs) {
-    if (std::any_cast<PreparedIds>(&doc.prepared()) == nullptr) {
-      return {};
-    }
-  }
-  std::vector<std::vector<std::int64_t>> ids;
-  ids.reserve(docs.size());
-  for (Doc& doc : docs) {
-    ids.push_back(std::move(*std::any_cast<PreparedIds>(&doc.mutable_prepared())));
-    doc.mutable_prepared().reset();
-  }
-  return ids;
-}
-
 }  // namespace
 
 Status SentenceEncoder::PrepareEncode(DocList& docs, const Parameters& parameters) const {
@@ -151,7 +133,7 @@ void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
   const std::string prompt = Prompt(parameters);
   const sentence_encoder::Truncation truncation =
       sentence_encoder::ReadTruncation(parameters, auto_truncate_);
-  std::vector<std::vector<std::int64_t>> ids = TakePreparedIds(docs);
+  std::vector<std::vector<std::int64_t>> ids = TakePrepared<PreparedIds>(docs);
   if (ids.empty()) {
     ids = embedder_->Tokenize(docs.texts(), prompt, truncation);
   }

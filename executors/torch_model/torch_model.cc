@@ -446,10 +446,12 @@ void TorchModel::Impl::Infer(DocList& docs, const Parameters& parameters) {
     }
     return;
   }
-  std::vector<std::vector<std::int64_t>> ids;
-  ids.reserve(docs.size());
-  for (const Doc& doc : docs) {
-    ids.push_back(tokenizer->Encode(doc.text(), static_cast<std::size_t>(max_seq_length)));
+  std::vector<std::vector<std::int64_t>> ids = TakePrepared<std::vector<std::int64_t>>(docs);
+  if (ids.empty()) {  // not prepared (TorchModel::Prepare)
+    ids.reserve(docs.size());
+    for (const Doc& doc : docs) {
+      ids.push_back(tokenizer->Encode(doc.text(), static_cast<std::size_t>(max_seq_length)));
+    }
   }
   if (parameters.GetBool("return_token_counts")) {
     for (std::size_t i = 0; i < docs.size(); ++i) {
@@ -728,6 +730,29 @@ TorchModel::~TorchModel() = default;
 Status TorchModel::CheckRequest(const DocList& docs, const Parameters& /*parameters*/) const {
   for (std::size_t i = 0; i < docs.size(); ++i) {
     GANTRY_RETURN_IF_ERROR(impl_->CheckDoc(docs[i], i));
+  }
+  return OkStatus();
+}
+
+Status TorchModel::Prepare(DocList& docs, const Parameters& /*parameters*/) const {
+  if (!impl_->is_text()) {
+    return OkStatus();
+  }
+  std::vector<std::vector<std::int64_t>> ids;
+  ids.reserve(docs.size());
+  try {
+    for (const Doc& doc : docs) {
+      if (doc.text().size() > sentence_encoder::kMaxPreparedTextBytes) {
+        return OkStatus();
+      }
+      ids.push_back(
+          impl_->tokenizer->Encode(doc.text(), static_cast<std::size_t>(impl_->max_seq_length)));
+    }
+  } catch (const std::exception&) {
+    return OkStatus();  // Infer tokenizes again and throws, naming the document
+  }
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    docs[i].set_prepared(std::move(ids[i]));
   }
   return OkStatus();
 }

@@ -39,8 +39,9 @@
 // size is INVALID_ARGUMENT naming the document, the input, what was
 // expected and what came, and fails only that request.
 //
-// Thread safety: the worker calls one handler at a time; CheckRequest reads
-// only what the constructor set and may run concurrently with anything.
+// Thread safety: the worker calls one handler at a time; CheckRequest and
+// Prepare read only what the constructor set and may run concurrently with
+// anything.
 #ifndef GANTRY_EXECUTORS_TORCH_MODEL_TORCH_MODEL_H_
 #define GANTRY_EXECUTORS_TORCH_MODEL_TORCH_MODEL_H_
 
@@ -67,6 +68,13 @@ class TorchModel final : public Executor {
   GANTRY_DYNAMIC_BATCHING_ON_GPU(Infer, {.preferred_batch_size = 256, .timeout_ms = 0});
   void Infer(DocList& docs, const Parameters& parameters);
   Status CheckRequest(const DocList& docs, const Parameters& parameters) const;
+  GANTRY_PREPARE(Infer, Prepare);
+  // Text models: tokenizes each document's text on the thread that received
+  // the request and leaves its ids with the document, so that Infer's thread
+  // only runs the model. Always OK: a request with a text it cannot tokenize
+  // or over kMaxPreparedTextBytes is left to Infer, as before. Tensor models:
+  // nothing to do.
+  Status Prepare(DocList& docs, const Parameters& parameters) const;
 
   struct Impl;
 

@@ -338,6 +338,26 @@ class DocList {
   std::vector<Doc> docs_;
 };
 
+// What a preparer left with every document of `docs` as a T, moved out of
+// them (each document's prepared() is left empty); an empty vector, and the
+// documents untouched, when any document has no T. A handler that prepares
+// all of a request or none of it reads its documents back this way.
+template <typename T>
+std::vector<T> TakePrepared(DocList& docs) {
+  for (const Doc& doc : docs) {
+    if (std::any_cast<T>(&doc.prepared()) == nullptr) {
+      return {};
+    }
+  }
+  std::vector<T> taken;
+  taken.reserve(docs.size());
+  for (Doc& doc : docs) {
+    taken.push_back(std::move(*std::any_cast<T>(&doc.mutable_prepared())));
+    doc.mutable_prepared().reset();
+  }
+  return taken;
+}
+
 // Request parameters (Jina's `parameters` dict). Numbers arrive as doubles,
 // as in google.protobuf.Struct.
 class Parameters {

@@ -4,6 +4,7 @@
 
 #include <any>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -47,6 +48,22 @@ TEST(DocumentTest, PreparedDataIsKeptButIsNotAField) {
     EXPECT_EQ(*ids, (std::vector<std::int64_t>{101, 7, 102}));
   }
   EXPECT_FALSE(plain.prepared().has_value());
+}
+
+// A handler takes a call's prepared values back all or none: one document
+// without one (or with another type) leaves every document as it was.
+TEST(DocumentTest, TakePreparedTakesEveryDocumentsValueOrNone) {
+  DocList docs = {Doc("a"), Doc("b")};
+  docs[0].set_prepared(std::string("A"));
+  EXPECT_TRUE(TakePrepared<std::string>(docs).empty());
+  docs[1].set_prepared(7);
+  EXPECT_TRUE(TakePrepared<std::string>(docs).empty());
+  EXPECT_TRUE(docs[0].prepared().has_value());
+  docs[1].set_prepared(std::string("B"));
+  EXPECT_EQ(TakePrepared<std::string>(docs), (std::vector<std::string>{"A", "B"}));
+  EXPECT_FALSE(docs[0].prepared().has_value());
+  EXPECT_FALSE(docs[1].prepared().has_value());
+  EXPECT_TRUE(TakePrepared<std::string>(docs).empty());
 }
 
 TEST(DocumentTest, TypedAccessors) {
