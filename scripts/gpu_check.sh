@@ -27,7 +27,7 @@
 # and bfloat16 against sentence-transformers, and the seed job's timings
 # (bench/encoder/run.sh's sides: b, encode_10k, first and later posts; a,
 # encoder_bare, where built; e, sentence-transformers alone, where that
-# machine's Python has it). It exits 1 when any step failed. Everything it prints, the device, and
+# machine's Python has it; b and a again with SentenceEncoder's cuda_graphs). It exits 1 when any step failed. Everything it prints, the device, and
 # each step's log go to OUT_DIR (default: $OUT, else gpu-check-out); each
 # step has a time limit, so that one slow step leaves the others their logs.
 # The figures to quote: "max abs diff" (ctest.log), "parity ... min cosine"
@@ -269,12 +269,27 @@ if [[ -n "${minilm}" ]]; then
       "${build}/bin/encode_10k" --device "${device}" --dtype "${dtype}" --no-progress \
       --docs "${seed_docs}" "${seed_args[@]}" >>"${out}/encode.log" 2>&1 ||
       { echo "encode_10k ${dtype} exit $?"; failures+=("encode_10k ${dtype}"); }
+    # The same with SentenceEncoder's cuda_graphs: each pass's shape
+    # captured once (at warm-up for the likely ones) and replayed.
+    if [[ "${device}" == cuda ]]; then
+      echo "== (b) Gantry Deployment, encode_10k, ${dtype}, cuda_graphs" >>"${out}/encode.log"
+      GANTRY_MODEL_PATH="${minilm}" GANTRY_CACHE_DIR="${cache}" timeout 60 \
+        "${build}/bin/encode_10k" --device "${device}" --dtype "${dtype}" --no-progress \
+        --docs "${seed_docs}" "${seed_args[@]}" --cuda-graphs >>"${out}/encode.log" 2>&1 ||
+        { echo "encode_10k ${dtype} cuda_graphs exit $?"; failures+=("encode_10k ${dtype} cuda_graphs"); }
+    fi
     # Side a: the bare model in one process.
     if [[ -x "${bare}" ]]; then
       echo "== (a) bare model, encoder_bare, ${dtype}" >>"${out}/encode.log"
       timeout 45 "${bare}" --device "${device}" --dtype "${dtype}" --model-path "${minilm}" \
         --n "${seed_docs}" --repeat 2 >>"${out}/encode.log" 2>&1 ||
         { echo "encoder_bare ${dtype} exit $?"; failures+=("encoder_bare ${dtype}"); }
+      if [[ "${device}" == cuda ]]; then
+        echo "== (a) bare model, encoder_bare, ${dtype}, cuda_graphs" >>"${out}/encode.log"
+        timeout 60 "${bare}" --device "${device}" --dtype "${dtype}" --model-path "${minilm}" \
+          --n "${seed_docs}" --repeat 2 --cuda-graphs >>"${out}/encode.log" 2>&1 ||
+          { echo "encoder_bare ${dtype} cuda_graphs exit $?"; failures+=("encoder_bare ${dtype} cuda_graphs"); }
+      fi
     fi
     # Side e: sentence-transformers' encode() alone, where this Python has it.
     if LD_LIBRARY_PATH="${python_library_path-${LD_LIBRARY_PATH:-}}" "${python}" -c 'import sentence_transformers' 2>/dev/null; then

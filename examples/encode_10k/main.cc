@@ -6,13 +6,14 @@
 //   encode_10k [--device cpu|cuda|cuda:N] [--dtype T] [--model-path DIR]
 //              [--replicas N] [--docs N] [--request-size N] [--no-progress]
 //              [--batch-size N] [--dynamic-batching PREFERRED:TIMEOUT_MS|off] [--repeat R]
-//              [--uses EXECUTOR.yml]
+//              [--uses EXECUTOR.yml] [--cuda-graphs]
 // --dtype is SentenceEncoder's `dtype` (float32 by default), --batch-size
 // its `batch_size` (the widest forward pass; the executor's default), and
 // --dynamic-batching turns on dynamic batching of /encode in the workers
 // (uses_dynamic_batching), so concurrent requests share a forward pass
 // (SentenceEncoder does that by default on CUDA, and in bfloat16 on a CPU
 // with AMX; `off` turns it off).
+// --cuda-graphs sets SentenceEncoder's `cuda_graphs: true` (CUDA only).
 // --repeat posts the documents R times to the same Deployment, one result
 // line each (the first pays for any shape the model has not seen yet).
 //
@@ -58,6 +59,7 @@ struct Options {
   int preferred_batch_size = 0;  // 0: no dynamic batching
   int batching_timeout_ms = 0;
   long repeat = 1;
+  bool cuda_graphs = false;
   bool batching_off = false;  // off even where the executor batches by default
 };
 
@@ -65,7 +67,8 @@ int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--device cpu|cuda|cuda:N] [--dtype T] [--model-path DIR] [--replicas N] "
                "[--docs N] [--request-size N] [--no-progress] [--batch-size N] "
-               "[--dynamic-batching PREFERRED:TIMEOUT_MS|off] [--repeat R] [--uses EXECUTOR.yml]\n",
+               "[--dynamic-batching PREFERRED:TIMEOUT_MS|off] [--repeat R] [--uses EXECUTOR.yml] "
+               "[--cuda-graphs]\n",
                argv0);
   return 2;
 }
@@ -86,6 +89,10 @@ bool ParseArgs(int argc, char** argv, Options* options) {
     const std::string_view arg = argv[i];
     if (arg == "--no-progress") {
       options->progress = false;
+      continue;
+    }
+    if (arg == "--cuda-graphs") {
+      options->cuda_graphs = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -190,10 +197,11 @@ int main(int argc, char** argv) {
   if (!ParseArgs(argc, argv, &options)) {
     return Usage(argv[0]);
   }
-  if (!options.uses.empty() &&
-      (!options.dtype.empty() || !options.model_path.empty() || options.batch_size != 0)) {
+  if (!options.uses.empty() && (!options.dtype.empty() || !options.model_path.empty() ||
+                                options.batch_size != 0 || options.cuda_graphs)) {
     std::fprintf(stderr,
-                 "encode_10k: --dtype, --model-path and --batch-size are SentenceEncoder's; "
+                 "encode_10k: --dtype, --model-path, --batch-size and --cuda-graphs are "
+                 "SentenceEncoder's; "
                  "with --uses, %s's `with:` sets them\n",
                  options.uses.c_str());
     return 2;
@@ -215,6 +223,9 @@ int main(int argc, char** argv) {
   }
   if (!options.model_path.empty()) {
     deployment_options.uses_with.insert_or_assign("model_path", gantry::Value(options.model_path));
+  }
+  if (options.cuda_graphs) {
+    deployment_options.uses_with.insert_or_assign("cuda_graphs", gantry::Value(true));
   }
   if (options.batch_size != 0) {
     deployment_options.uses_with.insert_or_assign(

@@ -3,13 +3,14 @@
 //
 //   encoder_bare [--n N] [--batch-size B] [--device cpu|cuda|cuda:N]
 //                [--dtype float32|float16|bfloat16] [--model-path DIR] [--repeat R]
-//                [--mode encode|tokenize]
+//                [--mode encode|tokenize] [--cuda-graphs]
 // --batch-size defaults to SentenceEncoder's own (32 on a CPU, 128 in
 // bfloat16 on a CPU with AMX, 256 on CUDA), and the heap is set up as a
 // worker's (gantry/heap.h), so that the bare model runs as a replica's does.
 // Output: one line "docs_per_s=<value> n=<N> ..." per repeat. --mode
 // tokenize times the tokenizer alone (bench/tokenizer/run.sh compares it
-// with Hugging Face `tokenizers`).
+// with Hugging Face `tokenizers`). --cuda-graphs replays each pass's shape
+// as a CUDA graph (SentenceEncoder's `cuda_graphs`; CUDA only).
 #include <ATen/core/Tensor.h>
 #include <gantry/heap.h>
 
@@ -30,7 +31,7 @@ constexpr std::string_view kSentence = "Using a GPU allows you to significantly 
 int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--n N] [--batch-size B] [--device D] [--dtype T] [--model-path DIR] "
-               "[--repeat R] [--mode encode|tokenize]\n",
+               "[--repeat R] [--mode encode|tokenize] [--cuda-graphs]\n",
                argv0);
   return 2;
 }
@@ -49,6 +50,10 @@ int main(int argc, char** argv) {
   std::string mode = "encode";
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
+    if (arg == "--cuda-graphs") {
+      options.cuda_graphs = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       return Usage(argv[0]);
     }

@@ -385,6 +385,18 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
       return Status(quantized.code(), folder.string() + ": " + std::string(quantized.message()));
     }
   }
+  if (options.cuda_graphs && device.is_cuda()) {
+    StatusOr<std::unique_ptr<CapturedGraphs>> graphs =
+        CapturedGraphs::ForDevice(device, kMaxCudaGraphs);
+    if (!graphs.ok()) {
+      return Status(graphs.status().code(),
+                    "cuda_graphs: " + std::string(graphs.status().message()));
+    }
+    embedder->graphs_ = std::move(graphs).value();
+  } else if (options.cuda_graphs) {
+    LogInfo("cuda_graphs applies to CUDA devices; device " + device.ToString() +
+            " runs without them");
+  }
   if (options.warm_up) {
     embedder->WarmUp();
   }
@@ -566,16 +578,31 @@ at::Tensor SentenceEmbedder::EncodeIds(const std::vector<std::vector<std::int64_
     // pooled result stays on the device until the single copy back below.
     batch_ids = ToDeviceAsync(batch_ids, device_);
     batch_mask = ToDeviceAsync(batch_mask, device_);
-    const at::Tensor hidden = model_.Forward(batch_ids, batch_mask, padded);
     at::Tensor pooling_mask = batch_mask;
     if (pooling_skip > 0) {
       pooling_mask = batch_mask.clone();
       pooling_mask.narrow(1, 0, std::min(pooling_skip, length)).zero_();
     }
-    const at::Tensor pooled = Pool(hidden, pooling_mask, pipeline_.pooling, normalized)
-                                  .narrow(0, 0, count)
-                                  .to(at::kCPU)
-                                  .contiguous();
+    at::Tensor pooled_rows;
+    if (graphs_ != nullptr) {
+      // One graph per (rows, length, normalize): the attention mask is
+      // always applied (an unpadded batch is a mask of ones), so padded and
+      // unpadded batches of a shape share a graph.
+      const std::string key =
+          std::to_string(rows) + "x" + std::to_string(length) + (normalized ? " normalized" : "");
+      pooled_rows = graphs_
+                        ->Run(key, {batch_ids, batch_mask, pooling_mask},
+                              [this, normalized](const std::vector<at::Tensor>& in) {
+                                const at::Tensor hidden = model_.Forward(in[0], in[1], true);
+                                return std::vector<at::Tensor>{
+                                    Pool(hidden, in[2], pipeline_.pooling, normalized)};
+                              })
+                        .front();
+    } else {
+      const at::Tensor hidden = model_.Forward(batch_ids, batch_mask, padded);
+      pooled_rows = Pool(hidden, pooling_mask, pipeline_.pooling, normalized);
+    }
+    const at::Tensor pooled = pooled_rows.narrow(0, 0, count).to(at::kCPU).contiguous();
     const float* src = pooled.data_ptr<float>();
     float* dst = out.data_ptr<float>();
     const std::int64_t dim = dimension();

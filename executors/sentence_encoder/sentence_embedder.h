@@ -11,9 +11,11 @@
 #define GANTRY_EXECUTORS_SENTENCE_ENCODER_SENTENCE_EMBEDDER_H_
 
 #include <ATen/core/Tensor.h>
+#include <gantry/cuda_graphs.h>
 #include <gantry/device.h>
 #include <gantry/status.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -123,6 +125,10 @@ struct RunSettings {
 StatusOr<RunSettings> ResolveRunSettings(const std::string& model_path, const Device& device,
                                          std::int64_t batch_size, std::string_view dtype);
 
+// The most shapes one replica captures CUDA graphs for: every padded shape
+// of MiniLM's (13 row counts up to 256, 32 lengths up to 256) fits.
+inline constexpr std::size_t kMaxCudaGraphs = 512;
+
 struct EmbedderOptions {
   // A Hugging Face sentence-transformers folder; empty = FindDefaultModelPath.
   std::string model_path;
@@ -144,6 +150,10 @@ struct EmbedderOptions {
   // Runs one forward pass after loading so the first request is not slow;
   // on CUDA one per likely shape (see WarmUp).
   bool warm_up = true;
+  // On CUDA: each forward pass's kernels are captured once per padded shape
+  // as a CUDA graph (gantry/cuda_graphs.h) and replayed after; at most
+  // kMaxCudaGraphs shapes, the rest run as before. Ignored on a CPU.
+  bool cuda_graphs = false;
   // Where a bfloat16/float16 model on CPU keeps its converted weights, shared
   // by every replica (weight_cache.h); nullopt = DefaultWeightCacheDir(),
   // empty = convert in memory, as a GPU model always does.
@@ -211,6 +221,8 @@ class SentenceEmbedder {
   // batch_size, and as many as fit max_batch_tokens once padded; at least 1.
   std::int64_t RowsPerPass(std::int64_t length, std::int64_t left) const;
   const Device& device() const { return device_; }
+  // The CUDA graphs in use (cuda_graphs on a CUDA device); null otherwise.
+  const CapturedGraphs* cuda_graphs() const { return graphs_.get(); }
   // The resolved dtype the model runs in ("float32", "float16", "bfloat16", "int8").
   const std::string& dtype() const { return dtype_; }
   const std::string& model_path() const { return model_path_; }
@@ -246,6 +258,8 @@ class SentenceEmbedder {
   Device device_;
   std::string dtype_ = "float32";
   at::Device torch_device_{at::kCPU};
+  // Forward passes as CUDA graphs, keyed by shape; null when not asked for.
+  std::unique_ptr<CapturedGraphs> graphs_;
 };
 
 }  // namespace gantry::sentence_encoder

@@ -22,9 +22,10 @@ namespace gantry {
 SentenceEncoder::SentenceEncoder(const ExecutorContext& context) {
   // `device` is read by the worker (it becomes context.device), but users
   // pass it under `with:` like every other constructor argument.
-  const sentence_encoder::WithReader with(context, "SentenceEncoder",
-                                          {"model_path", "batch_size", "max_seq_length",
-                                           "max_batch_tokens", "dtype", "auto_truncate", "device"});
+  const sentence_encoder::WithReader with(
+      context, "SentenceEncoder",
+      {"model_path", "batch_size", "max_seq_length", "max_batch_tokens", "dtype", "auto_truncate",
+       "cuda_graphs", "device"});
   sentence_encoder::EmbedderOptions options;
   options.model_path = with.Text("model_path", "");
   options.batch_size = with.PositiveInt("batch_size", 0);  // 0: the device's default
@@ -32,6 +33,7 @@ SentenceEncoder::SentenceEncoder(const ExecutorContext& context) {
   options.max_batch_tokens = with.PositiveInt("max_batch_tokens", 0);
   options.dtype = with.Text("dtype", "float32");
   auto_truncate_ = with.Bool("auto_truncate").value_or(true);
+  options.cuda_graphs = with.Bool("cuda_graphs").value_or(false);
   options.device = context.device;
   StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> embedder =
       sentence_encoder::SentenceEmbedder::Load(options);

@@ -8,12 +8,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "int8_linear.h"
@@ -258,6 +261,81 @@ TEST_F(ParityTest, EachDTypeStaysWithinCosine0999OfFloat32) {
     std::printf("parity %s on %s: %zu strings, min cosine %.6f, mean %.7f\n", dtype.c_str(),
                 (*e)->device().ToString().c_str(), cases_.size(), min_cosine, mean_cosine);
     EXPECT_GE(min_cosine, 0.999) << dtype;
+  }
+}
+
+// cuda_graphs: on CUDA every pass's shape is captured once (the warm-up
+// captures the likely ones) and replayed after; the embeddings must be the
+// eager passes' for every request size, each size a padded shape of its
+// own, and stay within the float32 reference's bar. Elsewhere the option is
+// ignored, and the embeddings are the eager ones.
+TEST_F(ParityTest, CudaGraphsGiveTheEagerPassesEmbeddings) {
+  const bool cuda = options_.device.is_cuda();
+  const std::vector<std::string> dtypes =
+      cuda ? std::vector<std::string>{"float16", "float32"} : std::vector<std::string>{"float32"};
+  const std::vector<std::size_t> request_sizes =
+      cuda ? std::vector<std::size_t>{1, 5, 32, cases_.size()}
+           : std::vector<std::size_t>{cases_.size()};
+  const std::vector<std::string_view> texts = Texts();
+  for (const std::string& dtype : dtypes) {
+    EmbedderOptions eager_options = options_;
+    eager_options.dtype = dtype;
+    EmbedderOptions graph_options = eager_options;
+    graph_options.cuda_graphs = true;
+    StatusOr<std::unique_ptr<SentenceEmbedder>> eager = SentenceEmbedder::Load(eager_options);
+    StatusOr<std::unique_ptr<SentenceEmbedder>> graphs = SentenceEmbedder::Load(graph_options);
+    ASSERT_TRUE(eager.ok()) << dtype << ": " << eager.status();
+    ASSERT_TRUE(graphs.ok()) << dtype << ": " << graphs.status();
+    if (!cuda) {
+      EXPECT_EQ((*graphs)->cuda_graphs(), nullptr) << "graphs on " << options_.device.ToString();
+    } else {
+      ASSERT_NE((*graphs)->cuda_graphs(), nullptr);
+      EXPECT_GT((*graphs)->cuda_graphs()->size(), 0u) << "nothing captured at warm-up";
+    }
+    // Eager and graph embeddings agree to rounding: the graphs always apply
+    // the attention mask, which may pick another attention kernel.
+    const double bar = dtype == "float32" ? 0.99999 : 0.9999;
+    for (const std::size_t size : request_sizes) {
+      double worst = 1;
+      double worst_reference = 1;
+      for (std::size_t start = 0; start < texts.size(); start += size) {
+        const std::vector<std::string_view> part(
+            texts.begin() + static_cast<std::ptrdiff_t>(start),
+            texts.begin() + static_cast<std::ptrdiff_t>(std::min(start + size, texts.size())));
+        const at::Tensor want = (*eager)->Encode(part);
+        const at::Tensor got = (*graphs)->Encode(part);
+        ASSERT_EQ(got.sizes(), want.sizes());
+        const std::int64_t dim = got.size(1);
+        for (std::int64_t row = 0; row < got.size(0); ++row) {
+          const float* a = got.data_ptr<float>() + row * dim;
+          const float* b = want.data_ptr<float>() + row * dim;
+          const std::vector<float>& reference =
+              cases_[start + static_cast<std::size_t>(row)].embedding;
+          double dot = 0, na = 0, nb = 0, dot_ref = 0, nr = 0;
+          for (std::int64_t d = 0; d < dim; ++d) {
+            dot += static_cast<double>(a[d]) * b[d];
+            na += static_cast<double>(a[d]) * a[d];
+            nb += static_cast<double>(b[d]) * b[d];
+            dot_ref += static_cast<double>(a[d]) * reference[static_cast<std::size_t>(d)];
+            nr += static_cast<double>(reference[static_cast<std::size_t>(d)]) *
+                  reference[static_cast<std::size_t>(d)];
+          }
+          worst = std::min(worst, dot / std::sqrt(na * nb));
+          worst_reference = std::min(worst_reference, dot_ref / std::sqrt(na * nr));
+        }
+      }
+      std::printf(
+          "parity cuda_graphs %s on %s, requests of %zu: worst cosine to eager %.7f, "
+          "to the reference %.6f\n",
+          dtype.c_str(), options_.device.ToString().c_str(), size, worst, worst_reference);
+      EXPECT_GE(worst, bar) << dtype << ", requests of " << size;
+      EXPECT_GE(worst_reference, 0.999) << dtype << ", requests of " << size;
+    }
+    if (cuda) {
+      const CapturedGraphs* captured = (*graphs)->cuda_graphs();
+      EXPECT_EQ(captured->failure(), "") << dtype;
+      std::printf("parity cuda_graphs %s: %zu graphs captured\n", dtype.c_str(), captured->size());
+    }
   }
 }
 
