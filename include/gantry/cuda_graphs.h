@@ -46,7 +46,8 @@ class GraphCapturer {
   virtual ~GraphCapturer() = default;
   // Records what `body` queues on the current stream as graph `id` (0, 1,
   // ... in order), without running it. Throws what body or CUDA throws, and
-  // then leaves the stream out of capture mode.
+  // then leaves the stream out of capture mode. `body` stays valid for as
+  // long as the capturer, so a stand-in may run it again at each replay.
   virtual void Capture(std::size_t id, const std::function<void()>& body) = 0;
   // Queues graph `id` on the current stream.
   virtual void Replay(std::size_t id) = 0;

@@ -128,7 +128,9 @@ std::vector<at::Tensor> CapturedGraphs::Run(const std::string& key,
       // Eagerly first: cuBLAS handles, workspaces and kernels that load
       // lazily are set up outside the capture.
       step(captured.inputs);
-      capturer_->Capture(captured.id, [&] { captured.outputs = step(captured.inputs); });
+      // The body holds its own copy of step: a capturer may keep it.
+      capturer_->Capture(captured.id,
+                         [&captured, step] { captured.outputs = step(captured.inputs); });
     } catch (const std::exception& e) {
       failure_ = std::string("capturing a CUDA graph failed (") + e.what() +
                  "); forward passes run without graphs from now on";

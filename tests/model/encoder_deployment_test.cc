@@ -445,6 +445,37 @@ TEST_F(EncoderDeploymentTest, UnsupportedDTypeFailsTheDeploymentNamingIt) {
   EXPECT_NE(dep.status().message().find("SentenceEncoder"), std::string::npos) << dep.status();
 }
 
+// cuda_graphs is a CUDA option: a replica on the CPU starts, serves the same
+// embeddings as without it, and says nothing is captured; a value that is
+// not a boolean fails the start naming the key.
+TEST_F(EncoderDeploymentTest, CudaGraphsOnACpuReplicaServeAndABadValueIsNamed) {
+  const std::vector<std::string> texts = MakeTexts();
+  StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> bare = LoadBare();
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  const std::vector<std::string_view> views(texts.begin(), texts.end());
+  const at::Tensor expected = (*bare)->Encode(views).contiguous();
+  StatusOr<DocList> result = EncodeThroughDeployment(
+      model_path_, texts, 1, {{"cuda_graphs", Value(true)}, {"device", Value(std::string("cpu"))}},
+      16);
+  ASSERT_TRUE(result.ok()) << result.status();
+  double worst = 1.0;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const Tensor* embedding = (*result)[i].embedding();
+    ASSERT_NE(embedding, nullptr) << "document " << i;
+    worst = std::min(
+        worst, Cosine(embedding->Values<float>(),
+                      expected.data_ptr<float>() + static_cast<std::int64_t>(i) * kDimension));
+  }
+  EXPECT_GE(worst, 0.99999);
+
+  StatusOr<DocList> refused = EncodeThroughDeployment(
+      model_path_, {texts.front()}, 1, {{"cuda_graphs", Value(std::string("yes"))}}, 16);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("cuda_graphs"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("expected true or false"), std::string::npos)
+      << refused.status();
+}
+
 }  // namespace
 }  // namespace gantry
 

@@ -17,6 +17,7 @@
 #include <gantry/torch_tensor.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace gantry {
@@ -147,6 +149,33 @@ TEST(CapturedGraphsTest, AKeysInputsMustKeepTheirShapeAndCount) {
   graphs.Run("k", {Values(3, 0), Values(2, 0)}, Step);
   EXPECT_THROW(graphs.Run("k", {Values(4, 0), Values(2, 0)}, Step), std::invalid_argument);
   EXPECT_THROW(graphs.Run("k", {Values(3, 0)}, Step), std::invalid_argument);
+}
+
+TEST(CapturedGraphsTest, ConcurrentCallersEachGetTheirOwnInputsAnswer) {
+  FakeCounts counts;
+  CapturedGraphs graphs(std::make_unique<FakeCapturer>(&counts), 8);
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        const std::int64_t n = 2 + (t + i) % 3;  // three keys, shared by the threads
+        const std::vector<at::Tensor> in{Values(n, static_cast<float>(t * 1000 + i)),
+                                         Values(2, static_cast<float>(i))};
+        const std::vector<at::Tensor> out = graphs.Run(std::to_string(n), in, Step);
+        if (!at::allclose(out[0], Step(in)[0]) || !at::allclose(out[1], Step(in)[1])) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (std::thread& caller : callers) {
+    caller.join();
+  }
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(graphs.size(), 3u);
+  EXPECT_EQ(counts.captures, 3);
+  EXPECT_EQ(counts.replays, 200);
 }
 
 TEST(CapturedGraphsTest, ACpuDeviceIsRefused) {
