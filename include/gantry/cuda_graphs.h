@@ -20,7 +20,9 @@
 //
 // Thread safety: Run may be called from several threads at once (one mutex
 // holds each call); they must share one current CUDA stream, as every
-// InferenceScope of a process does on one device.
+// InferenceScope of a process does on one device. Work other threads queue
+// meanwhile is never recorded into a graph (captures use a stream of their
+// own).
 #ifndef GANTRY_CUDA_GRAPHS_H_
 #define GANTRY_CUDA_GRAPHS_H_
 
@@ -44,10 +46,12 @@ namespace gantry {
 class GraphCapturer {
  public:
   virtual ~GraphCapturer() = default;
-  // Records what `body` queues on the current stream as graph `id` (0, 1,
-  // ... in order), without running it. Throws what body or CUDA throws, and
-  // then leaves the stream out of capture mode. `body` stays valid for as
-  // long as the capturer, so a stand-in may run it again at each replay.
+  // Records what `body` queues as graph `id` (0, 1, ... in order), after
+  // what the current stream holds. CUDA's runs body once eagerly (so that
+  // lazy set-up happens outside the capture), then captures it on a stream
+  // of its own. Throws what body or CUDA throws, and leaves no stream in
+  // capture mode then. `body` stays valid for as long as the capturer, so
+  // a stand-in may run it again at each replay.
   virtual void Capture(std::size_t id, const std::function<void()>& body) = 0;
   // Queues graph `id` on the current stream.
   virtual void Replay(std::size_t id) = 0;
@@ -70,9 +74,8 @@ class CapturedGraphs {
   CapturedGraphs& operator=(const CapturedGraphs&) = delete;
 
   // step(inputs). The first call with `key` copies `inputs` into buffers of
-  // its own, runs step once eagerly (so lazy set-up happens outside the
-  // capture), captures it and replays it; later calls copy `inputs` into
-  // those buffers and replay. Inputs of a key must keep its shapes and
+  // its own, has the capturer capture step on them, and replays it; later
+  // calls copy `inputs` into those buffers and replay. Inputs of a key must keep its shapes and
   // dtypes (std::invalid_argument otherwise). Returns copies of the
   // outputs, so a later replay does not overwrite them. Past max_graphs,
   // or once a capture has failed, step runs eagerly.

@@ -125,9 +125,6 @@ std::vector<at::Tensor> CapturedGraphs::Run(const std::string& key,
     it = graphs_.emplace(key, std::move(graph)).first;
     Graph& captured = it->second;
     try {
-      // Eagerly first: cuBLAS handles, workspaces and kernels that load
-      // lazily are set up outside the capture.
-      step(captured.inputs);
       // The body holds its own copy of step: a capturer may keep it.
       capturer_->Capture(captured.id,
                          [&captured, step] { captured.outputs = step(captured.inputs); });

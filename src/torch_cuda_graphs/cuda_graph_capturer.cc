@@ -8,6 +8,8 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <gantry/cuda_graphs.h>
 
 #include <cstddef>
@@ -25,20 +27,32 @@ namespace {
 // Every graph of one capturer draws on one memory pool: a graph's
 // intermediates are dead once its replay is done, so the next capture may
 // reuse them; outputs stay allocated (CapturedGraphs holds them) and are
-// never shared. Thread-compatible, as GraphCapturer.
+// never shared. Graphs are captured on a stream of the capturer's own, as
+// torch.cuda.graph does, so that work other threads queue on the caller's
+// stream meanwhile is not recorded into them; they are replayed on the
+// caller's stream. Thread-compatible, as GraphCapturer.
 class CudaGraphCapturer final : public GraphCapturer {
  public:
   explicit CudaGraphCapturer(c10::DeviceIndex device)
-      : device_(device), pool_(at::cuda::graph_pool_handle()) {}
+      : device_(device),
+        pool_(at::cuda::graph_pool_handle()),
+        capture_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {}
 
   void Capture(std::size_t id, const std::function<void()>& body) override {
     if (id != graphs_.size()) {
       throw std::logic_error("CUDA graph " + std::to_string(id) + " captured out of order");
     }
+    // What the caller queued (its inputs' copies) is done before the
+    // capture stream reads it; captures are rare (warm-up, new shapes).
+    c10::cuda::getCurrentCUDAStream(device_).synchronize();
+    const c10::cuda::CUDAStreamGuard on_capture_stream(capture_stream_);
+    // Once eagerly on this stream: what torch sets up per stream on first
+    // use (cuBLAS's workspace) is set up outside the capture.
+    body();
     auto graph = std::make_unique<at::cuda::CUDAGraph>();
-    // The current stream: the caller's InferenceScope gives a stream of its
-    // own, and capturing on the default stream is refused by torch.
-    graph->capture_begin(pool_);
+    // Thread-local: a server's other threads may allocate or copy on their
+    // own streams while this thread captures.
+    graph->capture_begin(pool_, cudaStreamCaptureModeThreadLocal);
     try {
       body();
     } catch (...) {
@@ -60,11 +74,13 @@ class CudaGraphCapturer final : public GraphCapturer {
     graphs_.push_back(std::move(graph));
   }
 
+  // On the caller's (current) stream.
   void Replay(std::size_t id) override { graphs_.at(id)->replay(); }
 
  private:
   const c10::DeviceIndex device_;
   const at::cuda::MempoolId_t pool_;
+  const c10::cuda::CUDAStream capture_stream_;
   std::vector<std::unique_ptr<at::cuda::CUDAGraph>> graphs_;
 };
 
