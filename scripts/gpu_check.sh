@@ -302,7 +302,7 @@ if [[ -n "${minilm}" ]]; then
       echo "== (e) skipped: ${python} has no sentence-transformers" >>"${out}/encode.log"
     fi
   done
-  grep -E "^==|docs_per_s|error" "${out}/encode.log" || true
+  grep -E "^==|docs_per_s|error|CUDA graph" "${out}/encode.log" || true
 else
   echo "no all-MiniLM-L6-v2 (bundle or GANTRY_MODEL_PATH): parity and seed job skipped"
 fi

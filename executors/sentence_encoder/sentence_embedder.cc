@@ -398,7 +398,18 @@ StatusOr<std::unique_ptr<SentenceEmbedder>> SentenceEmbedder::Load(EmbedderOptio
             " runs without them");
   }
   if (options.warm_up) {
+    const auto started = std::chrono::steady_clock::now();
     embedder->WarmUp();
+    if (embedder->graphs_ != nullptr) {
+      // What the graphs cost at start, and whether capturing works here.
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      const std::string failure = embedder->graphs_->failure();
+      char took[96];
+      std::snprintf(took, sizeof took, "warm-up with CUDA graphs: %zu shapes captured in %.2f s",
+                    embedder->graphs_->size(), seconds);
+      LogInfo(failure.empty() ? std::string(took) : std::string(took) + "; " + failure);
+    }
   }
   return embedder;
 }

@@ -6,7 +6,7 @@
 // fast GPU (a MiniLM pass is some hundred short kernels) those launches,
 // not the kernels, can bound a pass.
 //
-//   // In the constructor, for a CUDA device:
+//   // At load, for a CUDA device (in a function that returns a Status):
 //   GANTRY_ASSIGN_OR_RETURN(graphs_, gantry::CapturedGraphs::ForDevice(device_, 256));
 //   // Per batch, inside an InferenceScope, with inputs already on the device:
 //   std::vector<at::Tensor> out = graphs_->Run(ShapeKey(ids), {ids, mask},
