@@ -7,6 +7,7 @@
 
 class WordCount final : public gantry::Executor {
   GANTRY_EXECUTOR(WordCount);
+  GANTRY_HANDLERS_ON_RECEIVING_THREAD();  // no libtorch: no OpenMP team to keep warm
   explicit WordCount(const gantry::ExecutorContext& /*context*/) {}
 
   GANTRY_REQUESTS(Count, "/count");

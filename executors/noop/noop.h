@@ -10,6 +10,8 @@ namespace gantry_executors {
 
 class NoOpExec final : public gantry::Executor {
   GANTRY_EXECUTOR(NoOpExec);
+  // It runs no libtorch: no OpenMP team to keep on one thread.
+  GANTRY_HANDLERS_ON_RECEIVING_THREAD();
 
   explicit NoOpExec(const gantry::ExecutorContext& context);
 

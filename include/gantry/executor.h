@@ -82,6 +82,20 @@
 // process and loads the model onto context.device; it may throw too, which
 // fails the replica's start with that message.
 //
+// Where handlers run: on one thread of the worker's own, the constructor
+// too, because libtorch's CPU kernels keep one OpenMP team per calling
+// thread, and a team called from a new thread each time is started or woken
+// again. An executor whose handlers and constructor run no OpenMP code (no
+// libtorch, oneDNN or MKL work on the CPU: a router, a filter, a client of
+// another service) may say so inside its class body:
+//
+//     GANTRY_HANDLERS_ON_RECEIVING_THREAD();
+//
+// The worker then calls its handlers on the thread that received each
+// request (a batched handler: the thread that closed the batch), which
+// saves two thread hand-offs a call, about a third of a one-hop call's
+// latency on a small VM (docs/benchmarks.md). Calls still come one at a time.
+//
 // Thread safety: the worker calls one handler of an executor at a time (as
 // Jina does for sync methods), so handlers need no locking of their own.
 #ifndef GANTRY_EXECUTOR_H_
@@ -333,6 +347,8 @@ struct ExecutorType {
   std::string source_file;
   std::function<std::unique_ptr<Executor>(const ExecutorContext&)> create;
   std::function<std::vector<Route>()> routes;
+  // GANTRY_HANDLERS_ON_RECEIVING_THREAD: the type runs no OpenMP code.
+  bool handlers_on_receiving_thread = false;
 };
 
 // Aborts, naming both source files, if the name is taken (a build error,
@@ -377,6 +393,9 @@ struct ExecutorRegistrar {
     type.create = [](const ExecutorContext& context) -> std::unique_ptr<Executor> {
       return std::make_unique<T>(context);
     };
+    if constexpr (requires { T::kGantryHandlersOnReceivingThread; }) {
+      type.handlers_on_receiving_thread = T::kGantryHandlersOnReceivingThread;
+    }
     type.routes = [] {
       std::vector<Route> routes;
       RouteCollector<T> collector(&routes);
@@ -400,6 +419,8 @@ struct ExecutorTypeInfo {
   std::string source_file;
   // endpoint -> handler method name, "/default" included when bound.
   std::vector<std::pair<std::string, std::string>> endpoints;
+  // Declared with GANTRY_HANDLERS_ON_RECEIVING_THREAD.
+  bool handlers_on_receiving_thread = false;
 };
 
 // Registered executor types, sorted by name.
@@ -415,6 +436,12 @@ bool IsExecutorRegistered(std::string_view name);
  public:                      \
   using GantrySelf = Type;    \
   static constexpr std::string_view kName = #Type
+
+// Inside the class body of an executor that runs no OpenMP code: the worker
+// calls its handlers on the thread that received each request instead of
+// on a thread of its own (see "Where handlers run" above).
+#define GANTRY_HANDLERS_ON_RECEIVING_THREAD() \
+  static constexpr bool kGantryHandlersOnReceivingThread = true
 
 // Beside a handler's declaration: binds it to the listed endpoints, or to
 // "/default" when none are listed. One line per handler.

@@ -106,6 +106,7 @@ std::vector<ExecutorTypeInfo> RegisteredExecutors() {
     ExecutorTypeInfo info;
     info.name = type->name;
     info.source_file = type->source_file;
+    info.handlers_on_receiving_thread = type->handlers_on_receiving_thread;
     for (const internal::Route& route : type->routes()) {
       for (const std::string& endpoint : route.endpoints) {
         info.endpoints.emplace_back(endpoint, route.method_name);

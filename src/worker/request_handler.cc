@@ -52,7 +52,10 @@ StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(
   if (type == nullptr) {
     return UnknownExecutorError(jtype);
   }
-  std::unique_ptr<RequestHandler> handler(new RequestHandler());
+  const HandlerThread::Placement placement = type->handlers_on_receiving_thread
+                                                 ? HandlerThread::Placement::kCaller
+                                                 : HandlerThread::ForThisProcess();
+  std::unique_ptr<RequestHandler> handler(new RequestHandler(placement));
   handler->jtype_ = jtype;
   handler->executor_name_ = context.name;
   handler->runtime_name_ = runtime_name;
@@ -151,6 +154,12 @@ StatusOr<std::unique_ptr<RequestHandler>> RequestHandler::Create(
           endpoint, config->preferred_batch_size, config->timeout_ms, config->flush_all,
           config->max_batch_size, config->max_queue_size);
     }
+  }
+  if (type->handlers_on_receiving_thread) {
+    spdlog::info(
+        "executor '{}': handlers run on the thread that received each request "
+        "(GANTRY_HANDLERS_ON_RECEIVING_THREAD)",
+        jtype);
   }
   return handler;
 }

@@ -104,7 +104,7 @@ class RequestHandler {
   std::uint64_t BatchedCalls() const;
 
  private:
-  RequestHandler() = default;
+  explicit RequestHandler(HandlerThread::Placement placement) : handler_thread_(placement) {}
   // When the parts of one request happened, for its spans.
   struct HandleTimes {
     std::string handler;  // the handler's method name; empty when none ran
@@ -158,9 +158,10 @@ class RequestHandler {
   WorkerMetrics* metrics_ = nullptr;    // set before serving
   Tracer* tracer_ = nullptr;            // set before serving
   // Every handler call runs here (worker/handler_thread.h says why), or
-  // on its caller's thread in a process without OpenMP.
+  // on its caller's thread in a process without OpenMP or for an executor
+  // declared GANTRY_HANDLERS_ON_RECEIVING_THREAD.
   // Declared last: it stops, after what is queued, before the executor goes.
-  HandlerThread handler_thread_{HandlerThread::ForThisProcess()};
+  HandlerThread handler_thread_;
 };
 
 }  // namespace gantry::internal

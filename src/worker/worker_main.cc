@@ -220,7 +220,8 @@ StatusOr<WorkerFlags> ParseWorkerFlags(int argc, char** argv) {
 
 void PrintExecutors() {
   for (const ExecutorTypeInfo& info : RegisteredExecutors()) {
-    std::printf("%s\n", info.name.c_str());
+    std::printf("%s%s\n", info.name.c_str(),
+                info.handlers_on_receiving_thread ? "  (handlers on the receiving thread)" : "");
     for (const auto& [endpoint, method] : info.endpoints) {
       std::printf("  %-20s -> %s\n", endpoint.c_str(), method.c_str());
     }

@@ -76,6 +76,17 @@ TEST(CliTest, VersionAndHelp) {
   EXPECT_THAT(help, HasSubstr("--uses"));
 }
 
+// `gantry executors` lists gantry-worker's types with their endpoints, and
+// says which run their handlers on the receiving thread.
+TEST(CliTest, ExecutorsListsTypesEndpointsAndWhereHandlersRun) {
+  auto [code, out] = RunCli({"executors"});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("NoOpExec  (handlers on the receiving thread)\n  /default"));
+  if (out.find("SentenceEncoder") != std::string::npos) {  // a build with libtorch
+    EXPECT_THAT(out, HasSubstr("\nSentenceEncoder\n  /encode              -> Encode"));
+  }
+}
+
 TEST(CliTest, DeploymentFromYamlServesAndStopsOnSigterm) {
   testing::TempDir dir;
   std::string port_file = dir.File("port");

@@ -236,6 +236,47 @@ TEST(DeploymentTest, AWorkerKeepsItsServerThreadsFromOneBurstOfCallsToTheNext) {
   EXPECT_LT(started, kCalls / 2);
 }
 
+// Handlers run one at a time on the thread that built the executor, so that
+// a libtorch worker's OpenMP team stays warm; an executor declared
+// GANTRY_HANDLERS_ON_RECEIVING_THREAD runs each call on the gRPC thread that
+// received it instead, still one at a time.
+TEST(DeploymentTest, HandlersRunOnTheWorkersThreadUnlessDeclaredForTheReceivingThread) {
+  constexpr int kCalls = 8;
+  // Each call sleeps inside the handler, so that the next ones wait on
+  // other gRPC threads while it runs.
+  const PostOptions overlapping{.request_size = 1,
+                                .parameters = Parameters(Value::Dict{{"sleep_ms", Value(20.0)}}),
+                                .prefetch = kCalls};
+  for (const std::string uses : {"ReceivingThreadProbeExec", "ThreadProbeExec"}) {
+    SCOPED_TRACE(uses);
+    Deployment dep({.uses = uses});
+    ASSERT_TRUE(dep.ok()) << dep.status();
+    auto out = dep.Post("/probe", MakeDocs(kCalls), overlapping);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->size(), static_cast<std::size_t>(kCalls));
+    std::set<std::string> threads;
+    int on_constructor_thread = 0;
+    bool openmp_loaded = false;
+    for (const Doc& doc : *out) {
+      threads.insert(*doc.tags().at("thread").AsText());
+      on_constructor_thread += *doc.tags().at("on_constructor_thread").AsBool() ? 1 : 0;
+      EXPECT_FALSE(*doc.tags().at("overlapped").AsBool()) << "two handler calls ran at once";
+      openmp_loaded = *doc.tags().at("openmp_loaded").AsBool();
+    }
+    if (uses == "ReceivingThreadProbeExec") {
+      EXPECT_EQ(on_constructor_thread, 0);
+      EXPECT_GE(threads.size(), 2u) << "every call ran on one thread";
+    } else if (openmp_loaded) {
+      // The test binary links libtorch, so its workers load libgomp.
+      EXPECT_EQ(on_constructor_thread, kCalls);
+      EXPECT_EQ(threads.size(), 1u);
+    } else {
+      GTEST_SKIP() << "no OpenMP runtime in the worker (a build without libtorch): every "
+                      "executor's handlers run on the receiving thread";
+    }
+  }
+}
+
 TEST(DeploymentTest, DeadReplicaIsRetriedOnTheOther) {
   Deployment dep({.uses = "EchoExec", .replicas = 2});
   ASSERT_TRUE(dep.ok()) << dep.status();

@@ -1,14 +1,17 @@
 // Executors that exist only in the integration test binary, which proves that
 // executors defined in a user's own program are served.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <gantry/executor.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <any>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -389,5 +392,62 @@ class TagExec final : public gantry::Executor {
   bool embedding_;
 };
 GANTRY_REGISTER_EXECUTOR(TagExec);
+
+// Tags each document with the thread that ran its handler call, whether that
+// was the constructor's thread, whether another call of this executor was
+// running at the time, and whether an OpenMP runtime is loaded in the
+// worker; sleeps `parameters.sleep_ms` inside the call.
+class ThreadProbe {
+ public:
+  ThreadProbe() : constructed_on_(std::this_thread::get_id()) {}
+
+  void Tag(gantry::DocList& docs, const gantry::Parameters& parameters) {
+    const bool overlapped = in_call_.fetch_add(1) != 0;
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(static_cast<std::int64_t>(parameters.GetNumber("sleep_ms", 0))));
+    std::ostringstream thread;
+    thread << std::this_thread::get_id();
+    for (gantry::Doc& doc : docs) {
+      doc.mutable_tags()["thread"] = gantry::Value(thread.str());
+      doc.mutable_tags()["on_constructor_thread"] =
+          gantry::Value(std::this_thread::get_id() == constructed_on_);
+      doc.mutable_tags()["overlapped"] = gantry::Value(overlapped);
+      doc.mutable_tags()["openmp_loaded"] =
+          gantry::Value(dlsym(RTLD_DEFAULT, "omp_get_max_threads") != nullptr);
+    }
+    in_call_.fetch_sub(1);
+  }
+
+ private:
+  const std::thread::id constructed_on_;
+  std::atomic<int> in_call_{0};
+};
+
+class ThreadProbeExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(ThreadProbeExec);
+  explicit ThreadProbeExec(const gantry::ExecutorContext& /*context*/) {}
+  GANTRY_REQUESTS(Probe);
+  void Probe(gantry::DocList& docs, const gantry::Parameters& parameters) {
+    probe_.Tag(docs, parameters);
+  }
+
+ private:
+  ThreadProbe probe_;
+};
+GANTRY_REGISTER_EXECUTOR(ThreadProbeExec);
+
+class ReceivingThreadProbeExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(ReceivingThreadProbeExec);
+  GANTRY_HANDLERS_ON_RECEIVING_THREAD();
+  explicit ReceivingThreadProbeExec(const gantry::ExecutorContext& /*context*/) {}
+  GANTRY_REQUESTS(Probe);
+  void Probe(gantry::DocList& docs, const gantry::Parameters& parameters) {
+    probe_.Tag(docs, parameters);
+  }
+
+ private:
+  ThreadProbe probe_;
+};
+GANTRY_REGISTER_EXECUTOR(ReceivingThreadProbeExec);
 
 }  // namespace gantry_test

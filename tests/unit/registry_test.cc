@@ -33,6 +33,13 @@ class PlainExec final : public gantry::Executor {
 };
 GANTRY_REGISTER_EXECUTOR(PlainExec);
 
+class OnReceivingThreadExec final : public gantry::Executor {
+  GANTRY_EXECUTOR(OnReceivingThreadExec);
+  GANTRY_HANDLERS_ON_RECEIVING_THREAD();
+  explicit OnReceivingThreadExec(const gantry::ExecutorContext& /*context*/) {}
+};
+GANTRY_REGISTER_EXECUTOR(OnReceivingThreadExec);
+
 }  // namespace registry_test
 
 namespace gantry {
@@ -56,6 +63,16 @@ TEST(RegistryTest, ListsTypesWithTheirEndpoints) {
                           Pair("/find", "Search"), Pair("/default", "Fallback")));
   EXPECT_TRUE(IsExecutorRegistered("PlainExec"));
   EXPECT_FALSE(IsExecutorRegistered("plainexec"));
+  // Only a type that declares it runs its handlers on the receiving thread.
+  for (const ExecutorTypeInfo& info : types) {
+    if (info.name == "PlainExec" || info.name == "RoutedExec") {
+      EXPECT_FALSE(info.handlers_on_receiving_thread) << info.name;
+    }
+    if (info.name == "OnReceivingThreadExec") {
+      EXPECT_TRUE(info.handlers_on_receiving_thread);
+    }
+  }
+  EXPECT_TRUE(IsExecutorRegistered("OnReceivingThreadExec"));
 }
 
 TEST(RegistryTest, RoutesInvokeTheBoundMethods) {
