@@ -439,8 +439,10 @@ bool IsExecutorRegistered(std::string_view name);
 
 // Inside the class body of an executor that runs no OpenMP code: the worker
 // calls its handlers on the thread that received each request instead of
-// on a thread of its own (see "Where handlers run" above).
+// on a thread of its own (see "Where handlers run" above). Leaves the class
+// in a public section, as GANTRY_EXECUTOR does (the registrar reads it).
 #define GANTRY_HANDLERS_ON_RECEIVING_THREAD() \
+ public:                                      \
   static constexpr bool kGantryHandlersOnReceivingThread = true
 
 // Beside a handler's declaration: binds it to the listed endpoints, or to

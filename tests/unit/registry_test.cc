@@ -35,8 +35,10 @@ GANTRY_REGISTER_EXECUTOR(PlainExec);
 
 class OnReceivingThreadExec final : public gantry::Executor {
   GANTRY_EXECUTOR(OnReceivingThreadExec);
-  GANTRY_HANDLERS_ON_RECEIVING_THREAD();
   explicit OnReceivingThreadExec(const gantry::ExecutorContext& /*context*/) {}
+
+ private:
+  GANTRY_HANDLERS_ON_RECEIVING_THREAD();  // read from a private section too
 };
 GANTRY_REGISTER_EXECUTOR(OnReceivingThreadExec);
 
