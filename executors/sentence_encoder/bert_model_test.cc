@@ -17,6 +17,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "safetensors.h"
@@ -189,6 +190,38 @@ TEST(CudaShapesTest, RowsAndLengthsRoundUpToFewShapes) {
   EXPECT_EQ(CudaPaddedLength(16, 512), 16);
   EXPECT_EQ(CudaPaddedLength(509, 512), 512);
   EXPECT_EQ(CudaPaddedLength(509, 510), 509);  // no position past the model's
+}
+
+// The CUDA warm-up runs every shape a merged request can bring both
+// unpadded and padded: a padded pass attends with a mask, another kernel in
+// float16, and a merged request is padded (filler rows, shorter texts).
+TEST(CudaShapesTest, TheWarmUpRunsEveryShapeUnpaddedAndPadded) {
+  const std::vector<CudaWarmUpPass> passes = CudaWarmUpPasses(256, 256);
+  std::set<std::int64_t> row_counts;
+  for (std::int64_t count = 1; count <= 256; ++count) {
+    row_counts.insert(CudaBatchRows(count, 256));
+  }
+  ASSERT_EQ(row_counts.size(), 13u);
+  std::set<std::tuple<std::int64_t, std::int64_t, bool>> seen;
+  for (const CudaWarmUpPass& pass : passes) {
+    EXPECT_TRUE(row_counts.contains(pass.rows)) << pass.rows;
+    EXPECT_TRUE(seen.insert({pass.rows, pass.length, pass.padded}).second)
+        << pass.rows << "x" << pass.length << " twice";
+  }
+  for (const std::int64_t length : {8, 16, 32, 64, 128}) {
+    for (const std::int64_t rows : row_counts) {
+      EXPECT_TRUE(seen.contains({rows, length, false})) << rows << "x" << length;
+      // One row cannot be padded: it is as long as its pass.
+      EXPECT_EQ(seen.contains({rows, length, true}), rows >= 2) << rows << "x" << length;
+    }
+  }
+  EXPECT_EQ(passes.size(), 5u * (13u + 12u));
+  // No length past what the model takes; a narrow batch_size, few rows.
+  for (const CudaWarmUpPass& pass : CudaWarmUpPasses(8, 20)) {
+    EXPECT_LE(pass.length, 16);
+    EXPECT_LE(pass.rows, 8);
+  }
+  EXPECT_EQ(CudaWarmUpPasses(8, 20).size(), 2u * (4u + 3u));  // rows 1, 2, 4, 8
 }
 
 // The row counts the CPU's fused products run a pass as (CpuProductRows):

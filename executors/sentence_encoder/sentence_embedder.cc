@@ -429,25 +429,41 @@ void SentenceEmbedder::WarmUp() const {
     text += "Warm-up pass so that the first request does not pay for it. ";
   }
   const std::vector<std::int64_t> tokens = tokenizer_.Encode(text, longest);
-  // Every row count PaddedRows makes, up to batch_size (capped, so a huge
-  // batch_size does not make start-up slow).
-  std::vector<std::int64_t> batches;
-  const std::int64_t widest = std::min<std::int64_t>(batch_size_, 1024);
+  for (const CudaWarmUpPass& pass :
+       CudaWarmUpPasses(batch_size_, static_cast<std::int64_t>(tokens.size()))) {
+    std::vector<std::vector<std::int64_t>> rows(
+        static_cast<std::size_t>(pass.rows),
+        std::vector<std::int64_t>(tokens.begin(), tokens.begin() + pass.length));
+    if (pass.padded) {
+      rows.back().pop_back();
+    }
+    EncodeIds(rows);
+  }
+}
+
+std::vector<CudaWarmUpPass> CudaWarmUpPasses(std::int64_t batch_size, std::int64_t longest) {
+  // Capped, so that a huge batch_size does not make start-up slow.
+  std::vector<std::int64_t> row_counts;
+  const std::int64_t widest = std::min<std::int64_t>(batch_size, 1024);
   for (std::int64_t count = 1; count <= widest; ++count) {
-    const std::int64_t rows = PaddedRows(count);
-    if (batches.empty() || batches.back() != rows) {
-      batches.push_back(rows);
+    const std::int64_t rows = CudaBatchRows(count, batch_size);
+    if (row_counts.empty() || row_counts.back() != rows) {
+      row_counts.push_back(rows);
     }
   }
+  std::vector<CudaWarmUpPass> passes;
   for (const std::int64_t length : {8, 16, 32, 64, 128}) {
-    if (length > static_cast<std::int64_t>(tokens.size())) {
+    if (length > longest) {
       break;
     }
-    const std::vector<std::int64_t> row(tokens.begin(), tokens.begin() + length);
-    for (const std::int64_t batch : batches) {
-      EncodeIds(std::vector<std::vector<std::int64_t>>(static_cast<std::size_t>(batch), row));
+    for (const std::int64_t rows : row_counts) {
+      passes.push_back({.rows = rows, .length = length, .padded = false});
+      if (rows >= 2) {
+        passes.push_back({.rows = rows, .length = length, .padded = true});
+      }
     }
   }
+  return passes;
 }
 
 std::int64_t CudaBatchRows(std::int64_t count, std::int64_t batch_size) {

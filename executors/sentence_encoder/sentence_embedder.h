@@ -86,6 +86,21 @@ std::int64_t CudaBatchRows(std::int64_t count, std::int64_t batch_size);
 // that passes the model's `max_positions`.
 std::int64_t CudaPaddedLength(std::int64_t longest, std::int64_t max_positions);
 
+// One forward pass of the CUDA warm-up: `rows` rows, the longest `length`
+// tokens; `padded`: one row a token shorter. A padded pass attends with a
+// mask, which in float16 and bfloat16 is another attention kernel than an
+// unpadded pass's (SDPA's flash kernel takes no mask), and a merged request
+// of any size is padded, with filler rows or shorter texts.
+struct CudaWarmUpPass {
+  std::int64_t rows = 0;
+  std::int64_t length = 0;
+  bool padded = false;
+};
+// The passes SentenceEmbedder warms a CUDA device with: every row count
+// CudaBatchRows makes up to batch_size (at most 1024), at 8, 16, 32, 64 and
+// 128 tokens up to `longest`, each unpadded and, from 2 rows, padded.
+std::vector<CudaWarmUpPass> CudaWarmUpPasses(std::int64_t batch_size, std::int64_t longest);
+
 // The longest input in tokens ([CLS]/[SEP] included) as sentence-transformers
 // reads it from a model folder: sentence_bert_config.json's max_seq_length,
 // else tokenizer_config.json's model_max_length, at most config's
