@@ -82,10 +82,11 @@
 // process and loads the model onto context.device; it may throw too, which
 // fails the replica's start with that message.
 //
-// Where handlers run: on one thread of the worker's own, the constructor
-// too, because libtorch's CPU kernels keep one OpenMP team per calling
-// thread, and a team called from a new thread each time is started or woken
-// again. An executor whose handlers and constructor run no OpenMP code (no
+// Where handlers run: in a worker with an OpenMP runtime loaded (any that
+// links libtorch), on one thread of the worker's own, the constructor too,
+// because libtorch's CPU kernels keep one OpenMP team per calling thread,
+// and a team called from a new thread each time is started or woken again.
+// An executor whose handlers and constructor run no OpenMP code (no
 // libtorch, oneDNN or MKL work on the CPU: a router, a filter, a client of
 // another service) may say so inside its class body:
 //
@@ -93,7 +94,7 @@
 //
 // The worker then calls its handlers on the thread that received each
 // request (a batched handler: the thread that closed the batch), which
-// saves two thread hand-offs a call, about a third of a one-hop call's
+// saves two thread hand-offs a call, about a fifth of a one-hop call's
 // latency on a small VM (docs/benchmarks.md). Calls still come one at a time.
 //
 // Thread safety: the worker calls one handler of an executor at a time (as
