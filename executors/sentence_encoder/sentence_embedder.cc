@@ -431,6 +431,11 @@ void SentenceEmbedder::WarmUp() const {
   const std::vector<std::int64_t> tokens = tokenizer_.Encode(text, longest);
   for (const CudaWarmUpPass& pass :
        CudaWarmUpPasses(batch_size_, static_cast<std::int64_t>(tokens.size()))) {
+    // With graphs every pass is masked and a shape is one graph, padded or
+    // not: a padded pass would only replay the unpadded pass's graph.
+    if (pass.padded && graphs_ != nullptr) {
+      continue;
+    }
     std::vector<std::vector<std::int64_t>> rows(
         static_cast<std::size_t>(pass.rows),
         std::vector<std::int64_t>(tokens.begin(), tokens.begin() + pass.length));
