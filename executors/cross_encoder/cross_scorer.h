@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -49,6 +50,22 @@ struct ScorerOptions {
 // What turns a logit into a score: sentence-transformers' activation_fn.
 enum class Activation { kIdentity, kSigmoid };
 
+// One forward pass's inputs, on the CPU, each [rows, length] int64.
+struct PairBatch {
+  at::Tensor ids;
+  at::Tensor mask;
+  at::Tensor token_types;
+  // Some row attends to fewer than `length` tokens (Forward's hint).
+  bool padded = false;
+};
+// pairs[order[0]], pairs[order[1]], ... as the first rows of a batch of
+// `rows` x `length` (rows >= order.size(), length >= the longest of them),
+// right-padded with `pad_id`. Rows past them are filler: one attended pad
+// token each, so that they stay finite; their logits are to be dropped.
+PairBatch BuildPairBatch(const std::vector<sentence_encoder::PairIds>& pairs,
+                         std::span<const std::int64_t> order, std::int64_t rows,
+                         std::int64_t length, std::int64_t pad_id);
+
 class CrossScorer {
  public:
   // Every error names the file and key at fault.
@@ -66,6 +83,14 @@ class CrossScorer {
   at::Tensor Logits(const std::vector<sentence_encoder::PairIds>& pairs) const;
   // `logits` with the folder's activation applied.
   at::Tensor Scores(const at::Tensor& logits) const;
+  // The shape {rows, length} a pass of `count` pairs, the longest `longest`
+  // tokens, runs as: on CUDA, sentence_encoder::CudaBatchRows and
+  // CudaPaddedLength (a few shapes, each warmed up at load, since a new
+  // shape there loads kernels on first use); elsewhere as they are.
+  std::pair<std::int64_t, std::int64_t> PassShape(std::int64_t count, std::int64_t longest) const;
+  // float32 CPU [rows, num_labels()]: the logits of every row of `batch`,
+  // filler rows included. Logits runs its passes through this.
+  at::Tensor PassLogits(const PairBatch& batch) const;
 
   const sentence_encoder::WordPieceTokenizer& tokenizer() const { return tokenizer_; }
   Activation activation() const { return activation_; }
@@ -83,6 +108,10 @@ class CrossScorer {
   CrossScorer(sentence_encoder::WordPieceTokenizer tokenizer, sentence_encoder::BertModel model)
       : tokenizer_(std::move(tokenizer)), model_(std::move(model)) {}
 
+  // One pass on a short pair; on CUDA also one per shape of
+  // sentence_encoder::CudaWarmUpPasses, as SentenceEncoder warms up.
+  void WarmUp() const;
+
   sentence_encoder::WordPieceTokenizer tokenizer_;
   sentence_encoder::BertModel model_;
   at::Tensor pooler_w_, pooler_b_, classifier_w_, classifier_b_;
@@ -90,6 +119,7 @@ class CrossScorer {
   std::int64_t num_labels_ = 1;
   std::vector<std::string> labels_;
   std::int64_t max_seq_length_ = 512;
+  std::int64_t max_positions_ = 512;
   std::int64_t batch_size_ = 32;
   std::string dtype_ = "float32";
   Device device_;
