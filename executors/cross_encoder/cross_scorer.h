@@ -85,8 +85,8 @@ class CrossScorer {
   at::Tensor Scores(const at::Tensor& logits) const;
   // The shape {rows, length} a pass of `count` pairs, the longest `longest`
   // tokens, runs as: on CUDA, sentence_encoder::CudaBatchRows and
-  // CudaPaddedLength (a few shapes, each warmed up at load, since a new
-  // shape there loads kernels on first use); elsewhere as they are.
+  // CudaPaddedLength (few shapes, the common ones warmed up at load, since
+  // a new shape there can load kernels on first use); elsewhere as they are.
   std::pair<std::int64_t, std::int64_t> PassShape(std::int64_t count, std::int64_t longest) const;
   // float32 CPU [rows, num_labels()]: the logits of every row of `batch`,
   // filler rows included. Logits runs its passes through this.

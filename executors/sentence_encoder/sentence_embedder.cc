@@ -462,10 +462,9 @@ std::vector<CudaWarmUpPass> CudaWarmUpPasses(std::int64_t batch_size, std::int64
       break;
     }
     for (const std::int64_t rows : row_counts) {
+      // A single text is padded too when its tokens are not a multiple of 8.
       passes.push_back({.rows = rows, .length = length, .padded = false});
-      if (rows >= 2) {
-        passes.push_back({.rows = rows, .length = length, .padded = true});
-      }
+      passes.push_back({.rows = rows, .length = length, .padded = true});
     }
   }
   return passes;
@@ -617,19 +616,22 @@ at::Tensor SentenceEmbedder::EncodeIds(const std::vector<std::vector<std::int64_
     }
     at::Tensor pooled_rows;
     if (graphs_ != nullptr) {
-      // One graph per (rows, length, normalize): the attention mask is
-      // always applied (an unpadded batch is a mask of ones), so padded and
-      // unpadded batches of a shape share a graph.
-      const std::string key =
-          std::to_string(rows) + "x" + std::to_string(length) + (normalized ? " normalized" : "");
+      // One graph per (rows, length): the attention mask is always applied
+      // (an unpadded batch is a mask of ones), so padded and unpadded
+      // batches of a shape share a graph, and the normalizing (which TEI's
+      // clients may turn on or off per request) runs after it.
+      const std::string key = std::to_string(rows) + "x" + std::to_string(length);
       pooled_rows = graphs_
                         ->Run(key, {batch_ids, batch_mask, pooling_mask},
-                              [this, normalized](const std::vector<at::Tensor>& in) {
+                              [this](const std::vector<at::Tensor>& in) {
                                 const at::Tensor hidden = model_.Forward(in[0], in[1], true);
                                 return std::vector<at::Tensor>{
-                                    Pool(hidden, in[2], pipeline_.pooling, normalized)};
+                                    Pool(hidden, in[2], pipeline_.pooling, /*normalize=*/false)};
                               })
                         .front();
+      if (normalized) {
+        pooled_rows = NormalizeRows(pooled_rows);
+      }
     } else {
       const at::Tensor hidden = model_.Forward(batch_ids, batch_mask, padded);
       pooled_rows = Pool(hidden, pooling_mask, pipeline_.pooling, normalized);

@@ -98,7 +98,9 @@ struct CudaWarmUpPass {
 };
 // The passes SentenceEmbedder warms a CUDA device with: every row count
 // CudaBatchRows makes up to batch_size (at most 1024), at 8, 16, 32, 64 and
-// 128 tokens up to `longest`, each unpadded and, from 2 rows, padded.
+// 128 tokens up to `longest`, each unpadded and padded (one row of a
+// length not a multiple of 8 is padded too). Other lengths (24, 40, ...)
+// are not run: the kernels those load are mostly the same.
 std::vector<CudaWarmUpPass> CudaWarmUpPasses(std::int64_t batch_size, std::int64_t longest);
 
 // The longest input in tokens ([CLS]/[SEP] included) as sentence-transformers

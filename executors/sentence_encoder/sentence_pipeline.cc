@@ -299,11 +299,12 @@ at::Tensor Pool(const at::Tensor& hidden, const at::Tensor& attention_mask,
       }
     }
   }
-  at::Tensor pooled = parts.size() == 1 ? parts.front() : at::cat(parts, 1);
-  if (normalize) {
-    pooled = pooled / pooled.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-12);
-  }
-  return pooled;
+  const at::Tensor pooled = parts.size() == 1 ? parts.front() : at::cat(parts, 1);
+  return normalize ? NormalizeRows(pooled) : pooled;
+}
+
+at::Tensor NormalizeRows(const at::Tensor& rows) {
+  return rows / rows.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-12);
 }
 
 }  // namespace gantry::sentence_encoder

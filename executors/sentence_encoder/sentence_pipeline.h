@@ -69,6 +69,9 @@ StatusOr<nlohmann::json> ReadJsonFile(const std::string& path);
 // [B, H * modes], float32, L2 normalised when `normalize`.
 at::Tensor Pool(const at::Tensor& hidden, const at::Tensor& attention_mask,
                 const std::vector<PoolingMode>& modes, bool normalize);
+// Each row of [B, D] divided by its L2 norm (at least 1e-12), as
+// sentence-transformers' Normalize module: what Pool does when `normalize`.
+at::Tensor NormalizeRows(const at::Tensor& rows);
 
 }  // namespace gantry::sentence_encoder
 

@@ -16,7 +16,7 @@
 // values of `inputs` change between replays, so the key must name whatever
 // else decides what the step does (shapes, dtypes, flags). It must not copy
 // to the host, read a tensor's value on the host, or synchronise: those
-// cannot be captured, and the first such failure turns capturing off.
+// cannot be captured, and the first such failure turns graphs off.
 //
 // Thread safety: Run may be called from several threads at once (one mutex
 // holds each call); they must share one current CUDA stream, as every
@@ -49,9 +49,9 @@ class GraphCapturer {
   // Records what `body` queues as graph `id` (0, 1, ... in order), after
   // what the current stream holds. CUDA's runs body once eagerly (so that
   // lazy set-up happens outside the capture), then captures it on a stream
-  // of its own. Throws what body or CUDA throws, and leaves no stream in
-  // capture mode then. `body` stays valid for as long as the capturer, so
-  // a stand-in may run it again at each replay.
+  // of its own, and returns once that stream is idle. Throws what body or CUDA throws, and leaves
+  // no stream in capture mode then. `body` stays valid for as long as the capturer, so a stand-in
+  // may run it again at each replay.
   virtual void Capture(std::size_t id, const std::function<void()>& body) = 0;
   // Queues graph `id` on the current stream.
   virtual void Replay(std::size_t id) = 0;
@@ -77,8 +77,9 @@ class CapturedGraphs {
   // its own, has the capturer capture step on them, and replays it; later
   // calls copy `inputs` into those buffers and replay. Inputs of a key must keep its shapes and
   // dtypes (std::invalid_argument otherwise). Returns copies of the
-  // outputs, so a later replay does not overwrite them. Past max_graphs,
-  // or once a capture has failed, step runs eagerly.
+  // outputs, so a later replay does not overwrite them. Past max_graphs
+  // new keys run step eagerly; once a capture has failed every key does,
+  // and no graph is replayed again.
   std::vector<at::Tensor> Run(const std::string& key, const std::vector<at::Tensor>& inputs,
                               const Step& step);
 

@@ -112,9 +112,13 @@ std::vector<at::Tensor> CapturedGraphs::Run(const std::string& key,
                                             const std::vector<at::Tensor>& inputs,
                                             const Step& step) {
   std::lock_guard lock(mutex_);
+  // After a failed capture no graph is trusted, captured before or not.
+  if (!failure_.empty()) {
+    return step(inputs);
+  }
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
-    if (!failure_.empty() || graphs_.size() >= max_graphs_) {
+    if (graphs_.size() >= max_graphs_) {
       return step(inputs);
     }
     Graph graph;

@@ -44,7 +44,14 @@ class CudaGraphCapturer final : public GraphCapturer {
     }
     // What the caller queued (its inputs' copies) is done before the
     // capture stream reads it; captures are rare (warm-up, new shapes).
-    c10::cuda::getCurrentCUDAStream(device_).synchronize();
+    const c10::cuda::CUDAStream caller_stream = c10::cuda::getCurrentCUDAStream(device_);
+    caller_stream.synchronize();
+    // torch hands out its pool's streams in turn, so the caller's may be
+    // this one; then take the next, so that nothing else the caller's
+    // stream runs meanwhile is recorded into the graph.
+    if (capture_stream_ == caller_stream) {
+      capture_stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_);
+    }
     const c10::cuda::CUDAStreamGuard on_capture_stream(capture_stream_);
     // Once eagerly on this stream: what torch sets up per stream on first
     // use (cuBLAS's workspace) is set up outside the capture.
@@ -71,6 +78,10 @@ class CudaGraphCapturer final : public GraphCapturer {
       throw;
     }
     graph->capture_end();
+    // The eager pass above may still be running on the capture stream, and
+    // the graph's products use the same cuBLAS workspace (torch keeps one
+    // per stream): the first replay, on the caller's stream, waits for it.
+    capture_stream_.synchronize();
     graphs_.push_back(std::move(graph));
   }
 
@@ -80,7 +91,7 @@ class CudaGraphCapturer final : public GraphCapturer {
  private:
   const c10::DeviceIndex device_;
   const at::cuda::MempoolId_t pool_;
-  const c10::cuda::CUDAStream capture_stream_;
+  c10::cuda::CUDAStream capture_stream_;
   std::vector<std::unique_ptr<at::cuda::CUDAGraph>> graphs_;
 };
 
