@@ -37,6 +37,15 @@ using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 std::string_view View(beast::string_view text) { return {text.data(), text.size()}; }
 
+// `text` without the spaces and tabs around it.
+std::string_view Trimmed(std::string_view text) {
+  const std::size_t begin = text.find_first_not_of(" \t");
+  if (begin == std::string_view::npos) {
+    return {};
+  }
+  return text.substr(begin, text.find_last_not_of(" \t") - begin + 1);
+}
+
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) {
     return false;
@@ -388,27 +397,27 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   }
 
   void ReadBody() {
+    const auto& header = parser_->get();
+    // Only chunked is decoded. A body in another coding would be read as
+    // the connection's next request (request smuggling), so it is refused
+    // before anything of it is read, and the connection closed.
+    if (const auto coding = header.find(http::field::transfer_encoding); coding != header.end()) {
+      const std::string value(View(coding->value()));
+      if (!parser_->chunked() || !EqualsIgnoreCase(Trimmed(value), "chunked")) {
+        keep_alive_ = false;
+        Write(core_->ErrorResponse(
+                  parser_->chunked() ? 501 : 400,
+                  "Transfer-Encoding '" + value + "' is not supported: " +
+                      (parser_->chunked() ? "only chunked, with no other coding"
+                                          : "a request body's last coding must be chunked")),
+              /*answer=*/false);
+        return;
+      }
+    }
     if (parser_->is_done()) {
       Dispatch();
       return;
     }
-    // What the body will hold, counted against every connection's budget
-    // before it is read: the Content-Length, or the cap when chunked.
-    const auto length = parser_->content_length();
-    const std::uint64_t reserve =
-        length ? std::min<std::uint64_t>(*length, core_->options().max_body_bytes)
-               : core_->options().max_body_bytes;
-    if (!core_->ReserveBody(reserve)) {
-      keep_alive_ = false;
-      HttpResponse busy = core_->ErrorResponse(
-          503, "the server holds " + std::to_string(core_->body_budget()) +
-                   " bytes of request bodies at once, the most it takes; retry later");
-      busy.headers.emplace_back("Retry-After", "1");
-      Write(std::move(busy), /*answer=*/false);
-      return;
-    }
-    body_reserved_ = reserve;
-    const auto& header = parser_->get();
     if (EqualsIgnoreCase(View(header[http::field::expect]), "100-continue")) {
       // Clients such as curl wait for this before sending a large body.
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -428,14 +437,51 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
 
   void ReadWholeBody() {
     Lowest().expires_after(core_->options().body_timeout);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
-                       if (ec) {
-                         self->Refuse(ec);
-                         return;
-                       }
-                       self->Dispatch();
-                     });
+    ReadSomeBody();
+  }
+
+  // The body's bytes count against every connection's budget as they
+  // arrive, not as declared: a connection that only sends headers with a
+  // large Content-Length (or a chunked body it never sends) holds nothing.
+  void ReadSomeBody() {
+    http::async_read_some(stream_, buffer_, *parser_,
+                          [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                            if (ec) {
+                              self->Refuse(ec);
+                              return;
+                            }
+                            if (!self->ReserveReceivedBody()) {
+                              self->ReleaseBody();
+                              self->keep_alive_ = false;
+                              HttpResponse busy = self->core_->ErrorResponse(
+                                  503, "the server holds " +
+                                           std::to_string(self->core_->body_budget()) +
+                                           " bytes of request bodies at once, the most it "
+                                           "takes; retry later");
+                              busy.headers.emplace_back("Retry-After", "1");
+                              self->Write(std::move(busy), /*answer=*/false);
+                              return;
+                            }
+                            if (self->parser_->is_done()) {
+                              self->Dispatch();
+                              return;
+                            }
+                            self->ReadSomeBody();
+                          });
+  }
+
+  // Counts the body received so far against the budget; false when it
+  // does not fit.
+  bool ReserveReceivedBody() {
+    const std::uint64_t received = parser_->get().body().size();
+    if (received <= body_reserved_) {
+      return true;
+    }
+    if (!core_->ReserveBody(received - body_reserved_)) {
+      return false;
+    }
+    body_reserved_ = received;
+    return true;
   }
 
   // A request that could not be read: answered when the client is still

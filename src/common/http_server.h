@@ -82,9 +82,9 @@ struct HttpServerOptions {
   // Sending one response (a client that stops reading).
   std::chrono::milliseconds write_timeout{60000};
   std::uint64_t max_body_bytes = 1 << 20;
-  // Request bodies held at once, from every connection (a body counts from
-  // its headers, at its Content-Length, or at max_body_bytes when chunked,
-  // until its handler returns); a request past it is 503, retry later.
+  // Request body bytes held at once, from every connection (a body counts
+  // as its bytes arrive, until its handler returns); a request whose bytes
+  // pass it is 503, retry later.
   // 0: 16 x max_body_bytes.
   std::uint64_t max_body_bytes_in_flight = 0;
   std::uint32_t max_header_bytes = 64 * 1024;

@@ -34,6 +34,7 @@ namespace gantry {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Clock = std::chrono::steady_clock;
 using Ms = std::chrono::milliseconds;
 
@@ -196,26 +197,103 @@ TEST_F(HttpServerTest, ABodyOverTheCapIs413BeforeItIsRead) {
 
 TEST_F(HttpServerTest, BodiesOfAllConnectionsTogetherAreBounded) {
   Start({.max_body_bytes = 1000, .max_body_bytes_in_flight = 1500});
-  RawSocket second(port());
-  // One body of 1,000 bytes on its way holds 1,000 of the 1,500. The server
-  // answers 100-continue only once those bytes are reserved, so after it the
-  // reservation is known to be held (no race with the probe's headers).
-  RawSocket slow(port());
-  ASSERT_TRUE(slow.Send(
-      "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n"));
-  ASSERT_TRUE(slow.ReadUntil("100 Continue\r\n\r\n", Ms(5000))) << slow.received();
-  RawSocket probe(port());
-  ASSERT_TRUE(probe.Send("POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 800\r\n\r\n"));
-  EXPECT_TRUE(probe.ReadUntil("\r\n\r\n", Ms(5000))) << probe.received();
-  EXPECT_THAT(probe.received(), HasSubstr("HTTP/1.1 503"));
-  EXPECT_THAT(probe.received(), HasSubstr("Retry-After: 1"));
-  // The first body arrives and is answered; its bytes are free again.
-  ASSERT_TRUE(slow.Send("abc" + std::string(997, 'x')));
-  ASSERT_TRUE(slow.ReadUntil("POST /a abc", Ms(5000))) << slow.received();
-  ASSERT_TRUE(second.Send("POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 800\r\n\r\n" +
-                          std::string(800, 'y')));
-  EXPECT_TRUE(second.ReadUntil("POST /c yyy", Ms(5000))) << second.received();
+  // Two bodies of 1,000 bytes, 800 of each sent: whichever the server reads
+  // second passes the 1,500 and is refused, the other still holds its 800.
+  RawSocket a(port());
+  RawSocket b(port());
+  const std::string head = "HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n";
+  ASSERT_TRUE(a.Send("POST /a " + head + std::string(800, 'a')));
+  ASSERT_TRUE(b.Send("POST /b " + head + std::string(800, 'b')));
+  // The refused one is answered at once; the other has no answer to read.
+  int refused_index = -1;
+  for (const auto deadline = Clock::now() + Ms(5000);
+       refused_index < 0 && Clock::now() < deadline;) {
+    if (a.ReadUntil("\r\n\r\n", Ms(20))) {
+      refused_index = 0;
+    } else if (b.ReadUntil("\r\n\r\n", Ms(20))) {
+      refused_index = 1;
+    }
+  }
+  ASSERT_GE(refused_index, 0) << "neither was refused";
+  const bool a_refused = refused_index == 0;
+  RawSocket& refused = a_refused ? a : b;
+  RawSocket& held = a_refused ? b : a;
+  EXPECT_THAT(refused.received(), HasSubstr("HTTP/1.1 503"));
+  EXPECT_THAT(refused.received(), HasSubstr("Retry-After: 1"));
+  EXPECT_TRUE(refused.ClosedWithin(Ms(3000)));
+  EXPECT_EQ(held.received(), "");
+  // The held body arrives and is answered; its bytes are free again.
+  const char mark = a_refused ? 'b' : 'a';
+  ASSERT_TRUE(held.Send(std::string(200, mark)));
+  ASSERT_TRUE(held.ReadUntil(std::string(1000, mark), Ms(5000))) << held.received();
+  RawSocket c(port());
+  ASSERT_TRUE(c.Send("POST /c " + head + std::string(1000, 'c')));
+  EXPECT_TRUE(c.ReadUntil("POST /c ccc", Ms(5000))) << c.received();
   EXPECT_EQ(handled_.load(), 2);
+}
+
+// Bodies count as they arrive: connections that send their headers and
+// then nothing (a large Content-Length, a chunked body never sent) hold no
+// share of the budget, and a client that sends its body is served.
+TEST_F(HttpServerTest, ConnectionsThatOnlySendHeadersHoldNoBodyBudget) {
+  Start({.max_body_bytes = 1000, .max_body_bytes_in_flight = 1500});
+  std::vector<std::unique_ptr<RawSocket>> idle;
+  for (int i = 0; i < 8; ++i) {
+    idle.push_back(std::make_unique<RawSocket>(port()));
+    ASSERT_TRUE(idle.back()->Send(
+        i % 2 == 0 ? "POST /idle HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+                   : "POST /idle HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"));
+  }
+  for (int i = 0; i < 2; ++i) {
+    RawSocket client(port());
+    ASSERT_TRUE(client.Send("POST /ok HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n" +
+                            std::string(900, 'k')));
+    ASSERT_TRUE(client.ReadUntil("POST /ok kkk", Ms(5000))) << client.received();
+    EXPECT_THAT(client.received(), HasSubstr("HTTP/1.1 200"));
+  }
+  EXPECT_EQ(handled_.load(), 2);
+  for (const auto& socket : idle) {
+    EXPECT_EQ(socket->received(), "");
+  }
+}
+
+// Only chunked is decoded; a body in another coding would be read as the
+// connection's next request. Refused, and the connection closed, before
+// anything of it is read.
+TEST_F(HttpServerTest, TransferCodingsOtherThanChunkedAreRefused) {
+  Start({});
+  const std::string smuggled = "GET /hidden HTTP/1.1\r\nHost: x\r\n\r\n";
+  const struct {
+    std::string coding;
+    std::string status;
+  } cases[] = {{"gzip", "HTTP/1.1 400"},
+               {"identity", "HTTP/1.1 400"},
+               {"chunked, gzip", "HTTP/1.1 400"},
+               {"gzip, chunked", "HTTP/1.1 501"}};
+  for (const auto& c : cases) {
+    RawSocket client(port());
+    ASSERT_TRUE(client.Send("POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: " + c.coding +
+                            "\r\n\r\n" + smuggled));
+    EXPECT_TRUE(client.ClosedWithin(Ms(5000))) << c.coding;
+    EXPECT_THAT(client.received(), HasSubstr(c.status)) << c.coding;
+    EXPECT_THAT(client.received(), HasSubstr("Transfer-Encoding")) << c.coding;
+    EXPECT_THAT(client.received(), Not(HasSubstr("/hidden"))) << c.coding;
+  }
+  // With a Content-Length beside it too.
+  RawSocket client(port());
+  ASSERT_TRUE(
+      client.Send("POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n"
+                  "Content-Length: " +
+                  std::to_string(smuggled.size()) + "\r\n\r\n" + smuggled));
+  EXPECT_TRUE(client.ClosedWithin(Ms(5000)));
+  EXPECT_THAT(client.received(), HasSubstr("HTTP/1.1 400"));
+  EXPECT_THAT(client.received(), Not(HasSubstr("/hidden")));
+  EXPECT_EQ(handled_.load(), 0);
+  // And chunked alone still works.
+  RawSocket chunked(port());
+  ASSERT_TRUE(chunked.Send(
+      "POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"));
+  EXPECT_TRUE(chunked.ReadUntil("POST /c abc", Ms(5000))) << chunked.received();
 }
 
 TEST_F(HttpServerTest, HeadersOverTheCapAre431) {
@@ -397,6 +475,67 @@ TEST(HttpGatewayTest, JsonRoutesRefuseOtherContentTypesWith415) {
   auto [status, body] = HttpPost(dep.http_port(), "/echo", data, "application/json");
   EXPECT_EQ(status, 200) << body;
   EXPECT_THAT(body, HasSubstr("echo:x"));
+}
+
+// An executor that refuses its input (std::invalid_argument) is answered as
+// the client's error on every protocol, with its message; any other
+// exception stays the server's (500 / INTERNAL); the deployment serves on.
+TEST(HttpGatewayTest, AnExecutorsInvalidArgumentIsTheClientsErrorOnEveryProtocol) {
+  Deployment dep(
+      {.uses = "FailingExec", .replicas = 1, .http_port = 0, .models = {{"failing", "/encode"}}});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  const std::string message = "may not be 'invalid'";
+  struct Case {
+    std::string path;
+    std::string body;
+  };
+  const auto cases = [](const std::string& text) {
+    return std::vector<Case>{
+        {"/encode", R"({"data": [{"text": ")" + text + R"("}]})"},
+        {"/post", R"({"execEndpoint": "/encode", "data": [{"text": ")" + text + R"("}]})"},
+        {"/v1/embeddings", R"({"model": "failing", "input": ")" + text + R"("})"},
+        {"/v2/models/failing/infer",
+         R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1, 1], "data": [")" + text +
+             R"("]}]})"}};
+  };
+  for (const Case& c : cases("invalid")) {
+    auto [status, body] = HttpPost(dep.http_port(), c.path, c.body, "application/json");
+    EXPECT_EQ(status, 400) << c.path << ": " << body;
+    EXPECT_THAT(body, HasSubstr(message)) << c.path;
+  }
+  for (const Case& c : cases("boom")) {
+    auto [status, body] = HttpPost(dep.http_port(), c.path, c.body, "application/json");
+    EXPECT_EQ(status, 500) << c.path << ": " << body;
+    EXPECT_THAT(body, HasSubstr("cannot encode 'boom'")) << c.path;
+  }
+  // KServe over gRPC, and Gantry's own client.
+  auto channel = internal::MakeChannel(dep.address(), 1 << 20);
+  auto kserve = inference::GRPCInferenceService::NewStub(channel);
+  for (const std::string text : {"invalid", "boom"}) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    inference::ModelInferRequest infer;
+    infer.set_model_name("failing");
+    auto* input = infer.add_inputs();
+    input->set_name("text");
+    input->set_datatype("BYTES");
+    input->add_shape(1);
+    input->add_shape(1);
+    input->mutable_contents()->add_bytes_contents(text);
+    inference::ModelInferResponse reply;
+    const grpc::Status s = kserve->ModelInfer(&context, infer, &reply);
+    EXPECT_EQ(s.error_code(),
+              text == "invalid" ? grpc::StatusCode::INVALID_ARGUMENT : grpc::StatusCode::INTERNAL)
+        << text << ": " << s.error_message();
+  }
+  auto refused = dep.Post("/encode", {Doc("invalid")});
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr(message));
+  auto failed = dep.Post("/encode", {Doc("boom")});
+  EXPECT_EQ(failed.status().code(), StatusCode::kUnknown) << failed.status();
+  auto [status, body] =
+      HttpPost(dep.http_port(), "/encode", R"({"data": [{"text": "x"}]})", "application/json");
+  EXPECT_EQ(status, 200) << body;
 }
 
 TEST(HttpGatewayTest, CorsPreflightIsAnsweredOnlyWhenEnabled) {
