@@ -92,8 +92,9 @@ Status ErrorFromHeader(const jina::HeaderProto& header) {
     message = status.exception().name();
   }
   // A handler's std::length_error (an input over the model's limit with
-  // truncation off) is INVALID_ARGUMENT, as KServe's gRPC route answers it.
-  if (internal::IsInputTooLarge(status)) {
+  // truncation off) or std::invalid_argument (input it refused) is
+  // INVALID_ARGUMENT, as KServe's gRPC route answers them.
+  if (internal::IsInputTooLarge(status) || internal::IsInvalidInput(status)) {
     return InvalidArgumentError(message);
   }
   return UnknownError(message);

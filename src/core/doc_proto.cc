@@ -382,4 +382,9 @@ bool IsInputTooLarge(const jina::StatusProto& status) {
          status.exception().name() == "std::length_error";
 }
 
+bool IsInvalidInput(const jina::StatusProto& status) {
+  return status.code() == jina::StatusProto::ERROR &&
+         status.exception().name() == "std::invalid_argument";
+}
+
 }  // namespace gantry::internal

@@ -23,9 +23,14 @@ namespace gantry::internal {
 // Whether an executor's error reply says the input was too large for it (its
 // handler threw std::length_error, e.g. a text over the model's token limit
 // with truncation off): HTTP 413 and gRPC INVALID_ARGUMENT for the gateway's
-// front ends and the C++ client, where other executor errors are 500 and
-// INTERNAL (UNKNOWN for the client).
+// front ends and the C++ client, where executor errors other than these and
+// IsInvalidInput's are 500 and INTERNAL (UNKNOWN for the client).
 bool IsInputTooLarge(const jina::StatusProto& status);
+// An executor's error reply for input it refused as invalid: its handler
+// threw std::invalid_argument (a parameter of the wrong type, a prompt the
+// model lacks, bad UTF-8). Over HTTP 400 (TEI's routes 422), over gRPC
+// INVALID_ARGUMENT, as IsInputTooLarge's.
+bool IsInvalidInput(const jina::StatusProto& status);
 
 // Appends every document of `docs` to `proto`.
 void DocListToProto(const DocList& docs, docarray::DocListProto* proto);

@@ -115,12 +115,13 @@ int HttpStatusOfGrpc(int grpc_code) {
 
 // How an executor's error reply reads over HTTP: a request its batching
 // queue refused as the matching overload or timeout (429, 504), an input
-// too large for the model 413, anything else the executor's fault, 500.
+// too large for the model 413, one it refused as invalid 400, anything
+// else the executor's fault, 500.
 int HttpStatusOfExecutorError(const jina::StatusProto& status) {
   if (const std::optional<int> refused = QueueRefusalCode(status)) {
     return HttpStatusOfGrpc(*refused);
   }
-  return IsInputTooLarge(status) ? 413 : 500;
+  return IsInputTooLarge(status) ? 413 : IsInvalidInput(status) ? 400 : 500;
 }
 
 // The media type of a Content-Type value, lower case, without parameters.
@@ -325,7 +326,7 @@ class HttpGateway::Impl {
     };
     const std::vector<int> jina_errors = {400, 413, 415, 500, 503, 504};
     const std::vector<int> tei_errors = {400, 413, 415, 422, 424, 429, 503, 504};
-    const std::vector<int> kserve_errors = {400, 404, 500, 503, 504};
+    const std::vector<int> kserve_errors = {400, 404, 413, 429, 500, 503, 504};
 
     // Jina's routes (docarray-v2's FastAPI app).
     add({.method = "GET",
@@ -903,8 +904,7 @@ class HttpGateway::Impl {
       if (const std::optional<int> refused = QueueRefusalCode(status)) {
         return error_response(TeiError::FromGrpc(*refused, status.description()));
       }
-      const bool invalid = status.exception().name() == "std::invalid_argument";
-      const int http_status = IsInputTooLarge(status) ? 413 : invalid ? 422 : 424;
+      const int http_status = IsInputTooLarge(status) ? 413 : IsInvalidInput(status) ? 422 : 424;
       return error_response(TeiError{.http_status = http_status,
                                      .message = status.description(),
                                      .type = http_status == 424 ? "Backend" : "Validation"});

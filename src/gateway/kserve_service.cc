@@ -143,9 +143,11 @@ grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
   }
   if (result.is_error || reply.header().status().code() == jina::StatusProto::ERROR) {
     const std::optional<int> refused = QueueRefusalCode(reply.header().status());
-    return {refused                                    ? static_cast<grpc::StatusCode>(*refused)
-            : IsInputTooLarge(reply.header().status()) ? grpc::StatusCode::INVALID_ARGUMENT
-                                                       : grpc::StatusCode::INTERNAL,
+    const bool invalid =
+        IsInputTooLarge(reply.header().status()) || IsInvalidInput(reply.header().status());
+    return {refused   ? static_cast<grpc::StatusCode>(*refused)
+            : invalid ? grpc::StatusCode::INVALID_ARGUMENT
+                      : grpc::StatusCode::INTERNAL,
             "executor error: " + reply.header().status().description()};
   }
   StatusOr<inference::ModelInferResponse> out =

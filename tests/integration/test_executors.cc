@@ -46,7 +46,9 @@ class EchoExec final : public gantry::Executor {
 };
 GANTRY_REGISTER_EXECUTOR(EchoExec);
 
-// Throws on a document whose text is "boom"; serves the rest.
+// Throws on a document whose text is "boom" (std::runtime_error, the
+// executor's fault) or "invalid" (std::invalid_argument, the client's);
+// serves the rest.
 class FailingExec final : public gantry::Executor {
   GANTRY_EXECUTOR(FailingExec);
   explicit FailingExec(const gantry::ExecutorContext& /*context*/) {}
@@ -56,6 +58,9 @@ class FailingExec final : public gantry::Executor {
     for (gantry::Doc& doc : docs) {
       if (doc.text() == "boom") {
         throw std::runtime_error("cannot encode 'boom'");
+      }
+      if (doc.text() == "invalid") {
+        throw std::invalid_argument("a document's text may not be 'invalid'");
       }
       if (doc.text() == "refuse") {
         return gantry::InvalidArgumentError("refusing this document");
