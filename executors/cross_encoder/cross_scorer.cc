@@ -218,10 +218,18 @@ std::vector<PairIds> CrossScorer::Tokenize(std::string_view query,
   const std::size_t limit = truncation == sentence_encoder::Truncation::kNone
                                 ? 0
                                 : static_cast<std::size_t>(max_seq_length_);
+  // With truncation, neither text keeps more pieces than a pair holds
+  // (JoinPair cuts the longer first, to at most that), so only those are
+  // tokenized and held, however long the text.
+  const bool from_left = truncation == sentence_encoder::Truncation::kLeft;
+  const auto pieces = [&](std::string_view text) {
+    return limit == 0 ? tokenizer_.Pieces(text)
+                      : tokenizer_.Pieces(text, limit - 3, /*keep_last=*/from_left);
+  };
   // The query once, however many texts it is paired with.
-  const std::vector<std::int64_t> query_pieces = tokenizer_.Pieces(query);
+  const std::vector<std::int64_t> query_pieces = pieces(query);
   for (std::size_t i = 0; i < texts.size(); ++i) {
-    const std::vector<std::int64_t> text_pieces = tokenizer_.Pieces(texts[i]);
+    const std::vector<std::int64_t> text_pieces = pieces(texts[i]);
     // Refused before the pair is built: a long query kept whole in every
     // pair would cost memory per text.
     const std::size_t length = query_pieces.size() + text_pieces.size() + 3;
@@ -232,8 +240,7 @@ std::vector<PairIds> CrossScorer::Tokenize(std::string_view query,
                               " (max_seq_length, [CLS] and both [SEP] included); send truncate: "
                               "true to cut it");
     }
-    pairs.push_back(tokenizer_.JoinPair(query_pieces, text_pieces, limit,
-                                        truncation == sentence_encoder::Truncation::kLeft));
+    pairs.push_back(tokenizer_.JoinPair(query_pieces, text_pieces, limit, from_left));
   }
   return pairs;
 }

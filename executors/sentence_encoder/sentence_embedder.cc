@@ -522,11 +522,12 @@ std::vector<std::vector<std::int64_t>> SentenceEmbedder::Tokenize(
       prompted.append(text);
       text = prompted;
     }
-    ids.push_back(tokenizer_.EncodeAll(text));
-    if (truncation != Truncation::kNone) {
-      CutIds(ids.back(), static_cast<std::size_t>(max_seq_length_),
-             truncation == Truncation::kLeft);
-    }
+    // Cut while tokenizing: a text of megabytes holds no more than the
+    // tokens it keeps.
+    ids.push_back(truncation == Truncation::kNone
+                      ? tokenizer_.EncodeAll(text)
+                      : tokenizer_.EncodeCut(text, static_cast<std::size_t>(max_seq_length_),
+                                             truncation == Truncation::kLeft));
   }
   return ids;
 }

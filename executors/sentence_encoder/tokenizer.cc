@@ -33,7 +33,9 @@ struct AlignedChar {
 };
 using AlignedChars = std::vector<AlignedChar>;
 
-AlignedChars DecodeAligned(std::string_view text) {
+// `base`: where `text` starts in the text the caller was given, for the
+// error's offset.
+AlignedChars DecodeAligned(std::string_view text, std::size_t base = 0) {
   if (text.size() > std::numeric_limits<std::uint32_t>::max()) {
     throw std::invalid_argument("text is over 4 GiB");
   }
@@ -47,7 +49,7 @@ AlignedChars DecodeAligned(std::string_view text) {
     const utf8proc_ssize_t n = utf8proc_iterate(p, left, &cp);
     if (n <= 0 || cp < 0) {
       throw std::invalid_argument("text is not valid UTF-8 (bad byte at offset " +
-                                  std::to_string(offset) + ")");
+                                  std::to_string(base + offset) + ")");
     }
     out.push_back({cp, offset});
     p += n;
@@ -342,9 +344,64 @@ StatusOr<WordPieceTokenizer> WordPieceTokenizer::LoadFromFolder(const std::strin
 
 namespace {
 
+// Throws std::invalid_argument, as DecodeAligned, unless `text` is UTF-8;
+// holds nothing per char.
+void CheckUtf8(std::string_view text) {
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  utf8proc_ssize_t left = static_cast<utf8proc_ssize_t>(text.size());
+  while (left > 0) {
+    utf8proc_int32_t cp = 0;
+    const utf8proc_ssize_t n = utf8proc_iterate(p, left, &cp);
+    if (n <= 0 || cp < 0) {
+      throw std::invalid_argument("text is not valid UTF-8 (bad byte at offset " +
+                                  std::to_string(text.size() - static_cast<std::size_t>(left)) +
+                                  ")");
+    }
+    p += n;
+    left -= n;
+  }
+}
+
+bool IsAsciiWhitespace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// BERT's punctuation, as IsPunctuation, for a byte below 0x80.
+bool IsAsciiPunctuation(char c) {
+  const auto b = static_cast<unsigned char>(c);
+  return (b >= 33 && b <= 47) || (b >= 58 && b <= 64) || (b >= 91 && b <= 96) ||
+         (b >= 123 && b <= 126);
+}
+
+// Where the window of `text` that starts at `begin` ends: the whole rest
+// when it is short, else the last cut point within `window` bytes (or the
+// first after, or the end). A cut point is a byte after ASCII whitespace
+// or before ASCII punctuation: always a char boundary, a word boundary,
+// and a starter boundary, so that no normalizing step (NFD's reordering of
+// combining marks included) and no word crosses it.
+std::size_t WindowEnd(std::string_view text, std::size_t begin, std::size_t window) {
+  window = std::max<std::size_t>(window, 1);
+  if (text.size() - begin <= window) {
+    return text.size();
+  }
+  const auto cut_before = [text](std::size_t i) {
+    return IsAsciiWhitespace(text[i - 1]) || IsAsciiPunctuation(text[i]);
+  };
+  for (std::size_t i = begin + window; i > begin; --i) {
+    if (cut_before(i)) {
+      return i;
+    }
+  }
+  for (std::size_t i = begin + window + 1; i < text.size(); ++i) {
+    if (cut_before(i)) {
+      return i;
+    }
+  }
+  return text.size();
+}
+
 // BertNormalizer's steps in its order, each char keeping its origin.
-AlignedChars NormalizeAligned(std::string_view text, const WordPieceOptions& options) {
-  AlignedChars chars = DecodeAligned(text);
+AlignedChars NormalizeAligned(std::string_view text, const WordPieceOptions& options,
+                              std::size_t base = 0) {
+  AlignedChars chars = DecodeAligned(text, base);
   if (options.clean_text) {
     std::erase_if(
         chars, [](const AlignedChar& c) { return c.cp == 0 || c.cp == 0xFFFD || IsControl(c.cp); });
@@ -493,24 +550,35 @@ void WordPieceTokenizer::WordPiece(std::string_view word, const std::size_t* cha
   }
 }
 
-void WordPieceTokenizer::EncodeSegment(std::string_view text, std::size_t offset,
-                                       std::vector<TokenSpan>& tokens) const {
-  const AlignedChars chars = NormalizeAligned(text, options_);
+bool WordPieceTokenizer::EncodeSegment(std::string_view text, std::size_t offset,
+                                       std::vector<TokenSpan>& tokens,
+                                       const TokenFlush& flush) const {
   std::string word;
   std::vector<std::size_t> starts;
   std::vector<std::size_t> ends;
-  ForEachWord(chars, [&](std::size_t begin, std::size_t end) {
-    word.clear();
-    starts.clear();
-    ends.clear();
-    for (std::size_t i = begin; i < end; ++i) {
-      AppendUtf8(chars[i].cp, word);
-      const std::size_t origin = chars[i].origin;
-      starts.push_back(offset + origin);
-      ends.push_back(offset + origin + Utf8Length(static_cast<unsigned char>(text[origin])));
+  for (std::size_t begin = 0; begin < text.size();) {
+    const std::size_t end = WindowEnd(text, begin, options_.window_bytes);
+    const std::string_view window = text.substr(begin, end - begin);
+    const std::size_t base = offset + begin;
+    const AlignedChars chars = NormalizeAligned(window, options_, base);
+    ForEachWord(chars, [&](std::size_t first, std::size_t last) {
+      word.clear();
+      starts.clear();
+      ends.clear();
+      for (std::size_t i = first; i < last; ++i) {
+        AppendUtf8(chars[i].cp, word);
+        const std::size_t origin = chars[i].origin;
+        starts.push_back(base + origin);
+        ends.push_back(base + origin + Utf8Length(static_cast<unsigned char>(window[origin])));
+      }
+      WordPiece(word, starts.data(), ends.data(), tokens);
+    });
+    if (flush && !flush(tokens)) {
+      return false;
     }
-    WordPiece(word, starts.data(), ends.data(), tokens);
-  });
+    begin = end;
+  }
+  return true;
 }
 
 void CutIds(std::vector<std::int64_t>& ids, std::size_t max_length, bool from_left) {
@@ -529,9 +597,7 @@ void CutIds(std::vector<std::int64_t>& ids, std::size_t max_length, bool from_le
 
 std::vector<std::int64_t> WordPieceTokenizer::Encode(std::string_view text,
                                                      std::size_t max_length) const {
-  std::vector<std::int64_t> ids = EncodeAll(text);
-  CutIds(ids, max_length, /*from_left=*/false);
-  return ids;
+  return EncodeCut(text, max_length, /*from_left=*/false);
 }
 
 std::vector<std::int64_t> WordPieceTokenizer::EncodeAll(std::string_view text) const {
@@ -598,18 +664,68 @@ PairIds WordPieceTokenizer::JoinPair(const std::vector<std::int64_t>& first,
 }
 
 std::vector<std::int64_t> WordPieceTokenizer::Pieces(std::string_view text) const {
-  const std::vector<TokenSpan> tokens = Tokenize(text, /*add_special_tokens=*/false);
+  return Pieces(text, std::numeric_limits<std::size_t>::max(), /*keep_last=*/false);
+}
+
+std::vector<std::int64_t> WordPieceTokenizer::Pieces(std::string_view text, std::size_t most,
+                                                     bool keep_last) const {
   std::vector<std::int64_t> pieces;
-  pieces.reserve(tokens.size());
-  for (const TokenSpan& token : tokens) {
-    pieces.push_back(token.id);
+  const auto flush = [&](std::vector<TokenSpan>& tokens) {
+    for (const TokenSpan& token : tokens) {
+      pieces.push_back(token.id);
+    }
+    tokens.clear();
+    if (pieces.size() <= most) {
+      return true;
+    }
+    if (!keep_last) {
+      pieces.resize(most);
+      return false;
+    }
+    // The last `most` so far; dropped in bulk, not one by one.
+    if (pieces.size() - most >= most + 4096) {
+      pieces.erase(pieces.begin(), pieces.end() - static_cast<std::ptrdiff_t>(most));
+    }
+    return true;
+  };
+  std::vector<TokenSpan> tokens;
+  if (!TokenizeInto(text, /*add_special_tokens=*/false, tokens, flush)) {
+    // Stopped with the first `most` pieces: the rest is not tokenized, but
+    // must still be text.
+    CheckUtf8(text);
+    return pieces;
+  }
+  flush(tokens);
+  if (pieces.size() > most) {
+    pieces.erase(pieces.begin(), pieces.end() - static_cast<std::ptrdiff_t>(most));
   }
   return pieces;
+}
+
+std::vector<std::int64_t> WordPieceTokenizer::EncodeCut(std::string_view text,
+                                                        std::size_t max_length,
+                                                        bool from_left) const {
+  // [CLS] and [SEP] are kept whatever max_length says, as CutIds keeps them.
+  const std::vector<std::int64_t> pieces =
+      Pieces(text, std::max<std::size_t>(max_length, 2) - 2, from_left);
+  std::vector<std::int64_t> ids;
+  ids.reserve(pieces.size() + 2);
+  ids.push_back(cls_id_);
+  ids.insert(ids.end(), pieces.begin(), pieces.end());
+  ids.push_back(sep_id_);
+  return ids;
 }
 
 std::vector<TokenSpan> WordPieceTokenizer::Tokenize(std::string_view text,
                                                     bool add_special_tokens) const {
   std::vector<TokenSpan> tokens;
+  TokenizeInto(text, add_special_tokens, tokens, nullptr);
+  return tokens;
+}
+
+bool WordPieceTokenizer::TokenizeInto(std::string_view text, bool add_special_tokens,
+                                      std::vector<TokenSpan>& tokens,
+                                      const TokenFlush& flush) const {
   if (add_special_tokens) {
     tokens.push_back(TokenSpan{.id = cls_id_, .special = true});
   }
@@ -628,17 +744,26 @@ std::vector<TokenSpan> WordPieceTokenizer::Tokenize(std::string_view text,
       ++pos;
       continue;
     }
-    EncodeSegment(text.substr(segment_start, pos - segment_start), segment_start, tokens);
+    if (!EncodeSegment(text.substr(segment_start, pos - segment_start), segment_start, tokens,
+                       flush)) {
+      return false;
+    }
     tokens.push_back(
         TokenSpan{.id = match->second, .start = pos, .end = pos + match->first.size()});
     pos += match->first.size();
     segment_start = pos;
+    // A text of special tokens alone makes no segment to flush after.
+    if (flush && tokens.size() >= 4096 && !flush(tokens)) {
+      return false;
+    }
   }
-  EncodeSegment(text.substr(segment_start), segment_start, tokens);
+  if (!EncodeSegment(text.substr(segment_start), segment_start, tokens, flush)) {
+    return false;
+  }
   if (add_special_tokens) {
     tokens.push_back(TokenSpan{.id = sep_id_, .special = true});
   }
-  return tokens;
+  return true;
 }
 
 }  // namespace gantry::sentence_encoder

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -37,6 +38,11 @@ struct WordPieceOptions {
   std::size_t max_input_chars_per_word = 100;
   // Matched verbatim in the raw text before normalization.
   std::vector<std::string> special_tokens = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+  // Bytes of a text normalized at once (about 8 bytes of memory a byte):
+  // a longer text is taken a window at a time, cut after ASCII whitespace or
+  // before ASCII punctuation, where no normalizing step or word crosses, so
+  // the tokens are the same whatever the window. Tests make it small.
+  std::size_t window_bytes = std::size_t{1} << 16;
 };
 
 // The longest text, in bytes, that an executor tokenizes on the thread that
@@ -94,6 +100,11 @@ class WordPieceTokenizer {
   // [CLS] pieces... [SEP], at most `max_length` ids in all (>= 2), cut on
   // the right. Throws std::invalid_argument if `text` is not valid UTF-8.
   std::vector<std::int64_t> Encode(std::string_view text, std::size_t max_length) const;
+  // The same, cut on the right or, `from_left`, on the left ([CLS] and
+  // [SEP] are kept). Only the pieces kept are ever held, so a long text
+  // costs no memory beyond them.
+  std::vector<std::int64_t> EncodeCut(std::string_view text, std::size_t max_length,
+                                      bool from_left) const;
   // The same, uncut: every piece of `text`.
   std::vector<std::int64_t> EncodeAll(std::string_view text) const;
 
@@ -110,6 +121,10 @@ class WordPieceTokenizer {
   // The pieces of `text` (special tokens matched verbatim), no [CLS]/[SEP].
   // Throws std::invalid_argument if `text` is not valid UTF-8.
   std::vector<std::int64_t> Pieces(std::string_view text) const;
+  // At most `most` of them: the first, or `keep_last`, the last. Only those
+  // are held while the text is tokenized; with the first kept, the rest of
+  // the text is only checked to be UTF-8.
+  std::vector<std::int64_t> Pieces(std::string_view text, std::size_t most, bool keep_last) const;
 
   // Every token of `text` with its bytes, [CLS] and [SEP] around them when
   // `add_special_tokens`; never cut. Throws std::invalid_argument if `text`
@@ -131,10 +146,19 @@ class WordPieceTokenizer {
  private:
   WordPieceTokenizer() = default;
 
+  // Takes the tokens made so far (and may clear them); false: stop.
+  using TokenFlush = std::function<bool(std::vector<TokenSpan>& tokens)>;
+  // Tokenize, handing `flush` the tokens every so often so that a long text
+  // is never held as tokens whole (null: keep them all in `tokens`). False
+  // when `flush` stopped it.
+  bool TokenizeInto(std::string_view text, bool add_special_tokens, std::vector<TokenSpan>& tokens,
+                    const TokenFlush& flush) const;
   // The tokens of a text without special tokens that starts `offset` bytes
-  // into the text being tokenized.
-  void EncodeSegment(std::string_view text, std::size_t offset,
-                     std::vector<TokenSpan>& tokens) const;
+  // into the text being tokenized, normalized a window of it at a time
+  // (cut where no normalizing step or word crosses), each window's tokens
+  // handed to `flush` when there is one. False when `flush` stopped it.
+  bool EncodeSegment(std::string_view text, std::size_t offset, std::vector<TokenSpan>& tokens,
+                     const TokenFlush& flush) const;
   // `word`'s pieces; char i of the word came from bytes
   // [char_starts[i], char_ends[i]) of the text.
   void WordPiece(std::string_view word, const std::size_t* char_starts,

@@ -18,7 +18,7 @@
 namespace gantry::sentence_encoder {
 namespace {
 
-WordPieceTokenizer MakeTokenizer() {
+WordPieceTokenizer MakeTokenizer(std::size_t window_bytes = WordPieceOptions{}.window_bytes) {
   const std::vector<std::string> tokens = {
       "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", ",",   "world", "!",  "i",   "'",
       "m",     "123",   "##ab",  "##c",   ".",      "cafe",  "de",  "##ja",  "vu", "東",  "京",
@@ -27,7 +27,9 @@ WordPieceTokenizer MakeTokenizer() {
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     vocab[tokens[i]] = static_cast<std::int64_t>(i);
   }
-  StatusOr<WordPieceTokenizer> t = WordPieceTokenizer::Create(vocab);
+  WordPieceOptions options;
+  options.window_bytes = window_bytes;
+  StatusOr<WordPieceTokenizer> t = WordPieceTokenizer::Create(vocab, options);
   EXPECT_TRUE(t.ok()) << t.status();
   return std::move(t).value();
 }
@@ -225,6 +227,122 @@ TEST(TokenizerTest, CutIdsKeepsClsAndSepAndCutsEitherEnd) {
   ids = all;
   CutIds(ids, 0, /*from_left=*/false);  // never below [CLS] [SEP]
   EXPECT_EQ(ids, (std::vector<std::int64_t>{101, 102}));
+}
+
+// A random text of what normalizing and pre-tokenizing treat specially:
+// whitespace of every kind, ASCII and other punctuation, accents written as
+// combining marks (also right after a space), CJK, control chars, the one
+// multi-char lowercase mapping, special tokens, words too long for a piece.
+std::string TrickyText(std::mt19937& random, std::size_t parts) {
+  const std::vector<std::string> pieces = {"hello",
+                                           "world",
+                                           "caf\u00e9",
+                                           "cafe\u0301",
+                                           " \u0301",
+                                           "\u0301\u0327",
+                                           "\u6771\u4eac",
+                                           "\u0130",
+                                           " ",
+                                           "  ",
+                                           "\t",
+                                           "\n",
+                                           "\r\n",
+                                           "\u3000",
+                                           "\u00a0",
+                                           ",",
+                                           ".",
+                                           "!",
+                                           "'",
+                                           "$",
+                                           "\u00bf",
+                                           "\u2014",
+                                           "\x01",
+                                           "\x7f",
+                                           "[SEP]",
+                                           "[MASK]",
+                                           "123",
+                                           "unaffable",
+                                           "ab",
+                                           "abc",
+                                           "\u03bf\u03b4\u03bf\u03c3",
+                                           std::string(150, 'a')};
+  std::string text;
+  for (std::size_t i = 0; i < parts; ++i) {
+    text += pieces[random() % pieces.size()];
+  }
+  return text;
+}
+
+// Windows change nothing: with windows of a few bytes the tokens (ids and
+// byte offsets) are those of the default window, which takes these texts
+// whole; error offsets too.
+TEST(TokenizerTest, WindowsOfAnySizeGiveTheSameTokens) {
+  const WordPieceTokenizer whole = MakeTokenizer();
+  std::mt19937 random(7);
+  for (const std::size_t window : {1, 2, 5, 16, 64}) {
+    const WordPieceTokenizer windowed = MakeTokenizer(window);
+    for (int round = 0; round < 200; ++round) {
+      const std::string text = TrickyText(random, 1 + random() % 40);
+      const std::vector<TokenSpan> want = whole.Tokenize(text, /*add_special_tokens=*/true);
+      const std::vector<TokenSpan> got = windowed.Tokenize(text, /*add_special_tokens=*/true);
+      ASSERT_EQ(got.size(), want.size()) << "window " << window << ": '" << text << "'";
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(got[i].id, want[i].id)
+            << "window " << window << " token " << i << ": '" << text << "'";
+        ASSERT_EQ(got[i].start, want[i].start) << "window " << window << " token " << i;
+        ASSERT_EQ(got[i].end, want[i].end) << "window " << window << " token " << i;
+      }
+      EXPECT_EQ(windowed.Pieces(text), whole.Pieces(text));
+    }
+    // Bad UTF-8 far into the text is found, and its offset is the text's.
+    const std::string bad = "hello world, " + std::string(10, 'b') + " \xff x";
+    for (const WordPieceTokenizer* t : {&whole, &windowed}) {
+      try {
+        t->Pieces(bad);
+        ADD_FAILURE() << "window " << window << ": no error";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("offset 24"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+// Cut while tokenizing: the first or last `most` pieces of every piece, and
+// EncodeCut as Encode then CutIds; a text of megabytes is cut without being
+// held as tokens, and its bad UTF-8 past the kept pieces is still refused.
+TEST(TokenizerTest, PiecesCutWhileTokenizingKeepTheFirstOrTheLast) {
+  const WordPieceTokenizer tokenizer = MakeTokenizer(16);
+  std::mt19937 random(11);
+  for (int round = 0; round < 200; ++round) {
+    const std::string text = TrickyText(random, 1 + random() % 40);
+    const std::vector<std::int64_t> all = tokenizer.Pieces(text);
+    for (const std::size_t most :
+         {std::size_t{0}, std::size_t{1}, std::size_t{3}, all.size(), all.size() + 5}) {
+      const std::size_t keep = std::min(most, all.size());
+      EXPECT_EQ(tokenizer.Pieces(text, most, /*keep_last=*/false),
+                std::vector<std::int64_t>(all.begin(), all.begin() + keep))
+          << most << ": '" << text << "'";
+      EXPECT_EQ(tokenizer.Pieces(text, most, /*keep_last=*/true),
+                std::vector<std::int64_t>(all.end() - keep, all.end()))
+          << most << ": '" << text << "'";
+    }
+    for (const std::size_t max_length : {0, 2, 3, 7}) {
+      for (const bool from_left : {false, true}) {
+        std::vector<std::int64_t> want = tokenizer.EncodeAll(text);
+        CutIds(want, max_length, from_left);
+        EXPECT_EQ(tokenizer.EncodeCut(text, max_length, from_left), want)
+            << max_length << (from_left ? " left" : " right") << ": '" << text << "'";
+      }
+    }
+  }
+  std::string big;
+  while (big.size() < (std::size_t{8} << 20)) {
+    big += "hello world, unaffable cafe! ";
+  }
+  EXPECT_EQ(tokenizer.EncodeCut(big, 5, /*from_left=*/false),
+            (std::vector<std::int64_t>{kCls, 5, 7, 6, kSep}));
+  EXPECT_EQ(tokenizer.Pieces(big, 2, /*keep_last=*/true), (std::vector<std::int64_t>{16, 8}));
+  EXPECT_THROW(tokenizer.EncodeCut(big + "\xff", 5, /*from_left=*/false), std::invalid_argument);
 }
 
 TEST(TokenizerTest, CreateRejectsVocabWithoutSpecialTokens) {
