@@ -76,11 +76,13 @@ void CrossEncoder::Rerank(DocList& docs, const Parameters& parameters) {
   if (query_text == nullptr) {
     throw std::invalid_argument(
         "parameter query: expected the text to score documents against, got " +
-        (query == nullptr ? std::string("nothing") : query->DebugString()));
+        (query == nullptr ? std::string("nothing") : query->DebugString()) +
+        " (a reranker scores (query, text) pairs; it makes no embeddings)");
   }
   if (docs.empty()) {
     return;
   }
+  sentence_encoder::RequireTexts(docs);
   const sentence_encoder::Truncation truncation =
       sentence_encoder::ReadTruncation(parameters, auto_truncate_);
   std::vector<sentence_encoder::PairIds> pairs = TakePrepared<sentence_encoder::PairIds>(docs);
@@ -88,7 +90,8 @@ void CrossEncoder::Rerank(DocList& docs, const Parameters& parameters) {
     pairs = scorer_->Tokenize(*query_text, docs.texts(), truncation);
   }
   const bool raw = sentence_encoder::ReadBoolParameter(parameters, "raw_scores").value_or(false);
-  const bool token_counts = parameters.GetBool("return_token_counts");
+  const bool token_counts =
+      sentence_encoder::ReadBoolParameter(parameters, "return_token_counts").value_or(false);
   const at::Tensor logits = scorer_->Logits(pairs);
   const at::Tensor scores = raw ? logits : scorer_->Scores(logits).contiguous();
   const std::int64_t labels = scorer_->num_labels();

@@ -1,7 +1,9 @@
 #include "option_readers.h"
 
 #include <cmath>
+#include <cstddef>
 #include <stdexcept>
+#include <string>
 
 namespace gantry::sentence_encoder {
 
@@ -101,6 +103,33 @@ Truncation ReadTruncation(const Parameters& parameters, bool auto_truncate) {
   throw std::invalid_argument(
       "parameter truncation_direction: expected \"right\" or \"left\", got " +
       direction->DebugString());
+}
+
+namespace {
+
+// A value as an error quotes it: at most 80 characters of it.
+std::string Shortened(const Value& value) {
+  constexpr std::size_t kMost = 80;
+  std::string text = value.DebugString();
+  if (text.size() > kMost) {
+    text.resize(kMost);
+    text += "...";
+  }
+  return text;
+}
+
+}  // namespace
+
+void RequireTexts(const DocList& docs) {
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    const Value* text = docs[i].Find("text");
+    if (text == nullptr || text->AsText() == nullptr) {
+      throw std::invalid_argument(
+          "document " + std::to_string(i) + " (id " + docs[i].id() + ") " +
+          (text == nullptr ? std::string("has no text")
+                           : "has a field 'text' that is not text: " + Shortened(*text)));
+    }
+  }
 }
 
 }  // namespace gantry::sentence_encoder

@@ -6,7 +6,7 @@
 // parameter.
 //
 // Thread safety: WithReader is "one thread at a time" (used in constructors);
-// ReadTruncation is a pure function.
+// the other functions are pure.
 #ifndef GANTRY_EXECUTORS_SENTENCE_ENCODER_OPTION_READERS_H_
 #define GANTRY_EXECUTORS_SENTENCE_ENCODER_OPTION_READERS_H_
 
@@ -55,6 +55,11 @@ std::optional<bool> ReadBoolParameter(const Parameters& parameters, std::string_
 // `truncation_direction` ("right"/"left", or TEI's "Right"/"Left").
 // Throws std::invalid_argument naming the parameter.
 Truncation ReadTruncation(const Parameters& parameters, bool auto_truncate);
+
+// Throws std::invalid_argument naming the first document whose "text" field
+// is missing or is not text (a number, a list: what a JSON client sends by
+// mistake), rather than encoding it as an empty text; "" is text.
+void RequireTexts(const DocList& docs);
 
 }  // namespace gantry::sentence_encoder
 

@@ -132,6 +132,7 @@ void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
   if (docs.empty()) {
     return;
   }
+  sentence_encoder::RequireTexts(docs);
   const std::string prompt = Prompt(parameters);
   const sentence_encoder::Truncation truncation =
       sentence_encoder::ReadTruncation(parameters, auto_truncate_);
@@ -164,7 +165,7 @@ void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
   }
   // Tokens the model saw ([CLS] and [SEP] included, after truncation), for
   // callers that bill or report usage (the gateway's OpenAI API asks).
-  if (parameters.GetBool("return_token_counts")) {
+  if (sentence_encoder::ReadBoolParameter(parameters, "return_token_counts").value_or(false)) {
     for (std::size_t i = 0; i < docs.size(); ++i) {
       docs[i].mutable_tags()["num_tokens"] = Value(static_cast<std::int64_t>(ids[i].size()));
     }

@@ -415,10 +415,22 @@ class Truncation(unittest.TestCase):
 
     def test_bad_truncation_parameters_name_themselves(self):
         for parameters, want in [({"truncate": "yes"}, "parameter truncate"),
-                                 ({"truncation_direction": "up"}, "truncation_direction")]:
+                                 ({"truncation_direction": "up"}, "truncation_direction"),
+                                 ({"return_token_counts": "x"}, "return_token_counts")]:
             status, reply = self.encode(self.default.http_port, ["a"], **parameters)
-            self.assertGreaterEqual(status, 400, reply)
+            self.assertEqual(status, 400, reply)
             self.assertIn(want, reply["detail"])
+        # A document whose text is missing or not text is the client's
+        # mistake, named, not the embedding of an empty text.
+        for doc, want in [({"text": 5}, "document 1 (id d1) has a field 'text' that is not text"),
+                          ({"text": ["a"]}, "document 1 (id d1) has a field 'text'"),
+                          ({"tags": {"a": 1}}, "document 1 (id d1) has no text")]:
+            body = {"data": [{"id": "d0", "text": "a"}, dict(doc, id="d1")]}
+            status, reply = http_post(self.default.http_port, "/encode", body)
+            self.assertEqual(status, 400, reply)
+            self.assertIn(want, reply["detail"])
+        status, reply = self.encode(self.default.http_port, [""])
+        self.assertEqual(status, 200, reply)
         status, reply = self.encode(self.default.http_port, ["a"])
         self.assertEqual(status, 200, reply)
 

@@ -218,10 +218,16 @@ class RerankParity(unittest.TestCase):
                              {"query": huge, "texts": ["a"] * 2048, "truncate": False})
         self.assertEqual(status, 413, error)
         self.assertIn("document 0 has 150004 tokens with the query", error["error"])
-        # Jina's route without a query names the parameter.
+        # Jina's route without a query names the parameter, and says what a
+        # reranker does; a document without text is named.
         status, error = post(self.port, "/rerank", {"data": [{"text": "a"}]})
-        self.assertGreaterEqual(status, 400, error)
+        self.assertEqual(status, 400, error)
         self.assertIn("parameter query", error["detail"])
+        self.assertIn("it makes no embeddings", error["detail"])
+        status, error = post(self.port, "/rerank", {"data": [{"text": "a"}, {"id": "x", "text": 5}],
+                                                    "parameters": {"query": "q"}})
+        self.assertEqual(status, 400, error)
+        self.assertIn("document 1 (id x) has a field 'text' that is not text", error["detail"])
         self.assert_still_serving()
 
 
