@@ -379,7 +379,8 @@ void DictToStruct(const Value::Dict& dict, google::protobuf::Struct* proto) {
 
 bool IsInputTooLarge(const jina::StatusProto& status) {
   return status.code() == jina::StatusProto::ERROR &&
-         status.exception().name() == "std::length_error";
+         (status.exception().name() == "std::length_error" ||
+          status.exception().name() == "ReplyTooLarge");
 }
 
 bool IsInvalidInput(const jina::StatusProto& status) {

@@ -22,7 +22,8 @@ namespace gantry::internal {
 
 // Whether an executor's error reply says the input was too large for it (its
 // handler threw std::length_error, e.g. a text over the model's token limit
-// with truncation off): HTTP 413 and gRPC INVALID_ARGUMENT for the gateway's
+// with truncation off, or the reply it made was over the message cap, so
+// that fewer documents a request would pass): HTTP 413 and gRPC INVALID_ARGUMENT for the gateway's
 // front ends and the C++ client, where executor errors other than these and
 // IsInvalidInput's are 500 and INTERNAL (UNKNOWN for the client).
 bool IsInputTooLarge(const jina::StatusProto& status);

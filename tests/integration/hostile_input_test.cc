@@ -842,7 +842,7 @@ TEST(HostileInputTest, DeepTagsParametersAndChunksOverGrpcAreInvalidArgument) {
 }
 
 TEST(HostileInputTest, ReplyOverTheCapIsAnErrorReplyAndTheWorkerKeepsServing) {
-  Deployment dep({.uses = "BigReplyExec", .replicas = 1});
+  Deployment dep({.uses = "BigReplyExec", .replicas = 1, .http_port = 0});
   ASSERT_TRUE(dep.ok()) << dep.status();
   const std::int64_t too_big = (std::int64_t{64} << 20) + 1;
   DocList one;
@@ -853,6 +853,18 @@ TEST(HostileInputTest, ReplyOverTheCapIsAnErrorReplyAndTheWorkerKeepsServing) {
   EXPECT_THAT(failed.status().message(),
               AllOf(HasSubstr("executor 'BigReplyExec'"), HasSubstr("endpoint '/grow': reply of "),
                     HasSubstr(" bytes exceeds the 67108864-byte message cap")));
+  // The client's to mend (fewer documents a request): INVALID_ARGUMENT, and
+  // over HTTP 413 with the same message.
+  EXPECT_EQ(failed.status().code(), StatusCode::kInvalidArgument) << failed.status();
+  httplib::Client http("127.0.0.1", dep.http_port());
+  http.set_read_timeout(std::chrono::seconds(60));
+  auto over_http = http.Post(
+      "/grow",
+      R"({"data": [{"text": "big"}], "parameters": {"bytes": )" + std::to_string(too_big) + "}}",
+      "application/json");
+  ASSERT_TRUE(over_http) << httplib::to_string(over_http.error());
+  EXPECT_EQ(over_http->status, 413) << over_http->body.substr(0, 300);
+  EXPECT_THAT(over_http->body, HasSubstr("bytes exceeds the 67108864-byte message cap"));
   auto fine =
       dep.Post("/grow", one, {.parameters = Parameters(Value::Dict{{"bytes", Value(1000)}})});
   ASSERT_TRUE(fine.ok()) << fine.status();
