@@ -22,7 +22,8 @@ namespace {
 grpc::Status NotParsed(const char* method, const char* message_type) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                       std::string(method) + ": the request is not a serialized " + message_type +
-                          " (or nests deeper than protobuf's 100-level limit)");
+                          " (malformed, a string field such as a document's text that is not "
+                          "valid UTF-8, or nested deeper than protobuf's 100-level limit)");
 }
 
 // A request that waited this long for the handler is asked whether its
