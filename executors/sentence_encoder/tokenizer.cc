@@ -601,13 +601,7 @@ std::vector<std::int64_t> WordPieceTokenizer::Encode(std::string_view text,
 }
 
 std::vector<std::int64_t> WordPieceTokenizer::EncodeAll(std::string_view text) const {
-  const std::vector<std::int64_t> pieces = Pieces(text);
-  std::vector<std::int64_t> ids;
-  ids.reserve(pieces.size() + 2);
-  ids.push_back(cls_id_);
-  ids.insert(ids.end(), pieces.begin(), pieces.end());
-  ids.push_back(sep_id_);
-  return ids;
+  return EncodeCut(text, std::numeric_limits<std::size_t>::max(), /*from_left=*/false);
 }
 
 std::pair<std::size_t, std::size_t> SplitPairBudget(std::size_t first, std::size_t second,
