@@ -46,6 +46,7 @@ CrossEncoder::CrossEncoder(const ExecutorContext& context) {
 CrossEncoder::~CrossEncoder() = default;
 
 Status CrossEncoder::PrepareRerank(DocList& docs, const Parameters& parameters) const {
+  GANTRY_RETURN_IF_ERROR(sentence_encoder::CheckTexts(docs));
   const Value* query = parameters.Find("query");
   const std::string* query_text = query == nullptr ? nullptr : query->AsText();
   if (query_text == nullptr) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
@@ -220,16 +221,23 @@ std::vector<PairIds> CrossScorer::Tokenize(std::string_view query,
                                 : static_cast<std::size_t>(max_seq_length_);
   // With truncation, neither text keeps more pieces than a pair holds
   // (JoinPair cuts the longer first, to at most that), so only those are
-  // tokenized and held, however long the text.
+  // held, however long the text. Which text is longer still decides the
+  // split when both are cut, so then the text's pieces are counted to its
+  // end; when the query is not cut, a cut text's count does not matter.
   const bool from_left = truncation == sentence_encoder::Truncation::kLeft;
-  const auto pieces = [&](std::string_view text) {
-    return limit == 0 ? tokenizer_.Pieces(text)
-                      : tokenizer_.Pieces(text, limit - 3, /*keep_last=*/from_left);
-  };
+  const std::size_t most = limit == 0 ? std::numeric_limits<std::size_t>::max() : limit - 3;
+  std::size_t query_total = 0;
   // The query once, however many texts it is paired with.
-  const std::vector<std::int64_t> query_pieces = pieces(query);
+  const std::vector<std::int64_t> query_pieces =
+      tokenizer_.Pieces(query, most, /*keep_last=*/from_left, &query_total);
+  const bool count_texts = query_total > most;
   for (std::size_t i = 0; i < texts.size(); ++i) {
-    const std::vector<std::int64_t> text_pieces = pieces(texts[i]);
+    std::size_t text_total = 0;
+    const std::vector<std::int64_t> text_pieces = tokenizer_.Pieces(
+        texts[i], most, /*keep_last=*/from_left, count_texts ? &text_total : nullptr);
+    if (!count_texts) {
+      text_total = text_pieces.size();
+    }
     // Refused before the pair is built: a long query kept whole in every
     // pair would cost memory per text.
     const std::size_t length = query_pieces.size() + text_pieces.size() + 3;
@@ -240,7 +248,8 @@ std::vector<PairIds> CrossScorer::Tokenize(std::string_view query,
                               " (max_seq_length, [CLS] and both [SEP] included); send truncate: "
                               "true to cut it");
     }
-    pairs.push_back(tokenizer_.JoinPair(query_pieces, text_pieces, limit, from_left));
+    pairs.push_back(tokenizer_.JoinCutPair(query_pieces, query_total, text_pieces, text_total,
+                                           limit, from_left));
   }
   return pairs;
 }

@@ -206,6 +206,39 @@ TEST(CrossScorerTest, LogitsOfManyPassesKeepTheInputOrder) {
   EXPECT_EQ(scorer->Logits({}).size(0), 0);
 }
 
+// Pairs are cut while tokenizing, each text to what a pair keeps; the split
+// is still the one "longest_first" makes from the whole texts, ties and the
+// odd piece of an odd budget included, from either end.
+TEST(CrossScorerTest, PairsCutWhileTokenizingSplitAsTheWholeTextsWould) {
+  TinyCrossEncoderFolder folder(/*num_labels=*/1);
+  const std::unique_ptr<CrossScorer> scorer =
+      LoadScorer(folder.path(), Device::Cpu(), 4, "float32", /*warm_up=*/false);
+  ASSERT_NE(scorer, nullptr);
+  const std::size_t limit = static_cast<std::size_t>(scorer->max_seq_length());
+  ASSERT_EQ((limit - 3) % 2, 1u);  // an odd budget
+  const auto words = [](std::size_t count, std::size_t shift) {
+    std::string text;
+    for (std::size_t w = 0; w < count; ++w) {
+      text += (w == 0 ? "" : " ") + kWords[(w + shift) % kWords.size()];
+    }
+    return text;
+  };
+  for (const std::size_t query_words : {3, 20, 36, 37, 38, 45, 60}) {
+    for (const std::size_t text_words : {1, 20, 36, 37, 38, 44, 45, 46, 70}) {
+      const std::string query = words(query_words, 0);
+      const std::string text = words(text_words, 5);
+      for (const auto truncation :
+           {sentence_encoder::Truncation::kRight, sentence_encoder::Truncation::kLeft}) {
+        const bool left = truncation == sentence_encoder::Truncation::kLeft;
+        const PairIds got = scorer->Tokenize(query, {text}, truncation)[0];
+        const PairIds want = scorer->tokenizer().EncodePair(query, text, limit, left);
+        EXPECT_EQ(got.ids, want.ids) << query_words << " + " << text_words << (left ? " left" : "");
+        EXPECT_EQ(got.token_types, want.token_types) << query_words << " + " << text_words;
+      }
+    }
+  }
+}
+
 TEST(CrossScorerTest, BuildPairBatchRefusesPairsThatDoNotFit) {
   PairIds pair;
   pair.ids = {2, 5, 3, 6, 3};

@@ -120,15 +120,22 @@ std::string Shortened(const Value& value) {
 
 }  // namespace
 
-void RequireTexts(const DocList& docs) {
+Status CheckTexts(const DocList& docs) {
   for (std::size_t i = 0; i < docs.size(); ++i) {
     const Value* text = docs[i].Find("text");
     if (text == nullptr || text->AsText() == nullptr) {
-      throw std::invalid_argument(
+      return InvalidArgumentError(
           "document " + std::to_string(i) + " (id " + docs[i].id() + ") " +
           (text == nullptr ? std::string("has no text")
                            : "has a field 'text' that is not text: " + Shortened(*text)));
     }
+  }
+  return OkStatus();
+}
+
+void RequireTexts(const DocList& docs) {
+  if (const Status checked = CheckTexts(docs); !checked.ok()) {
+    throw std::invalid_argument(std::string(checked.message()));
   }
 }
 

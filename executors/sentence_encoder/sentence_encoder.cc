@@ -98,6 +98,7 @@ using PreparedIds = std::vector<std::int64_t>;
 }  // namespace
 
 Status SentenceEncoder::PrepareEncode(DocList& docs, const Parameters& parameters) const {
+  GANTRY_RETURN_IF_ERROR(sentence_encoder::CheckTexts(docs));
   // Requests it leaves unprepared go to Encode as before, which tokenizes
   // them one call at a time: requests Encode refuses, and texts so long that
   // tokenizing them on every receiving thread at once could hold gigabytes.

@@ -631,12 +631,23 @@ PairIds WordPieceTokenizer::EncodePair(std::string_view first, std::string_view 
 PairIds WordPieceTokenizer::JoinPair(const std::vector<std::int64_t>& first,
                                      const std::vector<std::int64_t>& second,
                                      std::size_t max_length, bool from_left) const {
+  return JoinCutPair(first, first.size(), second, second.size(), max_length, from_left);
+}
+
+PairIds WordPieceTokenizer::JoinCutPair(const std::vector<std::int64_t>& first,
+                                        std::size_t first_total,
+                                        const std::vector<std::int64_t>& second,
+                                        std::size_t second_total, std::size_t max_length,
+                                        bool from_left) const {
   std::size_t keep_first = first.size();
   std::size_t keep_second = second.size();
   if (max_length != 0) {
-    // [CLS] and two [SEP] are always kept.
+    // [CLS] and two [SEP] are always kept. What is kept is never more than
+    // what was held: at most the budget, at most the text.
     const std::size_t budget = max_length > 3 ? max_length - 3 : 0;
-    std::tie(keep_first, keep_second) = SplitPairBudget(first.size(), second.size(), budget);
+    std::tie(keep_first, keep_second) = SplitPairBudget(first_total, second_total, budget);
+    keep_first = std::min(keep_first, first.size());
+    keep_second = std::min(keep_second, second.size());
   }
   // The kept pieces: the first `keep` (cut on the right) or the last.
   const auto append = [from_left](std::vector<std::int64_t>& ids,
@@ -662,9 +673,15 @@ std::vector<std::int64_t> WordPieceTokenizer::Pieces(std::string_view text) cons
 }
 
 std::vector<std::int64_t> WordPieceTokenizer::Pieces(std::string_view text, std::size_t most,
-                                                     bool keep_last) const {
+                                                     bool keep_last, std::size_t* total) const {
   std::vector<std::int64_t> pieces;
+  std::size_t counted = 0;
   const auto flush = [&](std::vector<TokenSpan>& tokens) {
+    counted += tokens.size();
+    if (!keep_last && pieces.size() >= most) {
+      tokens.clear();  // counted only
+      return total != nullptr;
+    }
     for (const TokenSpan& token : tokens) {
       pieces.push_back(token.id);
     }
@@ -674,7 +691,7 @@ std::vector<std::int64_t> WordPieceTokenizer::Pieces(std::string_view text, std:
     }
     if (!keep_last) {
       pieces.resize(most);
-      return false;
+      return total != nullptr;
     }
     // The last `most` so far; dropped in bulk, not one by one.
     if (pieces.size() - most >= most + 4096) {
@@ -692,6 +709,9 @@ std::vector<std::int64_t> WordPieceTokenizer::Pieces(std::string_view text, std:
   flush(tokens);
   if (pieces.size() > most) {
     pieces.erase(pieces.begin(), pieces.end() - static_cast<std::ptrdiff_t>(most));
+  }
+  if (total != nullptr) {
+    *total = counted;
   }
   return pieces;
 }

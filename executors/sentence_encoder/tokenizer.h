@@ -118,13 +118,21 @@ class WordPieceTokenizer {
   // (a reranker's query) is tokenized once.
   PairIds JoinPair(const std::vector<std::int64_t>& first, const std::vector<std::int64_t>& second,
                    std::size_t max_length, bool from_left) const;
+  // The same from pieces already cut to at most what a pair keeps (the
+  // first or, `from_left`, the last max_length - 3), with each text's count
+  // of pieces uncut: "longest_first" splits the budget by those.
+  PairIds JoinCutPair(const std::vector<std::int64_t>& first, std::size_t first_total,
+                      const std::vector<std::int64_t>& second, std::size_t second_total,
+                      std::size_t max_length, bool from_left) const;
   // The pieces of `text` (special tokens matched verbatim), no [CLS]/[SEP].
   // Throws std::invalid_argument if `text` is not valid UTF-8.
   std::vector<std::int64_t> Pieces(std::string_view text) const;
   // At most `most` of them: the first, or `keep_last`, the last. Only those
   // are held while the text is tokenized; with the first kept, the rest of
-  // the text is only checked to be UTF-8.
-  std::vector<std::int64_t> Pieces(std::string_view text, std::size_t most, bool keep_last) const;
+  // the text is only checked to be UTF-8. With `total`, every piece is
+  // counted into it (the text is then tokenized to its end, holding no more).
+  std::vector<std::int64_t> Pieces(std::string_view text, std::size_t most, bool keep_last,
+                                   std::size_t* total = nullptr) const;
 
   // Every token of `text` with its bytes, [CLS] and [SEP] around them when
   // `add_special_tokens`; never cut. Throws std::invalid_argument if `text`

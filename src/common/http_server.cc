@@ -17,6 +17,7 @@
 #include <boost/beast/ssl.hpp>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -36,6 +37,61 @@ using PlainStream = beast::tcp_stream;
 using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 std::string_view View(beast::string_view text) { return {text.data(), text.size()}; }
+
+// A request body held as a std::string, as http::string_body, but grown as
+// its bytes arrive: string_body's reader reserves the whole Content-Length
+// before the first byte, so a client that declares a large body and sends
+// little would hold that much memory while the body budget (which charges
+// what is held) counted almost none.
+struct ArrivingStringBody {
+  using value_type = std::string;
+
+  class reader {  // Beast names the member type so
+   public:
+    template <bool IsRequest, class Fields>
+    reader(http::header<IsRequest, Fields>& /*header*/, value_type& body) : body_(body) {}
+    void init(const boost::optional<std::uint64_t>& length, beast::error_code& ec) {
+      length_ = length;
+      ec = {};
+    }
+    template <class ConstBufferSequence>
+    std::size_t put(const ConstBufferSequence& buffers, beast::error_code& ec) {
+      const std::size_t extra = beast::buffer_bytes(buffers);
+      const std::size_t size = body_.size();
+      if (extra > body_.max_size() - size) {
+        ec = http::error::buffer_overflow;
+        return 0;
+      }
+      // Room grows geometrically, as push_back's would, but never past the
+      // declared length: the budget charges the room.
+      if (const std::size_t needed = size + extra; needed > body_.capacity()) {
+        std::size_t room = std::max(needed, 2 * body_.capacity());
+        if (length_ && *length_ >= needed) {
+          room = static_cast<std::size_t>(std::min<std::uint64_t>(room, *length_));
+        }
+        // A new string: reserve() on this one would round `room` up to
+        // twice its capacity (libstdc++'s growth), past the declared length.
+        std::string grown;
+        grown.reserve(room);
+        grown.append(body_);
+        body_.swap(grown);
+      }
+      body_.resize(size + extra);
+      char* out = body_.data() + size;
+      for (const auto buffer : beast::buffers_range_ref(buffers)) {
+        std::memcpy(out, buffer.data(), buffer.size());
+        out += buffer.size();
+      }
+      ec = {};
+      return extra;
+    }
+    void finish(beast::error_code& ec) { ec = {}; }
+
+   private:
+    value_type& body_;
+    boost::optional<std::uint64_t> length_;
+  };
+};
 
 // `text` without the spaces and tabs around it.
 std::string_view Trimmed(std::string_view text) {
@@ -204,6 +260,11 @@ class HttpServer::Core {
     std::lock_guard lock(mutex_);
     body_bytes_ -= bytes;
   }
+  // Whether `bytes` more would fit the body budget now (nothing reserved).
+  bool BodyFits(std::uint64_t bytes) {
+    std::lock_guard lock(mutex_);
+    return body_bytes_ + bytes <= body_budget_;
+  }
   std::uint64_t body_budget() const { return body_budget_; }
   void BeginAnswer() {
     std::lock_guard lock(mutex_);
@@ -288,7 +349,10 @@ template <class Stream>
 class Session final : public SessionBase, public std::enable_shared_from_this<Session<Stream>> {
  public:
   Session(HttpServer::Core* core, tcp::socket socket)
-      : core_(core), ssl_(core->ssl()), stream_(MakeStream(socket)) {}
+      : core_(core),
+        ssl_(core->ssl()),
+        stream_(MakeStream(socket)),
+        buffer_(std::size_t{core->options().max_header_bytes} + kReadBytes) {}
   ~Session() override {
     ReleaseBody();
     core_->Forget(this);
@@ -419,7 +483,12 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       return;
     }
     if (EqualsIgnoreCase(View(header[http::field::expect]), "100-continue")) {
-      // Clients such as curl wait for this before sending a large body.
+      // A client that waits for this before it sends (curl, for a large
+      // body) is spared sending a body that would not fit the budget now.
+      if (const auto length = parser_->content_length(); length && !core_->BodyFits(*length)) {
+        RefuseBusy();
+        return;
+      }
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       Lowest().expires_after(core_->options().write_timeout);
       asio::async_write(stream_, asio::buffer(kContinue),
@@ -451,15 +520,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
                               return;
                             }
                             if (!self->ReserveReceivedBody()) {
-                              self->ReleaseBody();
-                              self->keep_alive_ = false;
-                              HttpResponse busy = self->core_->ErrorResponse(
-                                  503, "the server holds " +
-                                           std::to_string(self->core_->body_budget()) +
-                                           " bytes of request bodies at once, the most it "
-                                           "takes; retry later");
-                              busy.headers.emplace_back("Retry-After", "1");
-                              self->Write(std::move(busy), /*answer=*/false);
+                              self->RefuseBusy();
                               return;
                             }
                             if (self->parser_->is_done()) {
@@ -470,10 +531,23 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
                           });
   }
 
-  // Counts the body received so far against the budget; false when it
-  // does not fit.
+  // 503: the bodies of every connection together hold the budget. What
+  // arrived of this one is dropped now, not when the connection closes.
+  void RefuseBusy() {
+    ReleaseBody();
+    parser_.reset();
+    keep_alive_ = false;
+    HttpResponse busy = core_->ErrorResponse(
+        503, "the server holds " + std::to_string(core_->body_budget()) +
+                 " bytes of request bodies at once, the most it takes; retry later");
+    busy.headers.emplace_back("Retry-After", "1");
+    Write(std::move(busy), /*answer=*/false);
+  }
+
+  // Counts the memory the body holds so far (what arrived, and the
+  // string's room to grow) against the budget; false when it does not fit.
   bool ReserveReceivedBody() {
-    const std::uint64_t received = parser_->get().body().size();
+    const std::uint64_t received = parser_->get().body().capacity();
     if (received <= body_reserved_) {
       return true;
     }
@@ -488,6 +562,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   // there to read it, and the connection closed either way.
   void Refuse(beast::error_code ec) {
     ReleaseBody();
+    parser_.reset();
     keep_alive_ = false;
     if (ec == http::error::body_limit) {
       Write(core_->ErrorResponse(413, "request body exceeds the " +
@@ -510,7 +585,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   }
 
   void Dispatch() {
-    http::request<http::string_body> message = parser_->release();
+    http::request<ArrivingStringBody> message = parser_->release();
     parser_.reset();
     keep_alive_ = message.keep_alive() && !core_->stopped();
     version_ = message.version();
@@ -619,8 +694,12 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   // The TLS context this connection started with (null without TLS).
   const std::shared_ptr<asio::ssl::context> ssl_;
   Stream stream_;
+  // What was read and not yet parsed: headers up to their cap and one read
+  // beyond. Bounded, so that a chunk's size line that never ends (Beast
+  // puts no limit on it) is refused rather than read for the body timeout.
+  static constexpr std::size_t kReadBytes = std::size_t{128} << 10;
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<http::request_parser<ArrivingStringBody>> parser_;
   http::response<http::string_body> response_;
   unsigned version_ = 11;
   bool keep_alive_ = true;

@@ -232,17 +232,19 @@ TEST_F(HttpServerTest, BodiesOfAllConnectionsTogetherAreBounded) {
   EXPECT_EQ(handled_.load(), 2);
 }
 
-// Bodies count as they arrive: connections that send their headers and
-// then nothing (a large Content-Length, a chunked body never sent) hold no
-// share of the budget, and a client that sends its body is served.
+// Bodies count as they arrive: connections that send their headers and a
+// byte of the body (a large Content-Length, a chunked body never finished)
+// hold next to nothing of the budget, and a client that sends its body is
+// served.
 TEST_F(HttpServerTest, ConnectionsThatOnlySendHeadersHoldNoBodyBudget) {
   Start({.max_body_bytes = 1000, .max_body_bytes_in_flight = 1500});
   std::vector<std::unique_ptr<RawSocket>> idle;
   for (int i = 0; i < 8; ++i) {
     idle.push_back(std::make_unique<RawSocket>(port()));
     ASSERT_TRUE(idle.back()->Send(
-        i % 2 == 0 ? "POST /idle HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
-                   : "POST /idle HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"));
+        i % 2 == 0 ? "POST /idle HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nx"
+                   : "POST /idle HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     "1\r\nx\r\n"));
   }
   for (int i = 0; i < 2; ++i) {
     RawSocket client(port());
@@ -255,6 +257,21 @@ TEST_F(HttpServerTest, ConnectionsThatOnlySendHeadersHoldNoBodyBudget) {
   for (const auto& socket : idle) {
     EXPECT_EQ(socket->received(), "");
   }
+}
+
+// Beast puts no limit on a chunk's size line: one that never ends is
+// refused once the connection's read buffer is full, not read for the
+// whole body timeout.
+TEST_F(HttpServerTest, AChunkSizeLineThatNeverEndsIsRefused) {
+  Start({.max_header_bytes = 1024});
+  RawSocket client(port());
+  ASSERT_TRUE(client.Send("POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;"));
+  const auto start = Clock::now();
+  static_cast<void>(client.Send(std::string(std::size_t{1} << 20, 'a')));  // may be cut off
+  EXPECT_TRUE(client.ReadUntil("HTTP/1.1 400", Ms(10000))) << client.received();
+  EXPECT_TRUE(client.ClosedWithin(Ms(5000)));
+  EXPECT_LT(Clock::now() - start, Ms(10000));
+  EXPECT_EQ(handled_.load(), 0);
 }
 
 // Only chunked is decoded; a body in another coding would be read as the
