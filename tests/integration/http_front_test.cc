@@ -222,6 +222,14 @@ TEST_F(HttpServerTest, BodiesOfAllConnectionsTogetherAreBounded) {
   EXPECT_THAT(refused.received(), HasSubstr("Retry-After: 1"));
   EXPECT_TRUE(refused.ClosedWithin(Ms(3000)));
   EXPECT_EQ(held.received(), "");
+  // The held 800 are known to be counted now: a client that waits for 100
+  // Continue before sending 800 more is told at once that they do not fit.
+  RawSocket waiting(port());
+  ASSERT_TRUE(waiting.Send(
+      "POST /w HTTP/1.1\r\nHost: x\r\nContent-Length: 800\r\nExpect: 100-continue\r\n\r\n"));
+  ASSERT_TRUE(waiting.ReadUntil("\r\n\r\n", Ms(5000))) << waiting.received();
+  EXPECT_THAT(waiting.received(), HasSubstr("HTTP/1.1 503"));
+  EXPECT_THAT(waiting.received(), Not(HasSubstr("100 Continue")));
   // The held body arrives and is answered; its bytes are free again.
   const char mark = a_refused ? 'b' : 'a';
   ASSERT_TRUE(held.Send(std::string(200, mark)));
