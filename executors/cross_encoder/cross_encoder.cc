@@ -45,8 +45,11 @@ CrossEncoder::CrossEncoder(const ExecutorContext& context) {
 
 CrossEncoder::~CrossEncoder() = default;
 
+Status CrossEncoder::ValidateTexts(const DocList& docs, const Parameters& /*parameters*/) const {
+  return sentence_encoder::CheckTexts(docs);
+}
+
 Status CrossEncoder::PrepareRerank(DocList& docs, const Parameters& parameters) const {
-  GANTRY_RETURN_IF_ERROR(sentence_encoder::CheckTexts(docs));
   const Value* query = parameters.Find("query");
   const std::string* query_text = query == nullptr ? nullptr : query->AsText();
   if (query_text == nullptr) {
@@ -83,7 +86,6 @@ void CrossEncoder::Rerank(DocList& docs, const Parameters& parameters) {
   if (docs.empty()) {
     return;
   }
-  sentence_encoder::RequireTexts(docs);
   const sentence_encoder::Truncation truncation =
       sentence_encoder::ReadTruncation(parameters, auto_truncate_);
   std::vector<sentence_encoder::PairIds> pairs = TakePrepared<sentence_encoder::PairIds>(docs);

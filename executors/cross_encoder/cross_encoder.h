@@ -56,6 +56,11 @@ class CrossEncoder final : public Executor {
   // invalid UTF-8, std::length_error for a pair too long to keep whole.
   void Rerank(DocList& docs, const Parameters& parameters);
 
+  GANTRY_VALIDATE(Rerank, ValidateTexts);
+  // INVALID_ARGUMENT naming a document without text (sentence_encoder::
+  // CheckTexts), for each request before requests are merged.
+  Status ValidateTexts(const DocList& docs, const Parameters& parameters) const;
+
   GANTRY_PREPARE(Rerank, PrepareRerank);
   // Tokenizes each (query, text) pair as Rerank would, on the thread that
   // received the request, and leaves the pair's ids with the document, so

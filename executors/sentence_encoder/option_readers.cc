@@ -133,10 +133,4 @@ Status CheckTexts(const DocList& docs) {
   return OkStatus();
 }
 
-void RequireTexts(const DocList& docs) {
-  if (const Status checked = CheckTexts(docs); !checked.ok()) {
-    throw std::invalid_argument(std::string(checked.message()));
-  }
-}
-
 }  // namespace gantry::sentence_encoder

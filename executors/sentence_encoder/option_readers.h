@@ -58,12 +58,10 @@ Truncation ReadTruncation(const Parameters& parameters, bool auto_truncate);
 
 // InvalidArgument naming the first document whose "text" field is missing
 // or is not text (a number, a list: what a JSON client sends by mistake),
-// rather than encoding it as an empty text; "" is text. The preparers
-// check each request with it before requests are merged, so that one bad
-// request fails alone.
+// rather than encoding it as an empty text; "" is text. The executors'
+// validators check each request with it before requests are merged, so
+// that one bad request fails alone.
 Status CheckTexts(const DocList& docs);
-// The same, thrown as std::invalid_argument (in a handler).
-void RequireTexts(const DocList& docs);
 
 }  // namespace gantry::sentence_encoder
 

@@ -97,8 +97,11 @@ using PreparedIds = std::vector<std::int64_t>;
 
 }  // namespace
 
+Status SentenceEncoder::ValidateTexts(const DocList& docs, const Parameters& /*parameters*/) const {
+  return sentence_encoder::CheckTexts(docs);
+}
+
 Status SentenceEncoder::PrepareEncode(DocList& docs, const Parameters& parameters) const {
-  GANTRY_RETURN_IF_ERROR(sentence_encoder::CheckTexts(docs));
   // Requests it leaves unprepared go to Encode as before, which tokenizes
   // them one call at a time: requests Encode refuses, and texts so long that
   // tokenizing them on every receiving thread at once could hold gigabytes.
@@ -133,7 +136,6 @@ void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
   if (docs.empty()) {
     return;
   }
-  sentence_encoder::RequireTexts(docs);
   const std::string prompt = Prompt(parameters);
   const sentence_encoder::Truncation truncation =
       sentence_encoder::ReadTruncation(parameters, auto_truncate_);

@@ -85,6 +85,11 @@ class SentenceEncoder final : public Executor {
   // a prompt the model does not have.
   void Encode(DocList& docs, const Parameters& parameters);
 
+  GANTRY_VALIDATE(Encode, ValidateTexts);
+  // INVALID_ARGUMENT naming a document without text (sentence_encoder::
+  // CheckTexts), for each request before requests are merged.
+  Status ValidateTexts(const DocList& docs, const Parameters& parameters) const;
+
   GANTRY_PREPARE(Encode, PrepareEncode);
   // Tokenizes each text as Encode would, on the thread that received the
   // request, and leaves its token ids with the document: requests are then

@@ -33,28 +33,37 @@ struct AlignedChar {
 };
 using AlignedChars = std::vector<AlignedChar>;
 
+// Calls `fn(cp, offset)` for each code point of `text` and the byte it
+// starts at; throws std::invalid_argument at a byte that is not UTF-8.
 // `base`: where `text` starts in the text the caller was given, for the
 // error's offset.
+template <typename Fn>
+void ForEachCodePoint(std::string_view text, std::size_t base, Fn&& fn) {
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  utf8proc_ssize_t left = static_cast<utf8proc_ssize_t>(text.size());
+  while (left > 0) {
+    utf8proc_int32_t cp = 0;
+    const std::size_t offset = text.size() - static_cast<std::size_t>(left);
+    const utf8proc_ssize_t n = utf8proc_iterate(p, left, &cp);
+    if (n <= 0 || cp < 0) {
+      throw std::invalid_argument("text is not valid UTF-8 (bad byte at offset " +
+                                  std::to_string(base + offset) + ")");
+    }
+    fn(cp, offset);
+    p += n;
+    left -= n;
+  }
+}
+
 AlignedChars DecodeAligned(std::string_view text, std::size_t base = 0) {
   if (text.size() > std::numeric_limits<std::uint32_t>::max()) {
     throw std::invalid_argument("text is over 4 GiB");
   }
   AlignedChars out;
   out.reserve(text.size());
-  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
-  utf8proc_ssize_t left = static_cast<utf8proc_ssize_t>(text.size());
-  while (left > 0) {
-    utf8proc_int32_t cp = 0;
-    const auto offset = static_cast<std::uint32_t>(text.size() - static_cast<std::size_t>(left));
-    const utf8proc_ssize_t n = utf8proc_iterate(p, left, &cp);
-    if (n <= 0 || cp < 0) {
-      throw std::invalid_argument("text is not valid UTF-8 (bad byte at offset " +
-                                  std::to_string(base + offset) + ")");
-    }
-    out.push_back({cp, offset});
-    p += n;
-    left -= n;
-  }
+  ForEachCodePoint(text, base, [&out](utf8proc_int32_t cp, std::size_t offset) {
+    out.push_back({cp, static_cast<std::uint32_t>(offset)});
+  });
   return out;
 }
 
@@ -347,19 +356,7 @@ namespace {
 // Throws std::invalid_argument, as DecodeAligned, unless `text` is UTF-8;
 // holds nothing per char.
 void CheckUtf8(std::string_view text) {
-  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
-  utf8proc_ssize_t left = static_cast<utf8proc_ssize_t>(text.size());
-  while (left > 0) {
-    utf8proc_int32_t cp = 0;
-    const utf8proc_ssize_t n = utf8proc_iterate(p, left, &cp);
-    if (n <= 0 || cp < 0) {
-      throw std::invalid_argument("text is not valid UTF-8 (bad byte at offset " +
-                                  std::to_string(text.size() - static_cast<std::size_t>(left)) +
-                                  ")");
-    }
-    p += n;
-    left -= n;
-  }
+  ForEachCodePoint(text, 0, [](utf8proc_int32_t /*cp*/, std::size_t /*offset*/) {});
 }
 
 bool IsAsciiWhitespace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }

@@ -46,7 +46,7 @@ std::string_view View(beast::string_view text) { return {text.data(), text.size(
 struct ArrivingStringBody {
   using value_type = std::string;
 
-  class reader {  // Beast names the member type so
+  class reader {  // lower case: the name Beast's Body concept requires
    public:
     template <bool IsRequest, class Fields>
     reader(http::header<IsRequest, Fields>& /*header*/, value_type& body) : body_(body) {}
@@ -92,15 +92,6 @@ struct ArrivingStringBody {
     boost::optional<std::uint64_t> length_;
   };
 };
-
-// `text` without the spaces and tabs around it.
-std::string_view Trimmed(std::string_view text) {
-  const std::size_t begin = text.find_first_not_of(" \t");
-  if (begin == std::string_view::npos) {
-    return {};
-  }
-  return text.substr(begin, text.find_last_not_of(" \t") - begin + 1);
-}
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) {
@@ -467,7 +458,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     // before anything of it is read, and the connection closed.
     if (const auto coding = header.find(http::field::transfer_encoding); coding != header.end()) {
       const std::string value(View(coding->value()));
-      if (!parser_->chunked() || !EqualsIgnoreCase(Trimmed(value), "chunked")) {
+      // (Beast's parser has trimmed the value's surrounding whitespace.)
+      if (!parser_->chunked() || !EqualsIgnoreCase(value, "chunked")) {
         keep_alive_ = false;
         Write(core_->ErrorResponse(
                   parser_->chunked() ? 501 : 400,
