@@ -3,6 +3,7 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
@@ -359,40 +360,68 @@ void CheckUtf8(std::string_view text) {
   ForEachCodePoint(text, 0, [](utf8proc_int32_t /*cp*/, std::size_t /*offset*/) {});
 }
 
-bool IsAsciiWhitespace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-// BERT's punctuation, as IsPunctuation, for a byte below 0x80.
-bool IsAsciiPunctuation(char c) {
-  const auto b = static_cast<unsigned char>(c);
-  return (b >= 33 && b <= 47) || (b >= 58 && b <= 64) || (b >= 91 && b <= 96) ||
-         (b >= 123 && b <= 126);
+// Whether a window may end before byte `i` of `text`: the char there is a
+// starter whose canonical decomposition starts with a starter (combining
+// class 0), and clean_text does not remove it (NFD runs after clean_text,
+// so marks around a removed control char are reordered as one run). NFD's
+// reordering never crosses such a char, and every other normalizing step
+// works a char at a time.
+bool CanCutBefore(std::string_view text, std::size_t i) {
+  const auto lead = static_cast<unsigned char>(text[i]);
+  if (lead < 0x80) {
+    return lead >= 0x20 ? lead != 0x7F : IsWhitespace(lead);
+  }
+  utf8proc_int32_t cp = 0;
+  if ((lead & 0xC0) == 0x80 ||
+      utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + i),
+                       static_cast<utf8proc_ssize_t>(text.size() - i), &cp) <= 0 ||
+      cp < 0 || cp == 0xFFFD || IsControl(cp) ||
+      utf8proc_get_property(cp)->combining_class != 0) {
+    return false;
+  }
+  std::array<utf8proc_int32_t, 8> decomposed{};
+  int boundclass = 0;
+  const utf8proc_ssize_t n =
+      utf8proc_decompose_char(cp, decomposed.data(), decomposed.size(), UTF8PROC_DECOMPOSE,
+                              &boundclass);
+  return n > 0 && static_cast<std::size_t>(n) <= decomposed.size() &&
+         utf8proc_get_property(decomposed[0])->combining_class == 0;
 }
 
+// How far past its window a window may reach for a char to cut before.
+// Past it (a run of that many bytes of combining marks and removed control
+// chars, hundreds of times what any script stacks on a char) the window is
+// cut at any char, which can change only how NFD orders the marks kept on
+// either side of the cut.
+constexpr std::size_t kLongestMarkRunBytes = std::size_t{64} << 10;
+
 // Where the window of `text` that starts at `begin` ends: the whole rest
-// when it is short, else the last cut point within `window` bytes (or the
-// first after, or the end). A cut point is a byte after ASCII whitespace
-// or before ASCII punctuation: always a char boundary, a word boundary,
-// and a starter boundary, so that no normalizing step (NFD's reordering of
-// combining marks included) and no word crosses it.
+// when it is short, else before the last char within `window` bytes that
+// CanCutBefore (or the first after it). The cut may fall inside a
+// word: EncodeSegment carries a word on into the next window.
 std::size_t WindowEnd(std::string_view text, std::size_t begin, std::size_t window) {
   window = std::max<std::size_t>(window, 1);
   if (text.size() - begin <= window) {
     return text.size();
   }
-  const auto cut_before = [text](std::size_t i) {
-    return IsAsciiWhitespace(text[i - 1]) || IsAsciiPunctuation(text[i]);
-  };
   for (std::size_t i = begin + window; i > begin; --i) {
-    if (cut_before(i)) {
+    if (CanCutBefore(text, i)) {
       return i;
     }
   }
-  for (std::size_t i = begin + window + 1; i < text.size(); ++i) {
-    if (cut_before(i)) {
+  const std::size_t last = std::min(text.size(), begin + window + kLongestMarkRunBytes);
+  for (std::size_t i = begin + window + 1; i < last; ++i) {
+    if (CanCutBefore(text, i)) {
       return i;
     }
   }
-  return text.size();
+  // Nowhere to cut for kLongestMarkRunBytes: cut at a char boundary.
+  for (std::size_t i = last; i > begin; --i) {
+    if (i == text.size() || (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
+      return i;
+    }
+  }
+  return last;
 }
 
 // BertNormalizer's steps in its order, each char keeping its origin.
@@ -447,25 +476,33 @@ AlignedChars NormalizeAligned(std::string_view text, const WordPieceOptions& opt
   return chars;
 }
 
-// BertPreTokenizer: calls `word(begin, end)` for each run of chars between
-// whitespace, every punctuation char being a word of its own.
+// BertPreTokenizer's rule: words are runs of chars between whitespace, and
+// every punctuation char is a word of its own.
+enum class WordRole { kBetweenWords, kWordOfItsOwn, kInWord };
+
+WordRole RoleInWords(utf8proc_int32_t cp) {
+  if (IsWhitespace(cp)) {
+    return WordRole::kBetweenWords;
+  }
+  return IsPunctuation(cp) ? WordRole::kWordOfItsOwn : WordRole::kInWord;
+}
+
+// Calls `word(begin, end)` for each word of `chars`.
 template <typename WordFn>
 void ForEachWord(const AlignedChars& chars, WordFn&& word) {
   std::size_t begin = 0;
   for (std::size_t i = 0; i < chars.size(); ++i) {
-    const utf8proc_int32_t cp = chars[i].cp;
-    if (IsWhitespace(cp)) {
-      if (begin < i) {
-        word(begin, i);
-      }
-      begin = i + 1;
-    } else if (IsPunctuation(cp)) {
-      if (begin < i) {
-        word(begin, i);
-      }
-      word(i, i + 1);
-      begin = i + 1;
+    const WordRole role = RoleInWords(chars[i].cp);
+    if (role == WordRole::kInWord) {
+      continue;
     }
+    if (begin < i) {
+      word(begin, i);
+    }
+    if (role == WordRole::kWordOfItsOwn) {
+      word(i, i + 1);
+    }
+    begin = i + 1;
   }
   if (begin < chars.size()) {
     word(begin, chars.size());
@@ -550,31 +587,64 @@ void WordPieceTokenizer::WordPiece(std::string_view word, const std::size_t* cha
 bool WordPieceTokenizer::EncodeSegment(std::string_view text, std::size_t offset,
                                        std::vector<TokenSpan>& tokens,
                                        const TokenFlush& flush) const {
+  // The word being read: it may go on in the next window. Past
+  // max_input_chars_per_word chars it is one [UNK] whatever follows, so
+  // only where it starts and ends is kept.
   std::string word;
   std::vector<std::size_t> starts;
   std::vector<std::size_t> ends;
+  std::size_t word_chars = 0;
+  const std::size_t most_chars = options_.max_input_chars_per_word;
+  const auto end_word = [&] {
+    if (word_chars > most_chars) {
+      tokens.push_back(TokenSpan{
+          .id = unk_id_, .start = starts.front(), .end = std::max(starts.front(), ends.back())});
+    } else if (word_chars > 0) {
+      WordPiece(word, starts.data(), ends.data(), tokens);
+    }
+    word.clear();
+    starts.clear();
+    ends.clear();
+    word_chars = 0;
+  };
+  const auto add_char = [&](utf8proc_int32_t cp, std::size_t start, std::size_t end) {
+    ++word_chars;
+    if (word_chars <= most_chars) {
+      AppendUtf8(cp, word);
+      starts.push_back(start);
+      ends.push_back(end);
+      return;
+    }
+    if (word_chars == most_chars + 1) {
+      word.clear();
+      starts.resize(1);
+      ends.resize(1);
+    }
+    ends.back() = end;
+  };
   for (std::size_t begin = 0; begin < text.size();) {
     const std::size_t end = WindowEnd(text, begin, options_.window_bytes);
     const std::string_view window = text.substr(begin, end - begin);
     const std::size_t base = offset + begin;
-    const AlignedChars chars = NormalizeAligned(window, options_, base);
-    ForEachWord(chars, [&](std::size_t first, std::size_t last) {
-      word.clear();
-      starts.clear();
-      ends.clear();
-      for (std::size_t i = first; i < last; ++i) {
-        AppendUtf8(chars[i].cp, word);
-        const std::size_t origin = chars[i].origin;
-        starts.push_back(base + origin);
-        ends.push_back(base + origin + Utf8Length(static_cast<unsigned char>(window[origin])));
+    for (const AlignedChar& c : NormalizeAligned(window, options_, base)) {
+      const WordRole role = RoleInWords(c.cp);
+      if (role != WordRole::kInWord) {
+        end_word();
       }
-      WordPiece(word, starts.data(), ends.data(), tokens);
-    });
+      if (role != WordRole::kBetweenWords) {
+        add_char(c.cp, base + c.origin,
+                 base + c.origin + Utf8Length(static_cast<unsigned char>(window[c.origin])));
+      }
+      if (role == WordRole::kWordOfItsOwn) {
+        end_word();
+      }
+    }
     if (flush && !flush(tokens)) {
       return false;
     }
     begin = end;
   }
+  end_word();
   return true;
 }
 

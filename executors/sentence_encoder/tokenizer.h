@@ -39,9 +39,10 @@ struct WordPieceOptions {
   // Matched verbatim in the raw text before normalization.
   std::vector<std::string> special_tokens = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
   // Bytes of a text normalized at once (about 8 bytes of memory a byte):
-  // a longer text is taken a window at a time, cut after ASCII whitespace or
-  // before ASCII punctuation, where no normalizing step or word crosses, so
-  // the tokens are the same whatever the window. Tests make it small.
+  // a longer text is taken a window at a time, cut before a char where no
+  // normalizing step crosses (NFD never reorders marks across a starter),
+  // and a word cut in two is carried on, so the tokens are the same
+  // whatever the window, in any script. Tests make it small.
   std::size_t window_bytes = std::size_t{1} << 16;
 };
 
@@ -163,8 +164,9 @@ class WordPieceTokenizer {
                     const TokenFlush& flush) const;
   // The tokens of a text without special tokens that starts `offset` bytes
   // into the text being tokenized, normalized a window of it at a time
-  // (cut where no normalizing step or word crosses), each window's tokens
-  // handed to `flush` when there is one. False when `flush` stopped it.
+  // (cut where no normalizing step crosses; a word may go on in the next
+  // window), each window's tokens handed to `flush` when there is one.
+  // False when `flush` stopped it.
   bool EncodeSegment(std::string_view text, std::size_t offset, std::vector<TokenSpan>& tokens,
                      const TokenFlush& flush) const;
   // `word`'s pieces; char i of the word came from bytes

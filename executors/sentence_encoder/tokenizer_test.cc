@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -22,7 +23,9 @@ WordPieceTokenizer MakeTokenizer(std::size_t window_bytes = WordPieceOptions{}.w
   const std::vector<std::string> tokens = {
       "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", ",",   "world", "!",  "i",   "'",
       "m",     "123",   "##ab",  "##c",   ".",      "cafe",  "de",  "##ja",  "vu", "東",  "京",
-      "una",   "##ffa", "##ble", "οδοσ",  "$",      "a",     "##a", "b",     "ο",  "##δ", "##ος"};
+      "una",   "##ffa", "##ble", "οδοσ",  "$",      "a",     "##a", "b",     "ο",  "##δ", "##ος",
+      // Two spacing marks in NFD's order (classes 216, 224).
+      "\U0001d165\u302e"};
   std::unordered_map<std::string, std::int64_t> vocab;
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     vocab[tokens[i]] = static_cast<std::int64_t>(i);
@@ -265,7 +268,22 @@ std::string TrickyText(std::mt19937& random, std::size_t parts) {
                                            "ab",
                                            "abc",
                                            "\u03bf\u03b4\u03bf\u03c3",
-                                           std::string(150, 'a')};
+                                           std::string(150, 'a'),
+                                           // A starter whose decomposition
+                                           // starts with a mark (Tibetan).
+                                           "\u0f73",
+                                           // A spacing mark of class 216.
+                                           "\U0001d165",
+                                           // Hangul: NFD makes jamo.
+                                           "\ud55c\uad6d",
+                                           // NFD makes it '`', punctuation.
+                                           "\u1fef",
+                                           // Format char: removed, joins.
+                                           "\u200d",
+                                           "\u0327\u0301\u0327",
+                                           // The same two marks the other
+                                           // way round: NFD swaps them.
+                                           " \u302e\U0001d165"};
   std::string text;
   for (std::size_t i = 0; i < parts; ++i) {
     text += pieces[random() % pieces.size()];
@@ -274,26 +292,45 @@ std::string TrickyText(std::mt19937& random, std::size_t parts) {
 }
 
 // Windows change nothing: with windows of a few bytes the tokens (ids and
-// byte offsets) are those of the default window, which takes these texts
-// whole; error offsets too.
+// byte offsets) are those of the text taken whole, words cut by a window
+// included; error offsets too.
 TEST(TokenizerTest, WindowsOfAnySizeGiveTheSameTokens) {
-  const WordPieceTokenizer whole = MakeTokenizer();
+  const WordPieceTokenizer whole = MakeTokenizer(std::numeric_limits<std::size_t>::max());
   std::mt19937 random(7);
-  for (const std::size_t window : {1, 2, 5, 16, 64}) {
+  for (const std::size_t window : {1, 2, 5, 16, 64, 1 << 16}) {
     const WordPieceTokenizer windowed = MakeTokenizer(window);
-    for (int round = 0; round < 200; ++round) {
-      const std::string text = TrickyText(random, 1 + random() % 40);
+    const auto expect_same = [&](const std::string& text, std::string_view what) {
       const std::vector<TokenSpan> want = whole.Tokenize(text, /*add_special_tokens=*/true);
       const std::vector<TokenSpan> got = windowed.Tokenize(text, /*add_special_tokens=*/true);
-      ASSERT_EQ(got.size(), want.size()) << "window " << window << ": '" << text << "'";
+      ASSERT_EQ(got.size(), want.size()) << "window " << window << ": " << what;
       for (std::size_t i = 0; i < want.size(); ++i) {
-        ASSERT_EQ(got[i].id, want[i].id)
-            << "window " << window << " token " << i << ": '" << text << "'";
-        ASSERT_EQ(got[i].start, want[i].start) << "window " << window << " token " << i;
-        ASSERT_EQ(got[i].end, want[i].end) << "window " << window << " token " << i;
+        ASSERT_EQ(got[i].id, want[i].id) << "window " << window << " token " << i << ": " << what;
+        ASSERT_EQ(got[i].start, want[i].start)
+            << "window " << window << " token " << i << ": " << what;
+        ASSERT_EQ(got[i].end, want[i].end) << "window " << window << " token " << i << ": " << what;
       }
-      EXPECT_EQ(windowed.Pieces(text), whole.Pieces(text));
+      EXPECT_EQ(windowed.Pieces(text), whole.Pieces(text)) << what;
+    };
+    for (int round = 0; round < 200; ++round) {
+      const std::string text = TrickyText(random, 1 + random() % 40);
+      expect_same(text, "'" + text + "'");
     }
+    // Texts with no whitespace or punctuation for far longer than a window:
+    // CJK, one word of letters (one [UNK] over the whole of it), and a run
+    // of combining marks too long to find a starter in (cut inside).
+    std::string cjk;
+    std::string letters;
+    while (cjk.size() < (std::size_t{200} << 10)) {
+      cjk += "\u6771\u4eac\u0130a";
+      letters += "ab\u0301\u200d";
+    }
+    expect_same(cjk, "200 KiB of CJK");
+    expect_same(letters, "200 KiB of one word");
+    std::string marks = "a";
+    for (int i = 0; i < 70000; ++i) {
+      marks += "\u0301";
+    }
+    expect_same(marks + "b hello", "140 KB of marks");
     // Bad UTF-8 far into the text is found, and its offset is the text's.
     const std::string bad = "hello world, " + std::string(10, 'b') + " \xff x";
     for (const WordPieceTokenizer* t : {&whole, &windowed}) {
