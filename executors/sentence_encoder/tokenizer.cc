@@ -375,15 +375,13 @@ bool CanCutBefore(std::string_view text, std::size_t i) {
   if ((lead & 0xC0) == 0x80 ||
       utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + i),
                        static_cast<utf8proc_ssize_t>(text.size() - i), &cp) <= 0 ||
-      cp < 0 || cp == 0xFFFD || IsControl(cp) ||
-      utf8proc_get_property(cp)->combining_class != 0) {
+      cp < 0 || cp == 0xFFFD || IsControl(cp) || utf8proc_get_property(cp)->combining_class != 0) {
     return false;
   }
   std::array<utf8proc_int32_t, 8> decomposed{};
   int boundclass = 0;
-  const utf8proc_ssize_t n =
-      utf8proc_decompose_char(cp, decomposed.data(), decomposed.size(), UTF8PROC_DECOMPOSE,
-                              &boundclass);
+  const utf8proc_ssize_t n = utf8proc_decompose_char(cp, decomposed.data(), decomposed.size(),
+                                                     UTF8PROC_DECOMPOSE, &boundclass);
   return n > 0 && static_cast<std::size_t>(n) <= decomposed.size() &&
          utf8proc_get_property(decomposed[0])->combining_class == 0;
 }
