@@ -242,8 +242,7 @@ std::string TrickyText(std::mt19937& random, std::size_t parts) {
       "\u0130", " ", "  ", "\t", "\n", "\r\n", "\u3000", "\u00a0", ",", ".", "!", "'", "$",
       "\u00bf", "\u2014", "\x01", "\x7f", "[SEP]", "[MASK]", "123", "unaffable", "ab", "abc",
       "\u03bf\u03b4\u03bf\u03c3", std::string(150, 'a'),
-      // A starter whose decomposition
-      // starts with a mark (Tibetan).
+      // A starter whose decomposition starts with a mark (Tibetan).
       "\u0f73",
       // A spacing mark of class 216.
       "\U0001d165",
@@ -251,10 +250,9 @@ std::string TrickyText(std::mt19937& random, std::size_t parts) {
       "\ud55c\uad6d",
       // NFD makes it '`', punctuation.
       "\u1fef",
-      // Format char: removed, joins.
+      // A format char: removed, so the chars around it are one word.
       "\u200d", "\u0327\u0301\u0327",
-      // The same two marks the other
-      // way round: NFD swaps them.
+      // The same two marks the other way round: NFD swaps them.
       " \u302e\U0001d165"};
   std::string text;
   for (std::size_t i = 0; i < parts; ++i) {
