@@ -1,6 +1,7 @@
 // File: gantry/heap.h
 //
-// glibc malloc's settings for a process that runs tensor models on a CPU.
+// glibc malloc's settings for a process that runs tensor models on a CPU,
+// and for a gateway (at the end).
 //
 // glibc serves a block of 128 KiB or more with its own mmap, unmapped again
 // at free, and gives the free top of its heap back to the kernel past a
@@ -57,9 +58,9 @@ const char* MallocKindName(MallocKind kind);
 // after a load whose transient buffers a long-lived process keeps no use for.
 void ReleaseFreeHeapMemory();
 
-// What KeepModelBuffersInHeap did.
+// What KeepModelBuffersInHeap or ReturnMessageBuffersWhenFreed did.
 enum class HeapTuning {
-  kApplied,            // both thresholds and the arena limit set
+  kApplied,            // the settings it makes are set
   kLeftToEnvironment,  // MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_,
                        // MALLOC_ARENA_MAX or GLIBC_TUNABLES is set: the
                        // user's settings stand
@@ -71,6 +72,19 @@ enum class HeapTuning {
 // the environment sets malloc tunables. Call it before the process starts
 // threads: a thread that has allocated keeps the arena it has. Idempotent.
 HeapTuning KeepModelBuffersInHeap();
+
+// The mmap threshold for a process that holds client messages, not models.
+inline constexpr std::size_t kMessageMmapThresholdBytes = 1U << 20;
+
+// Fixes glibc's mmap threshold at kMessageMmapThresholdBytes, unless the
+// environment sets malloc tunables. A gateway holds each message (up to the
+// message cap, tens of MiB, a few copies while it converts one) only until
+// it is answered; once glibc has raised its threshold past such a block,
+// the block is carved from a heap instead, and a gateway that had converted
+// one 30 MB body held 150 MB from then on. With the threshold fixed, every
+// block of a MiB or more is mapped for itself and unmapped when freed; the
+// small blocks that nearly every request is made of are unaffected.
+HeapTuning ReturnMessageBuffersWhenFreed();
 
 }  // namespace gantry
 

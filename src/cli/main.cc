@@ -28,6 +28,7 @@
 #include <gantry/device.h>
 #include <gantry/export.h>
 #include <gantry/flow.h>
+#include <gantry/heap.h>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -787,6 +788,10 @@ int main(int argc, char** argv) try {
 
   CLI11_PARSE(app, argc, argv);
 
+  if (deployment->parsed() || flow->parsed() || gateway->parsed()) {
+    // These processes are gateways: see gantry/heap.h.
+    gantry::ReturnMessageBuffersWhenFreed();
+  }
   if (deployment->parsed()) {
     return RunDeployment(uses, listen, log, given);
   }

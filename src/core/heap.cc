@@ -57,12 +57,24 @@ void ReleaseFreeHeapMemory() {
   }
 }
 
-HeapTuning KeepModelBuffersInHeap() {
+namespace {
+
+// Whether the user set malloc's tunables: theirs stand.
+bool EnvironmentTunesMalloc() {
   for (const char* variable :
        {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX", "GLIBC_TUNABLES"}) {
     if (std::getenv(variable) != nullptr) {
-      return HeapTuning::kLeftToEnvironment;
+      return true;
     }
+  }
+  return false;
+}
+
+}  // namespace
+
+HeapTuning KeepModelBuffersInHeap() {
+  if (EnvironmentTunesMalloc()) {
+    return HeapTuning::kLeftToEnvironment;
   }
 #if defined(__GLIBC__)
   // Another malloc (tcmalloc exports a mallopt that does nothing) keeps
@@ -74,6 +86,22 @@ HeapTuning KeepModelBuffersInHeap() {
   if (::mallopt(M_MMAP_THRESHOLD, static_cast<int>(kModelMmapThresholdBytes)) == 1 &&
       ::mallopt(M_TRIM_THRESHOLD, static_cast<int>(kModelTrimThresholdBytes)) == 1 &&
       ::mallopt(M_ARENA_MAX, 1) == 1) {
+    return HeapTuning::kApplied;
+  }
+#endif
+  return HeapTuning::kUnsupported;
+}
+
+HeapTuning ReturnMessageBuffersWhenFreed() {
+  if (EnvironmentTunesMalloc()) {
+    return HeapTuning::kLeftToEnvironment;
+  }
+#if defined(__GLIBC__)
+  if (CurrentMalloc() != MallocKind::kGlibc) {
+    return HeapTuning::kUnsupported;
+  }
+  // Setting it also stops glibc from raising it.
+  if (::mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMessageMmapThresholdBytes)) == 1) {
     return HeapTuning::kApplied;
   }
 #endif

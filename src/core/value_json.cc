@@ -384,26 +384,92 @@ StatusOr<Value::Dict> ValueDictFromJson(std::string_view json) {
   return DictFromJson(*parsed, "");
 }
 
-StatusOr<nlohmann::json> ParseJsonBounded(std::string_view text, int max_depth) {
-  // nlohmann's parser is iterative, but it only tells the depth to a
-  // callback, which cannot stop the parse but by throwing; the exception
-  // stays inside this function.
-  struct TooDeep {};
-  Json::parser_callback_t callback = [max_depth](int depth, Json::parse_event_t event, Json&) {
-    // `depth` is the number of containers already open around this one.
-    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
-        depth >= max_depth) {
-      throw TooDeep{};
-    }
-    return true;
-  };
-  try {
-    return Json::parse(text.begin(), text.end(), callback);
-  } catch (const TooDeep&) {
-    return InvalidArgumentError("JSON nested deeper than " + std::to_string(max_depth) + " levels");
-  } catch (const Json::exception& e) {
-    return InvalidArgumentError(std::string("JSON does not parse: ") + e.what());
+namespace {
+
+// Builds the document from nlohmann's SAX events as its own DOM parser does,
+// but moves each string out of the lexer instead of copying it (a body's
+// texts are most of its bytes), and stops at `max_depth` open containers.
+// nlohmann calls its members by name: this is not an interface.
+class BoundedDomBuilder {
+ public:
+  BoundedDomBuilder(Json& root, int max_depth) : root_(root), max_depth_(max_depth) {}
+
+  bool null() { return Add(nullptr); }
+  bool boolean(bool value) { return Add(value); }
+  bool number_integer(Json::number_integer_t value) { return Add(value); }
+  bool number_unsigned(Json::number_unsigned_t value) { return Add(value); }
+  bool number_float(Json::number_float_t value, const Json::string_t& /*text*/) {
+    return Add(value);
   }
+  bool string(Json::string_t& value) { return Add(std::move(value)); }
+  bool binary(Json::binary_t& value) { return Add(Json::binary(std::move(value))); }
+  bool start_object(std::size_t /*elements*/) { return Open(Json::object()); }
+  bool key(Json::string_t& key) {
+    key_ = std::move(key);
+    return true;
+  }
+  bool end_object() { return Close(); }
+  bool start_array(std::size_t /*elements*/) { return Open(Json::array()); }
+  bool end_array() { return Close(); }
+  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/,
+                   const nlohmann::detail::exception& error) {
+    error_ = std::string("JSON does not parse: ") + error.what();
+    return false;
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  // Puts `value` where the document is at; the slot it now has.
+  Json* Place(Json&& value) {
+    if (open_.empty()) {
+      root_ = std::move(value);
+      return &root_;
+    }
+    Json& container = *open_.back();
+    if (container.is_array()) {
+      container.push_back(std::move(value));
+      return &container.back();
+    }
+    Json& slot = container[key_];
+    slot = std::move(value);
+    return &slot;
+  }
+  bool Add(Json&& value) {
+    Place(std::move(value));
+    return true;
+  }
+  bool Open(Json&& container) {
+    if (static_cast<int>(open_.size()) >= max_depth_) {
+      error_ = "JSON nested deeper than " + std::to_string(max_depth_) + " levels";
+      return false;
+    }
+    // A container's slot stays put while it is open: only the innermost
+    // open container grows.
+    open_.push_back(Place(std::move(container)));
+    return true;
+  }
+  bool Close() {
+    open_.pop_back();
+    return true;
+  }
+
+  Json& root_;
+  const int max_depth_;
+  std::vector<Json*> open_;
+  std::string key_;
+  std::string error_;
+};
+
+}  // namespace
+
+StatusOr<nlohmann::json> ParseJsonBounded(std::string_view text, int max_depth) {
+  Json root;
+  BoundedDomBuilder builder(root, max_depth);
+  if (!Json::sax_parse(text.begin(), text.end(), &builder)) {
+    return InvalidArgumentError(builder.error());
+  }
+  return root;
 }
 
 }  // namespace gantry::internal

@@ -143,8 +143,8 @@ class Gateway::Impl {
   // flight are answered, and waits up to `grace` for them all to be done.
   void Drain(std::chrono::milliseconds grace);
   // A serialized request forwarded for HTTP and KServe; `done` runs once.
-  void ForwardBytes(const std::string& request, Clock::time_point deadline, HttpForwardDone done);
-  HttpForwardResult ForwardAndWait(const std::string& request, Clock::time_point deadline);
+  void ForwardBytes(std::string request, Clock::time_point deadline, HttpForwardDone done);
+  HttpForwardResult ForwardAndWait(std::string request, Clock::time_point deadline);
   // Serving health follows whether the upstream can take a request.
   void UpdateHealth();
   void HealthLoop();
@@ -691,8 +691,8 @@ Status Gateway::Impl::Init() {
   }
   kserve_service_ = std::make_unique<KServeService>(
       options_.models,
-      [this](const std::string& request, Clock::time_point deadline) {
-        return ForwardAndWait(request, deadline);
+      [this](std::string request, Clock::time_point deadline) {
+        return ForwardAndWait(std::move(request), deadline);
       },
       [this] { return upstream_->Available(); },
       static_cast<std::uint64_t>(options_.max_message_bytes), options_.signature, options_.api_key);
@@ -740,8 +740,8 @@ Status Gateway::Impl::Init() {
     http_options.max_client_batch_size = options_.max_client_batch_size;
     auto http = HttpGateway::Start(
         std::move(http_options),
-        [this](const std::string& request, Clock::time_point deadline, HttpForwardDone done) {
-          ForwardBytes(request, deadline, std::move(done));
+        [this](std::string request, Clock::time_point deadline, HttpForwardDone done) {
+          ForwardBytes(std::move(request), deadline, std::move(done));
         });
     if (!http.ok()) {
       return http.status().WithPrefix("gateway");
@@ -755,7 +755,7 @@ Status Gateway::Impl::Init() {
   return OkStatus();
 }
 
-void Gateway::Impl::ForwardBytes(const std::string& request, Clock::time_point deadline,
+void Gateway::Impl::ForwardBytes(std::string request, Clock::time_point deadline,
                                  HttpForwardDone done) {
   // HTTP, OpenAI and KServe requests are refused like Jina calls once the
   // gateway drains; those already forwarded finish (the HTTP server's and
@@ -767,7 +767,11 @@ void Gateway::Impl::ForwardBytes(const std::string& request, Clock::time_point d
     done(std::move(refused));
     return;
   }
-  grpc::Slice slice(request);
+  // The slice owns the string: a request of tens of MB is not copied again.
+  auto* bytes = new std::string(std::move(request));
+  grpc::Slice slice(
+      bytes->data(), bytes->size(), [](void* owned) { delete static_cast<std::string*>(owned); },
+      bytes);
   Forward(grpc::ByteBuffer(&slice, 1), deadline,
           [done = std::move(done)](const ForwardResult& result) {
             HttpForwardResult out;
@@ -776,6 +780,7 @@ void Gateway::Impl::ForwardBytes(const std::string& request, Clock::time_point d
             out.is_error = result.is_error;
             std::vector<grpc::Slice> slices;
             if (result.status.ok() && result.reply.Dump(&slices).ok()) {
+              out.reply.reserve(result.reply.Length());
               for (const grpc::Slice& s : slices) {
                 out.reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
               }
@@ -784,11 +789,10 @@ void Gateway::Impl::ForwardBytes(const std::string& request, Clock::time_point d
           });
 }
 
-HttpForwardResult Gateway::Impl::ForwardAndWait(const std::string& request,
-                                                Clock::time_point deadline) {
+HttpForwardResult Gateway::Impl::ForwardAndWait(std::string request, Clock::time_point deadline) {
   auto promise = std::make_shared<std::promise<HttpForwardResult>>();
   std::future<HttpForwardResult> future = promise->get_future();
-  ForwardBytes(request, deadline,
+  ForwardBytes(std::move(request), deadline,
                [promise](HttpForwardResult result) { promise->set_value(std::move(result)); });
   return future.get();
 }

@@ -225,9 +225,8 @@ class HttpGateway::Impl {
       return out;
     };
     auto started = HttpServer::Start(
-        std::move(server), [this](const HttpRequest& request, const HttpRespond& respond) {
-          Route(request, respond);
-        });
+        std::move(server),
+        [this](HttpRequest request, const HttpRespond& respond) { Route(request, respond); });
     if (!started.ok()) {
       return started.status();
     }
@@ -258,15 +257,15 @@ class HttpGateway::Impl {
   }
 
   // A registered route and what answers it; `route` is also what
-  // /openapi.json says of it.
-  using RouteHandler = std::function<void(const HttpRequest& request, const std::string& request_id,
-                                          const Send& send)>;
+  // /openapi.json says of it. A handler may take the request's body.
+  using RouteHandler =
+      std::function<void(HttpRequest& request, const std::string& request_id, const Send& send)>;
   struct RegisteredRoute {
     HttpRoute route;
     RouteHandler handle;
   };
 
-  void Route(const HttpRequest& request, const HttpRespond& respond) {
+  void Route(HttpRequest& request, const HttpRespond& respond) {
     const std::string request_id = RequestIdOf(request);
     // The client's X-Request-Id goes back as it came (a proxy's own
     // matching); one the gateway made up stays in the logs and the reply body.
@@ -470,7 +469,7 @@ class HttpGateway::Impl {
            .error_schema = "KServeError",
            .needs_api_key = true,
            .takes_deadline = true},
-          [this](const HttpRequest& request, const std::string& request_id, const Send& send) {
+          [this](HttpRequest& request, const std::string& request_id, const Send& send) {
             const std::optional<ModelPath> model = ParseModelPath(request.path);
             const auto deadline = Deadline(request, send);
             if (model && deadline) {
@@ -491,12 +490,12 @@ class HttpGateway::Impl {
            .error_schema = "OpenAiError",
            .needs_api_key = true,
            .takes_deadline = true},
-          [this](const HttpRequest& request, const std::string& request_id, const Send& send) {
+          [this](HttpRequest& request, const std::string& request_id, const Send& send) {
             if (!JsonBody(request, /*openai=*/true, send)) {
               return;
             }
             if (const auto deadline = Deadline(request, send)) {
-              HandleOpenAiEmbeddings(request.body, request_id, *deadline, send);
+              HandleOpenAiEmbeddings(std::move(request.body), request_id, *deadline, send);
             }
           });
       // TEI's POST routes: the body parsed by `parse`, or Jina's for the
@@ -520,10 +519,10 @@ class HttpGateway::Impl {
              .needs_api_key = true,
              .takes_deadline = true},
             [this, parse, parameters_are_tei = parameters == Parameters::kTei](
-                const HttpRequest& request, const std::string& request_id, const Send& send) {
+                HttpRequest& request, const std::string& request_id, const Send& send) {
               HandleTeiRoute(request, request_id, send, parameters_are_tei,
-                             [this, parse](const json& body) {
-                               return parse(body, options_.models, MaxClientBatchSize());
+                             [this, parse](json body) {
+                               return parse(std::move(body), options_.models, MaxClientBatchSize());
                              });
             });
       };
@@ -553,7 +552,7 @@ class HttpGateway::Impl {
          .error_schema = "JinaError",
          .needs_api_key = true,
          .takes_deadline = true},
-        [this](const HttpRequest& request, const std::string& request_id, const Send& send) {
+        [this](HttpRequest& request, const std::string& request_id, const Send& send) {
           HandleDataRoute(request, "", request_id, send);
         });
     add({.method = "POST",
@@ -570,7 +569,7 @@ class HttpGateway::Impl {
          .needs_api_key = true,
          .takes_deadline = true,
          .catch_all = true},
-        [this](const HttpRequest& request, const std::string& request_id, const Send& send) {
+        [this](HttpRequest& request, const std::string& request_id, const Send& send) {
           HandleDataRoute(request, request.path, request_id, send);
         });
 
@@ -629,13 +628,13 @@ class HttpGateway::Impl {
     return false;
   }
 
-  void HandleDataRoute(const HttpRequest& request, const std::string& endpoint,
+  void HandleDataRoute(HttpRequest& request, const std::string& endpoint,
                        const std::string& request_id, const Send& send) {
     if (!JsonBody(request, /*openai=*/false, send)) {
       return;
     }
     if (const auto deadline = Deadline(request, send)) {
-      HandleData(request.body, endpoint, request_id, *deadline, send);
+      HandleData(std::move(request.body), endpoint, request_id, *deadline, send);
     }
   }
 
@@ -645,7 +644,7 @@ class HttpGateway::Impl {
   // (where TEI's body has "parameters" too, as /similarity's, only "data"
   // makes it Jina's).
   template <typename Parse>
-  void HandleTeiRoute(const HttpRequest& request, const std::string& request_id, const Send& send,
+  void HandleTeiRoute(HttpRequest& request, const std::string& request_id, const Send& send,
                       bool parameters_are_tei, Parse parse) {
     if (!JsonBody(request, /*openai=*/false, send)) {
       return;
@@ -666,10 +665,14 @@ class HttpGateway::Impl {
     }
     if (body->is_object() &&
         (body->contains("data") || (!parameters_are_tei && body->contains("parameters")))) {
-      HandleData(request.body, request.path, request_id, *deadline, send);
+      *body = json();
+      HandleData(std::move(request.body), request.path, request_id, *deadline, send);
       return;
     }
-    HandleTei(parse(*body), request_id, *deadline, send);
+    // The body's bytes and its JSON are let go of as soon as they are read:
+    // a body of tens of MB is otherwise held several times over.
+    std::string().swap(request.body);
+    HandleTei(parse(std::move(body).value()), request_id, *deadline, send);
   }
 
   // CORS preflight: answered only with `cors` on (Jina's flag), for any
@@ -728,7 +731,7 @@ class HttpGateway::Impl {
 
   // `endpoint` empty: POST /post, whose body names it as execEndpoint.
   // A body's own header.requestId (Jina's) wins over `request_id`.
-  void HandleData(const std::string& text, std::string endpoint, const std::string& request_id,
+  void HandleData(std::string text, std::string endpoint, const std::string& request_id,
                   std::chrono::system_clock::time_point deadline, const Send& send) {
     // Client input: 400 with a message for anything malformed, never 500.
     jina::DataRequestProto request;
@@ -739,11 +742,14 @@ class HttpGateway::Impl {
                           std::string(s.message())));
       return;
     }
+    std::string().swap(text);
     if (request.header().request_id().empty()) {
       request.mutable_header()->set_request_id(request_id);
     }
     endpoint = request.header().exec_endpoint();
-    forward_(request.SerializeAsString(), deadline,
+    std::string serialized = request.SerializeAsString();
+    request = jina::DataRequestProto();  // freed now, not held beside its bytes
+    forward_(std::move(serialized), deadline,
              [send, single, endpoint](const HttpForwardResult& result) {
                send(DataReply(result, single, endpoint));
              });
@@ -778,7 +784,7 @@ class HttpGateway::Impl {
     return JsonResponse(200, out);
   }
 
-  void HandleOpenAiEmbeddings(const std::string& text, const std::string& request_id,
+  void HandleOpenAiEmbeddings(std::string text, const std::string& request_id,
                               std::chrono::system_clock::time_point deadline, const Send& send) {
     auto reply_error = [&send](const OpenAiError& error) {
       send(JsonResponse(error.http_status, error.ToJson()));
@@ -790,13 +796,16 @@ class HttpGateway::Impl {
           "request body must be a JSON object: " + std::string(parsed.status().message()), ""));
       return;
     }
-    auto request = ParseOpenAiEmbeddingsRequest(*parsed, options_.models, MaxClientBatchSize());
+    // The body's bytes and its JSON are let go of as soon as they are read.
+    std::string().swap(text);
+    auto request = ParseOpenAiEmbeddingsRequest(std::move(parsed).value(), options_.models,
+                                                MaxClientBatchSize());
     if (const auto* error = std::get_if<OpenAiError>(&request)) {
       reply_error(*error);
       return;
     }
-    auto embeddings_request =
-        std::make_shared<OpenAiEmbeddingsRequest>(std::get<OpenAiEmbeddingsRequest>(request));
+    auto embeddings_request = std::make_shared<OpenAiEmbeddingsRequest>(
+        std::move(std::get<OpenAiEmbeddingsRequest>(request)));
     jina::DataRequestProto data_request = MakeOpenAiDataRequest(
         *embeddings_request, options_.models.at(embeddings_request->model), request_id);
     if (std::size_t size = data_request.ByteSizeLong(); size > max_message_bytes_) {
@@ -805,7 +814,9 @@ class HttpGateway::Impl {
                    std::to_string(max_message_bytes_) + "-byte message cap"));
       return;
     }
-    forward_(data_request.SerializeAsString(), deadline,
+    std::string serialized = data_request.SerializeAsString();
+    data_request = jina::DataRequestProto();  // freed now, not held beside its bytes
+    forward_(std::move(serialized), deadline,
              [send, embeddings_request, cap = max_message_bytes_](const HttpForwardResult& result) {
                send(OpenAiReply(result, *embeddings_request, cap));
              });
@@ -834,18 +845,22 @@ class HttpGateway::Impl {
                                       std::to_string(max_message_bytes_) + "-byte message cap"});
       return;
     }
-    forward_(data_request.SerializeAsString(), deadline,
+    std::string serialized = data_request.SerializeAsString();
+    data_request = jina::DataRequestProto();  // freed now, not held beside its bytes
+    forward_(std::move(serialized), deadline,
              [send, request, cap = max_message_bytes_](const HttpForwardResult& result) {
                send(TeiReply(result, *request, cap));
              });
   }
 
-  static jina::DataRequestProto MakeTeiRequest(const TeiEmbedRequest& request,
+  // The texts of embedding requests are moved into the request proto (their
+  // replies need only how many there were); the others' replies need them.
+  static jina::DataRequestProto MakeTeiRequest(TeiEmbedRequest& request,
                                                const std::string& endpoint,
                                                const std::string& request_id) {
     return MakeTeiDataRequest(request, endpoint, request_id);
   }
-  static jina::DataRequestProto MakeTeiRequest(const TeiSimilarityRequest& request,
+  static jina::DataRequestProto MakeTeiRequest(TeiSimilarityRequest& request,
                                                const std::string& endpoint,
                                                const std::string& request_id) {
     return MakeTeiDataRequest(request.embed, endpoint, request_id);
@@ -1009,21 +1024,22 @@ class HttpGateway::Impl {
   // KServe v2 REST inference. Errors are {"error": "..."}: 400 for the
   // request's mistakes, 404 for a model not served, 5xx as the Jina routes
   // map them.
-  void KServeInfer(const HttpRequest& http_request, const std::string& name,
-                   const std::string& version, const std::string& request_id,
-                   std::chrono::system_clock::time_point deadline, const Send& send) {
+  void KServeInfer(HttpRequest& http_request, const std::string& name, const std::string& version,
+                   const std::string& request_id, std::chrono::system_clock::time_point deadline,
+                   const Send& send) {
     const std::optional<std::string> endpoint = ModelEndpoint(name, version, send);
     if (!endpoint) {
       return;
     }
     std::int64_t json_length = -1;
     if (http_request.HasHeader("Inference-Header-Content-Length")) {
-      const std::string text(http_request.Header("Inference-Header-Content-Length"));
-      char* end = nullptr;
-      json_length = std::strtoll(text.c_str(), &end, 10);
-      if (text.empty() || end == nullptr || *end != '\0' || json_length < 0) {
-        send(
-            KServeError(400, "Inference-Header-Content-Length '" + text + "' is not a byte count"));
+      const std::string_view text = http_request.Header("Inference-Header-Content-Length");
+      const auto [end, error] =
+          std::from_chars(text.data(), text.data() + text.size(), json_length);
+      if (text.empty() || error != std::errc() || end != text.data() + text.size() ||
+          json_length < 0) {
+        send(KServeError(400, "Inference-Header-Content-Length '" + std::string(text) +
+                                  "' is not a byte count"));
         return;
       }
     }
@@ -1038,8 +1054,11 @@ class HttpGateway::Impl {
       send(KServeError(400, std::string(data_request.status().message())));
       return;
     }
+    std::string().swap(http_request.body);
     auto infer_request = std::make_shared<inference::ModelInferRequest>(std::move(*request));
-    forward_(data_request->SerializeAsString(), deadline,
+    std::string serialized = data_request->SerializeAsString();
+    *data_request = jina::DataRequestProto();  // freed now, not held beside its bytes
+    forward_(std::move(serialized), deadline,
              [send, infer_request, signature = signature_,
               cap = max_message_bytes_](const HttpForwardResult& result) {
                send(KServeInferReply(result, *infer_request, signature.get(), cap));

@@ -68,11 +68,11 @@ struct HttpForwardResult {
   bool is_error = false;
 };
 using HttpForwardDone = std::function<void(HttpForwardResult result)>;
-// Sends a serialized DataRequestProto to a replica; `done` runs once, on any
-// thread, with the answer. `deadline` is time_point::max() for none.
-using HttpForwardFn =
-    std::function<void(const std::string& request, std::chrono::system_clock::time_point deadline,
-                       HttpForwardDone done)>;
+// Sends a serialized DataRequestProto to a replica, taking the string (it is
+// the request's bytes on the wire, not a copy of them); `done` runs once, on
+// any thread, with the answer. `deadline` is time_point::max() for none.
+using HttpForwardFn = std::function<void(
+    std::string request, std::chrono::system_clock::time_point deadline, HttpForwardDone done)>;
 
 struct HttpGatewayOptions {
   std::string host = "127.0.0.1";

@@ -614,9 +614,13 @@ Status ParseHttpDataRequest(std::string_view text, std::string endpoint, std::ui
   if (!target.empty()) {
     header->set_target_executor(target);
   }
-  GANTRY_RETURN_IF_ERROR(JsonToStruct(body.value("parameters", json::object()), "parameters",
-                                      request->mutable_parameters()));
-  const json data = body.value("data", json::array());
+  if (auto parameters = body.find("parameters"); parameters != body.end()) {
+    GANTRY_RETURN_IF_ERROR(JsonToStruct(*parameters, "parameters", request->mutable_parameters()));
+  }
+  // Read in place: the documents are most of the body.
+  static const json kNoDocuments = json::array();
+  const auto found = body.find("data");
+  const json& data = found != body.end() ? *found : kNoDocuments;
   *single = data.is_object();
   auto* docs = request->mutable_data()->mutable_docs();
   if (*single) {

@@ -133,7 +133,9 @@ grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
     trace = ParseTraceparent(std::string_view(it->second.data(), it->second.size()));
   }
   const TraceContextScope trace_scope(trace);
-  HttpForwardResult result = forward_(data_request->SerializeAsString(), context->deadline());
+  std::string serialized = data_request->SerializeAsString();
+  *data_request = jina::DataRequestProto();  // freed now, not held beside its bytes
+  HttpForwardResult result = forward_(std::move(serialized), context->deadline());
   if (result.grpc_code != 0) {
     return {static_cast<grpc::StatusCode>(result.grpc_code), result.grpc_message};
   }

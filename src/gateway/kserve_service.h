@@ -26,10 +26,10 @@
 
 namespace gantry::internal {
 
-// Sends a serialized DataRequestProto to a replica and blocks for the answer
-// or the deadline.
+// Sends a serialized DataRequestProto to a replica, taking the string, and
+// blocks for the answer or the deadline.
 using DeadlineForwardFn = std::function<HttpForwardResult(
-    const std::string& request, std::chrono::system_clock::time_point deadline)>;
+    std::string request, std::chrono::system_clock::time_point deadline)>;
 
 class KServeService final : public inference::GRPCInferenceService::Service {
  public:

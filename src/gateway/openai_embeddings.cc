@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string_view>
+#include <utility>
 
 #include "core/doc_proto.h"
 #include "docarray/docarray.pb.h"
@@ -67,11 +68,10 @@ json OpenAiError::ToJson() const {
                 {"code", code.empty() ? json(nullptr) : json(code)}}}};
 }
 
-std::optional<TextInputsProblem> ReadTextInputs(const json& value, std::string_view field,
+std::optional<TextInputsProblem> ReadTextInputs(json value, std::string_view field,
                                                 std::size_t max_items,
                                                 std::vector<std::string>& texts) {
-  auto add_text = [&](const json& item,
-                      const std::string& where) -> std::optional<TextInputsProblem> {
+  auto add_text = [&](json& item, const std::string& where) -> std::optional<TextInputsProblem> {
     if (!item.is_string()) {
       if (item.is_number_integer() || item.is_array()) {
         return TextInputsProblem{.message =
@@ -83,7 +83,7 @@ std::optional<TextInputsProblem> ReadTextInputs(const json& value, std::string_v
     if (item.get_ref<const std::string&>().empty()) {
       return TextInputsProblem{.message = where + ": an input must not be empty"};
     }
-    texts.push_back(item.get<std::string>());
+    texts.push_back(std::move(item.get_ref<std::string&>()));
     return std::nullopt;
   };
   const std::string name(field);
@@ -110,7 +110,7 @@ std::optional<TextInputsProblem> ReadTextInputs(const json& value, std::string_v
 }
 
 std::variant<OpenAiEmbeddingsRequest, OpenAiError> ParseOpenAiEmbeddingsRequest(
-    const json& body, const std::map<std::string, std::string>& served, std::size_t max_inputs) {
+    json body, const std::map<std::string, std::string>& served, std::size_t max_inputs) {
   if (!body.is_object()) {
     return Invalid("request body must be a JSON object", "");
   }
@@ -135,8 +135,8 @@ std::variant<OpenAiEmbeddingsRequest, OpenAiError> ParseOpenAiEmbeddingsRequest(
   if (input == body.end() || input->is_null()) {
     return Invalid("'input' is required: a string or a list of strings", "input");
   }
-  if (auto problem =
-          ReadTextInputs(*input, "input", std::min(max_inputs, kMaxOpenAiInputs), request.inputs)) {
+  if (auto problem = ReadTextInputs(std::move(*input), "input",
+                                    std::min(max_inputs, kMaxOpenAiInputs), request.inputs)) {
     return Invalid(problem->message, "input");
   }
 
@@ -161,7 +161,7 @@ std::variant<OpenAiEmbeddingsRequest, OpenAiError> ParseOpenAiEmbeddingsRequest(
   return request;
 }
 
-jina::DataRequestProto MakeOpenAiDataRequest(const OpenAiEmbeddingsRequest& request,
+jina::DataRequestProto MakeOpenAiDataRequest(OpenAiEmbeddingsRequest& request,
                                              const std::string& endpoint,
                                              const std::string& request_id) {
   jina::DataRequestProto proto;
@@ -170,8 +170,8 @@ jina::DataRequestProto MakeOpenAiDataRequest(const OpenAiEmbeddingsRequest& requ
   (*proto.mutable_parameters()->mutable_fields())["return_token_counts"].set_bool_value(true);
   DocList docs;
   docs.reserve(request.inputs.size());
-  for (const std::string& text : request.inputs) {
-    docs.emplace_back(text);
+  for (std::string& text : request.inputs) {
+    docs.emplace_back(std::exchange(text, std::string()));
   }
   DocListToProto(docs, proto.mutable_data()->mutable_docs());
   return proto;

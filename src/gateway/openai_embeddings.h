@@ -59,8 +59,9 @@ struct TextInputsProblem {
 // it: its items are `field[i]`), to `texts`: one non-empty string, or a
 // non-empty list of at most `max_items` of them. Token ids (numbers, nested
 // lists) are refused: the gateway sends text. Shared by the OpenAI and TEI
-// routes, which read the same shape from `input` and `inputs`.
-std::optional<TextInputsProblem> ReadTextInputs(const nlohmann::json& value, std::string_view field,
+// routes, which read the same shape from `input` and `inputs`. The texts are
+// moved out of `value` (pass it moved: inputs are most of a body).
+std::optional<TextInputsProblem> ReadTextInputs(nlohmann::json value, std::string_view field,
                                                 std::size_t max_items,
                                                 std::vector<std::string>& texts);
 
@@ -76,14 +77,17 @@ struct OpenAiEmbeddingsRequest {
 // string, or 1 to `max_inputs` of them; token arrays are refused),
 // `encoding_format` (float or base64), `dimensions` (a positive integer),
 // `user` (ignored). `served` maps model names to executor endpoints; an
-// unknown model is 404 model_not_found listing them.
+// unknown model is 404 model_not_found listing them. The texts are moved
+// out of `body`.
 std::variant<OpenAiEmbeddingsRequest, OpenAiError> ParseOpenAiEmbeddingsRequest(
-    const nlohmann::json& body, const std::map<std::string, std::string>& served,
+    nlohmann::json body, const std::map<std::string, std::string>& served,
     std::size_t max_inputs = kMaxOpenAiInputs);
 
 // The request the executor endpoint `endpoint` gets: one text document per
-// input, in order, and `return_token_counts: true`.
-jina::DataRequestProto MakeOpenAiDataRequest(const OpenAiEmbeddingsRequest& request,
+// input, in order, and `return_token_counts: true`. The texts are moved into
+// it: `request.inputs` keeps their number, which is all the reply needs,
+// and empty strings.
+jina::DataRequestProto MakeOpenAiDataRequest(OpenAiEmbeddingsRequest& request,
                                              const std::string& endpoint,
                                              const std::string& request_id);
 

@@ -98,15 +98,17 @@ TeiError TooMany(std::size_t given, std::size_t most) {
 
 // `inputs`, as /embed and /tokenize share it: a string or a list of 1 to
 // `max_inputs` of them (413 past it, TEI's max_client_batch_size).
-std::optional<TeiError> ReadInputs(const json& body, std::size_t max_inputs,
+// The texts are moved out of `body`.
+std::optional<TeiError> ReadInputs(json& body, std::size_t max_inputs,
                                    std::vector<std::string>& texts) {
   auto inputs = body.find("inputs");
   if (inputs == body.end() || inputs->is_null()) {
     return Invalid("\"inputs\" is required: a string or a list of strings");
   }
-  if (auto problem = ReadTextInputs(*inputs, "inputs", max_inputs, texts)) {
+  const std::size_t count = inputs->size();
+  if (auto problem = ReadTextInputs(std::move(*inputs), "inputs", max_inputs, texts)) {
     if (problem->too_many) {
-      return TooMany(inputs->size(), max_inputs);
+      return TooMany(count, max_inputs);
     }
     return Invalid(problem->message);
   }
@@ -141,7 +143,7 @@ TeiError TeiError::FromGrpc(int grpc_code, std::string message) {
 json TeiError::ToJson() const { return json{{"error", message}, {"error_type", type}}; }
 
 std::variant<TeiEmbedRequest, TeiError> ParseTeiEmbedRequest(
-    const json& body, const std::map<std::string, std::string>& served, std::size_t max_inputs) {
+    json body, const std::map<std::string, std::string>& served, std::size_t max_inputs) {
   if (!body.is_object()) {
     return Invalid("request body must be a JSON object");
   }
@@ -167,13 +169,13 @@ std::variant<TeiEmbedRequest, TeiError> ParseTeiEmbedRequest(
   return request;
 }
 
-jina::DataRequestProto MakeTeiDataRequest(const TeiEmbedRequest& request,
-                                          const std::string& endpoint,
+jina::DataRequestProto MakeTeiDataRequest(TeiEmbedRequest& request, const std::string& endpoint,
                                           const std::string& request_id) {
   // The documents as OpenAI's route makes them; TEI's fields as parameters.
   OpenAiEmbeddingsRequest as_openai;
-  as_openai.inputs = request.inputs;
+  as_openai.inputs = std::move(request.inputs);
   jina::DataRequestProto proto = MakeOpenAiDataRequest(as_openai, endpoint, request_id);
+  request.inputs = std::move(as_openai.inputs);
   auto& parameters = *proto.mutable_parameters()->mutable_fields();
   parameters.clear();
   if (!request.normalize) {
@@ -224,7 +226,7 @@ std::variant<json, TeiError> MakeTeiEmbedResponse(const TeiEmbedRequest& request
 }
 
 std::variant<TeiSimilarityRequest, TeiError> ParseTeiSimilarityRequest(
-    const json& body, const std::map<std::string, std::string>& served, std::size_t max_inputs) {
+    json body, const std::map<std::string, std::string>& served, std::size_t max_inputs) {
   if (!body.is_object()) {
     return Invalid("request body must be a JSON object");
   }
@@ -250,9 +252,9 @@ std::variant<TeiSimilarityRequest, TeiError> ParseTeiSimilarityRequest(
   if (sentences->size() + 1 > max_inputs) {
     return TooMany(sentences->size() + 1, max_inputs);
   }
-  request.embed.inputs.push_back(source->get<std::string>());
-  if (auto problem =
-          ReadTextInputs(*sentences, "inputs.sentences", max_inputs - 1, request.embed.inputs)) {
+  request.embed.inputs.push_back(std::move(source->get_ref<std::string&>()));
+  if (auto problem = ReadTextInputs(std::move(*sentences), "inputs.sentences", max_inputs - 1,
+                                    request.embed.inputs)) {
     return Invalid(problem->message);
   }
   if (auto parameters = body.find("parameters");
@@ -305,7 +307,7 @@ std::variant<json, TeiError> MakeTeiSimilarityResponse(const TeiSimilarityReques
 }
 
 std::variant<TeiRerankRequest, TeiError> ParseTeiRerankRequest(
-    const json& body, const std::map<std::string, std::string>& served, std::size_t max_texts) {
+    json body, const std::map<std::string, std::string>& served, std::size_t max_texts) {
   if (!body.is_object()) {
     return Invalid("request body must be a JSON object");
   }
@@ -317,7 +319,7 @@ std::variant<TeiRerankRequest, TeiError> ParseTeiRerankRequest(
   if (query == body.end() || !query->is_string()) {
     return Invalid("\"query\" is required: the string the texts are ranked against");
   }
-  request.query = query->get<std::string>();
+  request.query = std::move(query->get_ref<std::string&>());
   auto texts = body.find("texts");
   if (texts == body.end() || !texts->is_array()) {
     return Invalid("\"texts\" is required: a list of strings");
@@ -325,9 +327,10 @@ std::variant<TeiRerankRequest, TeiError> ParseTeiRerankRequest(
   if (texts->empty()) {
     return Invalid("\"texts\" cannot be empty");
   }
-  if (auto problem = ReadTextInputs(*texts, "texts", max_texts, request.texts)) {
+  const std::size_t count = texts->size();
+  if (auto problem = ReadTextInputs(std::move(*texts), "texts", max_texts, request.texts)) {
     if (problem->too_many) {
-      return TooMany(texts->size(), max_texts);
+      return TooMany(count, max_texts);
     }
     return Invalid(problem->message);
   }
@@ -428,7 +431,7 @@ std::variant<json, TeiError> MakeTeiRerankResponse(const TeiRerankRequest& reque
 }
 
 std::variant<TeiTokenizeRequest, TeiError> ParseTeiTokenizeRequest(
-    const json& body, const std::map<std::string, std::string>& served, std::size_t max_inputs) {
+    json body, const std::map<std::string, std::string>& served, std::size_t max_inputs) {
   if (!body.is_object()) {
     return Invalid("request body must be a JSON object");
   }

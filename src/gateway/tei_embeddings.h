@@ -79,12 +79,11 @@ struct TeiEmbedRequest {
 // `model` (our addition; TEI serves one model per process). 1 to
 // `max_inputs` non-empty strings; token-id inputs are refused (send text).
 std::variant<TeiEmbedRequest, TeiError> ParseTeiEmbedRequest(
-    const nlohmann::json& body, const std::map<std::string, std::string>& served,
-    std::size_t max_inputs);
+    nlohmann::json body, const std::map<std::string, std::string>& served, std::size_t max_inputs);
 
 // One text document per input, in order, and TEI's fields as parameters.
-jina::DataRequestProto MakeTeiDataRequest(const TeiEmbedRequest& request,
-                                          const std::string& endpoint,
+// The texts are moved into it, as MakeOpenAiDataRequest's.
+jina::DataRequestProto MakeTeiDataRequest(TeiEmbedRequest& request, const std::string& endpoint,
                                           const std::string& request_id);
 
 // The reply as TEI's [[float, ...], ...], one vector per input, scaled to
@@ -108,8 +107,7 @@ struct TeiSimilarityRequest {
 // `source_sentence` and a list of 1 or more non-empty `sentences` (413 when
 // they and the source are over `max_inputs`).
 std::variant<TeiSimilarityRequest, TeiError> ParseTeiSimilarityRequest(
-    const nlohmann::json& body, const std::map<std::string, std::string>& served,
-    std::size_t max_inputs);
+    nlohmann::json body, const std::map<std::string, std::string>& served, std::size_t max_inputs);
 
 // TEI's [float, ...]: the cosine similarity of each sentence's embedding to
 // the source's, in order (0 where a vector is all zeros). Errors as /embed's.
@@ -131,8 +129,7 @@ struct TeiRerankRequest {
 // `texts` a list of 1 to `max_texts` non-empty strings (413 past it, as
 // TEI's max_client_batch_size).
 std::variant<TeiRerankRequest, TeiError> ParseTeiRerankRequest(
-    const nlohmann::json& body, const std::map<std::string, std::string>& served,
-    std::size_t max_texts);
+    nlohmann::json body, const std::map<std::string, std::string>& served, std::size_t max_texts);
 
 // One text document per text, in order; query and flags as parameters.
 jina::DataRequestProto MakeTeiRerankDataRequest(const TeiRerankRequest& request,
@@ -158,8 +155,7 @@ inline constexpr const char* kTeiTokenizeEndpoint = "/tokenize";
 
 // Validates a POST /tokenize body: the model and `inputs` as for /embed.
 std::variant<TeiTokenizeRequest, TeiError> ParseTeiTokenizeRequest(
-    const nlohmann::json& body, const std::map<std::string, std::string>& served,
-    std::size_t max_inputs);
+    nlohmann::json body, const std::map<std::string, std::string>& served, std::size_t max_inputs);
 
 // One text document per input, in order; the flags as parameters.
 jina::DataRequestProto MakeTeiTokenizeDataRequest(const TeiTokenizeRequest& request,

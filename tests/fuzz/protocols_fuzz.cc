@@ -81,14 +81,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     const std::map<std::string, std::string> served{{"m", "/encode"}};
     auto parsed = gantry::internal::ParseOpenAiEmbeddingsRequest(*body, served);
-    if (const auto* request = std::get_if<gantry::internal::OpenAiEmbeddingsRequest>(&parsed)) {
+    if (auto* request = std::get_if<gantry::internal::OpenAiEmbeddingsRequest>(&parsed)) {
       (void)gantry::internal::MakeOpenAiDataRequest(*request, "/encode", "fuzz");
     } else if (std::get<gantry::internal::OpenAiError>(parsed).message.empty()) {
       __builtin_trap();
     }
     // The same body as text-embeddings-inference's /embed.
     auto tei = gantry::internal::ParseTeiEmbedRequest(*body, served, 2048);
-    if (const auto* request = std::get_if<gantry::internal::TeiEmbedRequest>(&tei)) {
+    if (auto* request = std::get_if<gantry::internal::TeiEmbedRequest>(&tei)) {
       (void)gantry::internal::MakeTeiDataRequest(*request, "/encode", "fuzz");
     } else if (std::get<gantry::internal::TeiError>(tei).message.empty()) {
       __builtin_trap();

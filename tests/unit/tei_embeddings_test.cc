@@ -60,11 +60,15 @@ TEST(TeiEmbeddingsTest, FieldsBecomeParametersOfOneDocumentPerInput) {
                                      kOne, 8);
   ASSERT_TRUE(std::holds_alternative<TeiEmbedRequest>(parsed))
       << std::get<TeiError>(parsed).message;
-  const TeiEmbedRequest& request = std::get<TeiEmbedRequest>(parsed);
+  TeiEmbedRequest& request = std::get<TeiEmbedRequest>(parsed);
   EXPECT_EQ(request.model, "m");
   const jina::DataRequestProto proto = MakeTeiDataRequest(request, "/encode", "r1");
   EXPECT_EQ(proto.header().exec_endpoint(), "/encode");
-  EXPECT_EQ(proto.data().docs().docs_size(), 2);
+  ASSERT_EQ(proto.data().docs().docs_size(), 2);
+  EXPECT_EQ(proto.data().docs().docs(0).data().at("text").text(), "a");
+  EXPECT_EQ(proto.data().docs().docs(1).data().at("text").text(), "b");
+  // The texts moved into the proto; the request keeps their number.
+  EXPECT_EQ(request.inputs.size(), 2U);
   const auto& fields = proto.parameters().fields();
   EXPECT_FALSE(fields.at("normalize").bool_value());
   EXPECT_TRUE(fields.at("truncate").bool_value());
