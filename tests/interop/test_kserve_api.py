@@ -133,6 +133,11 @@ class TritonClientsToInteropExec(unittest.TestCase):
              None, 400, "binary_data_size 99"),
             (infer, b'{"inputs": []}', {"Inference-Header-Content-Length": "999"}, 400,
              "exceeds the body"),
+            (infer, b'{"inputs": []}',
+             {"Inference-Header-Content-Length": "99999999999999999999"}, 400,
+             "'99999999999999999999' is not a byte count"),
+            (infer, b'{"inputs": []}', {"Inference-Header-Content-Length": "-1"}, 400,
+             "is not a byte count"),
             ("/v2/models/gpt-4/infer", b"{}", None, 404, "tiny-encoder"),
             ("/v2/models/tiny-encoder/versions/7/infer", b"{}", None, 404, "no version '7'"),
         ]
