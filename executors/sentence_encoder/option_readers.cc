@@ -1,7 +1,9 @@
 #include "option_readers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -131,6 +133,31 @@ Status CheckTexts(const DocList& docs) {
     }
   }
   return OkStatus();
+}
+
+Status CheckReplyFits(const DocList& docs, std::int64_t dimension, std::int64_t max_message_bytes) {
+  if (max_message_bytes <= 0 || docs.empty()) {
+    return OkStatus();
+  }
+  const auto vector_bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(dimension, 0)) * 4;
+  std::uint64_t least = 0;
+  for (const Doc& doc : docs) {
+    const Value* text = doc.Find("text");
+    least +=
+        vector_bytes + (text != nullptr && text->AsText() != nullptr ? text->AsText()->size() : 0);
+  }
+  const auto cap = static_cast<std::uint64_t>(max_message_bytes);
+  if (least <= cap) {
+    return OkStatus();
+  }
+  const std::uint64_t fitting =
+      std::max<std::uint64_t>(1, cap / ((least + docs.size() - 1) / docs.size()));
+  return InvalidArgumentError(
+      std::to_string(docs.size()) + " documents make a reply of at least " + std::to_string(least) +
+      " bytes (each its text and " + std::to_string(dimension) + " float32 values), over the " +
+      std::to_string(cap) +
+      "-byte message cap (max_message_bytes): send fewer documents a request (at most " +
+      std::to_string(fitting) + " of these sizes could fit)");
 }
 
 }  // namespace gantry::sentence_encoder

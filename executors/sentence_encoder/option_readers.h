@@ -63,6 +63,14 @@ Truncation ReadTruncation(const Parameters& parameters, bool auto_truncate);
 // that one bad request fails alone.
 Status CheckTexts(const DocList& docs);
 
+// InvalidArgument when the reply to `docs` could only be over
+// `max_message_bytes` (0: no cap): each document comes back with its text
+// and `dimension` float32 values, and those alone pass it. Checked before
+// anything is encoded, so that a request of a hundred thousand short texts
+// is refused at once, not after minutes of work whose reply would be
+// refused anyway. Documents without text count as "" (CheckTexts first).
+Status CheckReplyFits(const DocList& docs, std::int64_t dimension, std::int64_t max_message_bytes);
+
 }  // namespace gantry::sentence_encoder
 
 #endif  // GANTRY_EXECUTORS_SENTENCE_ENCODER_OPTION_READERS_H_

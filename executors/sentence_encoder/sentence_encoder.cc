@@ -33,6 +33,7 @@ SentenceEncoder::SentenceEncoder(const ExecutorContext& context) {
   options.max_batch_tokens = with.PositiveInt("max_batch_tokens", 0);
   options.dtype = with.Text("dtype", "float32");
   auto_truncate_ = with.Bool("auto_truncate").value_or(true);
+  max_message_bytes_ = context.max_message_bytes;
   options.cuda_graphs = with.Bool("cuda_graphs").value_or(false);
   options.device = context.device;
   StatusOr<std::unique_ptr<sentence_encoder::SentenceEmbedder>> embedder =
@@ -98,7 +99,8 @@ using PreparedIds = std::vector<std::int64_t>;
 }  // namespace
 
 Status SentenceEncoder::ValidateTexts(const DocList& docs, const Parameters& /*parameters*/) const {
-  return sentence_encoder::CheckTexts(docs);
+  GANTRY_RETURN_IF_ERROR(sentence_encoder::CheckTexts(docs));
+  return sentence_encoder::CheckReplyFits(docs, embedder_->dimension(), max_message_bytes_);
 }
 
 Status SentenceEncoder::PrepareEncode(DocList& docs, const Parameters& parameters) const {

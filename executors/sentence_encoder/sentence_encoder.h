@@ -87,7 +87,8 @@ class SentenceEncoder final : public Executor {
 
   GANTRY_VALIDATE(Encode, ValidateTexts);
   // INVALID_ARGUMENT naming a document without text (sentence_encoder::
-  // CheckTexts), for each request before requests are merged.
+  // CheckTexts), or for a request whose reply could only be over the message
+  // cap (CheckReplyFits), for each request before requests are merged.
   Status ValidateTexts(const DocList& docs, const Parameters& parameters) const;
 
   GANTRY_PREPARE(Encode, PrepareEncode);
@@ -126,6 +127,8 @@ class SentenceEncoder final : public Executor {
   std::unique_ptr<sentence_encoder::SentenceEmbedder> embedder_;
   // Whether inputs over max_seq_length are cut when a request does not say.
   bool auto_truncate_ = true;
+  // The worker's message cap, which every reply must fit.
+  std::int64_t max_message_bytes_ = 0;
   // Lets the worker verify, after construction, that every weight is on the
   // assigned device.
   DeviceCheckRegistration device_check_;

@@ -108,6 +108,7 @@
 #include <gantry/status.h>
 #include <gantry/version.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -140,6 +141,10 @@ struct ExecutorContext {
   // empty when it was configured from code. Relative paths in `with:`
   // resolve against it: see ResolvePath.
   std::string config_dir{};
+  // The cap on one request or reply message (YAML `max_message_bytes`): a
+  // handler whose reply could only be over it may refuse the request before
+  // doing the work.
+  std::int64_t max_message_bytes = std::int64_t{64} << 20;
 
   // `path` as the executor should open it: absolute paths unchanged,
   // relative ones under config_dir (or the working directory without one).

@@ -368,6 +368,7 @@ int RunWorker(const WorkerFlags& flags) {
   context.metas = spec->metas;
   context.with = Parameters(spec->with);
   context.config_dir = spec->config_dir;
+  context.max_message_bytes = spec->max_message_bytes;
   std::string device_text = spec->device;
   if (const Value* d = context.with.Find("device"); d != nullptr && d->AsText() != nullptr) {
     device_text = *d->AsText();

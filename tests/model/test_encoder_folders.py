@@ -362,11 +362,17 @@ class Truncation(unittest.TestCase):
         cls.reference = make_st(base, cls.folder, "mean", True)
         cls.strict = serve(cls.tmp.name, "strict", cls.folder, "    auto_truncate: false\n")
         cls.default = serve(cls.tmp.name, "default", cls.folder)
+        # Replies of at most 256 KiB: 2,048 embeddings of 32 float32 values.
+        cls.capped = serve(cls.tmp.name, "capped", cls.folder,
+                           f"  max_message_bytes: {cls.CAP}\n")
+
+    CAP = 256 * 1024
 
     @classmethod
     def tearDownClass(cls):
         cls.strict.stop()
         cls.default.stop()
+        cls.capped.stop()
         cls.tmp.cleanup()
 
     def encode(self, port, texts, **parameters):
@@ -433,6 +439,21 @@ class Truncation(unittest.TestCase):
         self.assertEqual(status, 200, reply)
         status, reply = self.encode(self.default.http_port, ["a"])
         self.assertEqual(status, 200, reply)
+
+    def test_a_reply_that_could_only_be_over_the_cap_is_refused_before_any_work(self):
+        # 4,000 documents of one letter fit the cap as a request (about 150
+        # KB), but their 4,000 x 32 float32 values alone are 512 KB.
+        status, reply = self.encode(self.capped.http_port, ["a"] * 4000)
+        self.assertEqual(status, 400, reply)
+        self.assertIn("4000 documents make a reply of at least 516000 bytes", reply["detail"])
+        self.assertIn(f"over the {self.CAP}-byte message cap (max_message_bytes)",
+                      reply["detail"])
+        self.assertIn("send fewer documents a request (at most 2032", reply["detail"])
+        # A request whose reply fits is served, after the refusal too.
+        status, reply = self.encode(self.capped.http_port, ["a"] * 800)
+        self.assertEqual(status, 200, reply)
+        self.assertEqual(len(reply["data"]), 800)
+        self.assertEqual(len(reply["data"][0]["embedding"]), 32)
 
 
 if __name__ == "__main__":
