@@ -369,7 +369,8 @@ void CheckUtf8(std::string_view text) {
 bool CanCutBefore(std::string_view text, std::size_t i) {
   const auto lead = static_cast<unsigned char>(text[i]);
   if (lead < 0x80) {
-    return lead >= 0x20 ? lead != 0x7F : IsWhitespace(lead);
+    // Of the C0 controls only tab, newline and return stay (as spaces).
+    return lead >= 0x20 ? lead != 0x7F : lead == '\t' || lead == '\n' || lead == '\r';
   }
   utf8proc_int32_t cp = 0;
   if ((lead & 0xC0) == 0x80 ||
@@ -592,11 +593,13 @@ bool WordPieceTokenizer::EncodeSegment(std::string_view text, std::size_t offset
   std::vector<std::size_t> starts;
   std::vector<std::size_t> ends;
   std::size_t word_chars = 0;
+  std::size_t word_start = 0;
+  std::size_t word_end = 0;
   const std::size_t most_chars = options_.max_input_chars_per_word;
   const auto end_word = [&] {
     if (word_chars > most_chars) {
-      tokens.push_back(TokenSpan{
-          .id = unk_id_, .start = starts.front(), .end = std::max(starts.front(), ends.back())});
+      tokens.push_back(
+          TokenSpan{.id = unk_id_, .start = word_start, .end = std::max(word_start, word_end)});
     } else if (word_chars > 0) {
       WordPiece(word, starts.data(), ends.data(), tokens);
     }
@@ -606,19 +609,20 @@ bool WordPieceTokenizer::EncodeSegment(std::string_view text, std::size_t offset
     word_chars = 0;
   };
   const auto add_char = [&](utf8proc_int32_t cp, std::size_t start, std::size_t end) {
+    if (word_chars == 0) {
+      word_start = start;
+    }
+    word_end = end;
     ++word_chars;
     if (word_chars <= most_chars) {
       AppendUtf8(cp, word);
       starts.push_back(start);
       ends.push_back(end);
-      return;
-    }
-    if (word_chars == most_chars + 1) {
+    } else if (word_chars == most_chars + 1) {
       word.clear();
-      starts.resize(1);
-      ends.resize(1);
+      starts.clear();
+      ends.clear();
     }
-    ends.back() = end;
   };
   for (std::size_t begin = 0; begin < text.size();) {
     const std::size_t end = WindowEnd(text, begin, options_.window_bytes);

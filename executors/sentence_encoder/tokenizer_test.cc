@@ -19,7 +19,8 @@
 namespace gantry::sentence_encoder {
 namespace {
 
-WordPieceTokenizer MakeTokenizer(std::size_t window_bytes = WordPieceOptions{}.window_bytes) {
+WordPieceTokenizer MakeTokenizer(std::size_t window_bytes = WordPieceOptions{}.window_bytes,
+                                 std::size_t max_input_chars_per_word = 100) {
   const std::vector<std::string> tokens = {
       "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", ",", "world", "!", "i", "'", "m",
       "123", "##ab", "##c", ".", "cafe", "de", "##ja", "vu", "東", "京", "una", "##ffa", "##ble",
@@ -32,6 +33,7 @@ WordPieceTokenizer MakeTokenizer(std::size_t window_bytes = WordPieceOptions{}.w
   }
   WordPieceOptions options;
   options.window_bytes = window_bytes;
+  options.max_input_chars_per_word = max_input_chars_per_word;
   StatusOr<WordPieceTokenizer> t = WordPieceTokenizer::Create(vocab, options);
   EXPECT_TRUE(t.ok()) << t.status();
   return std::move(t).value();
@@ -252,8 +254,9 @@ std::string TrickyText(std::mt19937& random, std::size_t parts) {
       "\u1fef",
       // A format char: removed, so the chars around it are one word.
       "\u200d", "\u0327\u0301\u0327",
-      // The same two marks the other way round: NFD swaps them.
-      " \u302e\U0001d165"};
+      // The same two marks the other way round: NFD swaps them, also across
+      // control chars, which are removed before NFD runs.
+      " \u302e\v\U0001d165", " \u302e\f\U0001d165", " \u302e\x01\U0001d165", " \u302e\U0001d165"};
   std::string text;
   for (std::size_t i = 0; i < parts; ++i) {
     text += pieces[random() % pieces.size()];
@@ -312,6 +315,35 @@ TEST(TokenizerTest, WindowsOfAnySizeGiveTheSameTokens) {
       }
     }
   }
+}
+
+// A word over max_input_chars_per_word chars is one [UNK] over all of its
+// bytes, whatever the windows cut it into; with 0, every word is.
+TEST(TokenizerTest, WordsTooLongForAPieceAreOneUnknownOverTheirBytes) {
+  const std::string text = "hello wor\u0301ld, unaffable \u6771 abcab";
+  for (const std::size_t most : {0, 1, 3, 5}) {
+    const WordPieceTokenizer whole = MakeTokenizer(std::numeric_limits<std::size_t>::max(), most);
+    for (const std::size_t window : {1, 2, 3, 7}) {
+      const std::vector<TokenSpan> want = whole.Tokenize(text, /*add_special_tokens=*/false);
+      const std::vector<TokenSpan> got =
+          MakeTokenizer(window, most).Tokenize(text, /*add_special_tokens=*/false);
+      ASSERT_EQ(got.size(), want.size()) << most << " " << window;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(got[i].id, want[i].id) << most << " " << window << " token " << i;
+        EXPECT_EQ(got[i].start, want[i].start) << most << " " << window << " token " << i;
+        EXPECT_EQ(got[i].end, want[i].end) << most << " " << window << " token " << i;
+      }
+    }
+  }
+  const std::vector<TokenSpan> none =
+      MakeTokenizer(2, 0).Tokenize("hello world", /*add_special_tokens=*/false);
+  ASSERT_EQ(none.size(), 2U);
+  EXPECT_EQ(none[0].id, kUnk);
+  EXPECT_EQ(none[0].start, 0U);
+  EXPECT_EQ(none[0].end, 5U);
+  EXPECT_EQ(none[1].id, kUnk);
+  EXPECT_EQ(none[1].start, 6U);
+  EXPECT_EQ(none[1].end, 11U);
 }
 
 // Cut while tokenizing: the first or last `most` pieces of every piece, and

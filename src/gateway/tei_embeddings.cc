@@ -16,6 +16,7 @@ namespace {
 using nlohmann::json;
 
 // gRPC codes, as in grpcpp's StatusCode (not included here).
+constexpr int kInvalidArgument = 3;
 constexpr int kDeadlineExceeded = 4;
 constexpr int kResourceExhausted = 8;
 constexpr int kUnavailable = 14;
@@ -129,6 +130,9 @@ std::optional<TeiError> ReadPromptName(const json& body, std::string& prompt_nam
 
 TeiError TeiError::FromGrpc(int grpc_code, std::string message) {
   switch (grpc_code) {
+    case kInvalidArgument:
+      // An executor's validator refused the request.
+      return TeiError{.http_status = 422, .message = std::move(message), .type = "Validation"};
     case kResourceExhausted:
       return TeiError{.http_status = 429, .message = std::move(message), .type = "Overloaded"};
     case kUnavailable:

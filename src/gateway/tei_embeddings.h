@@ -57,9 +57,10 @@ struct TeiError {
   // "Unhealthy".
   std::string type = "Validation";
 
-  // The error for a failed forward: gRPC code `grpc_code` (429 Overloaded
-  // for RESOURCE_EXHAUSTED, 503 Unhealthy for UNAVAILABLE, 504 for a
-  // deadline, 424 Backend otherwise).
+  // The error for a failed forward: gRPC code `grpc_code` (422 Validation
+  // for INVALID_ARGUMENT, an executor's validator refusing the request; 429
+  // Overloaded for RESOURCE_EXHAUSTED, 503 Unhealthy for UNAVAILABLE, 504
+  // for a deadline, 424 Backend otherwise).
   static TeiError FromGrpc(int grpc_code, std::string message);
   nlohmann::json ToJson() const;
 };

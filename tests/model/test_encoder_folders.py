@@ -364,7 +364,7 @@ class Truncation(unittest.TestCase):
         cls.default = serve(cls.tmp.name, "default", cls.folder)
         # Replies of at most 256 KiB: 2,048 embeddings of 32 float32 values.
         cls.capped = serve(cls.tmp.name, "capped", cls.folder,
-                           f"  max_message_bytes: {cls.CAP}\n")
+                           f"  max_message_bytes: {cls.CAP}\n  models: {{tiny: /encode}}\n")
 
     CAP = 256 * 1024
 
@@ -449,6 +449,17 @@ class Truncation(unittest.TestCase):
         self.assertIn(f"over the {self.CAP}-byte message cap (max_message_bytes)",
                       reply["detail"])
         self.assertIn("send fewer documents a request (at most 2032", reply["detail"])
+        # TEI's route: its validation error. 2,048 inputs (its batch limit)
+        # of one letter: 264,192 bytes at least.
+        status, reply = http_post(self.capped.http_port, "/embed", {"inputs": ["a"] * 2048})
+        self.assertEqual(status, 422, reply)
+        self.assertEqual(reply["error_type"], "Validation")
+        self.assertIn("2048 documents make a reply of at least 264192 bytes", reply["error"])
+        # OpenAI's: invalid_request_error.
+        status, reply = http_post(self.capped.http_port, "/v1/embeddings",
+                                  {"model": "tiny", "input": ["a"] * 2048})
+        self.assertEqual(status, 400, reply)
+        self.assertIn("over the 262144-byte message cap", reply["error"]["message"])
         # A request whose reply fits is served, after the refusal too.
         status, reply = self.encode(self.capped.http_port, ["a"] * 800)
         self.assertEqual(status, 200, reply)
