@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 #include <gantry/torch_cuda.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <stdexcept>
@@ -83,7 +84,8 @@ void CrossEncoder::Rerank(DocList& docs, const Parameters& parameters) {
         (query == nullptr ? std::string("nothing") : query->DebugString()) +
         " (a reranker scores (query, text) pairs; it makes no embeddings)");
   }
-  if (docs.empty()) {
+  // Documents without text come back as they came (as SentenceEncoder's).
+  if (std::none_of(docs.begin(), docs.end(), sentence_encoder::HasText)) {
     return;
   }
   const sentence_encoder::Truncation truncation =
@@ -100,6 +102,9 @@ void CrossEncoder::Rerank(DocList& docs, const Parameters& parameters) {
   const std::int64_t labels = scorer_->num_labels();
   const float* data = scores.data_ptr<float>();
   for (std::size_t i = 0; i < docs.size(); ++i) {
+    if (!sentence_encoder::HasText(docs[i])) {
+      continue;
+    }
     const float* row = data + static_cast<std::int64_t>(i) * labels;
     docs[i].set_embedding(Tensor::FromValues<float>({labels}, std::span<const float>(row, labels)));
     if (labels == 1) {

@@ -125,14 +125,17 @@ std::string Shortened(const Value& value) {
 Status CheckTexts(const DocList& docs) {
   for (std::size_t i = 0; i < docs.size(); ++i) {
     const Value* text = docs[i].Find("text");
-    if (text == nullptr || text->AsText() == nullptr) {
-      return InvalidArgumentError(
-          "document " + std::to_string(i) + " (id " + docs[i].id() + ") " +
-          (text == nullptr ? std::string("has no text")
-                           : "has a field 'text' that is not text: " + Shortened(*text)));
+    if (text != nullptr && text->AsText() == nullptr) {
+      return InvalidArgumentError("document " + std::to_string(i) + " (id " + docs[i].id() +
+                                  ") has a field 'text' that is not text: " + Shortened(*text));
     }
   }
   return OkStatus();
+}
+
+bool HasText(const Doc& doc) {
+  const Value* text = doc.Find("text");
+  return text != nullptr && text->AsText() != nullptr;
 }
 
 Status CheckReplyFits(const DocList& docs, std::int64_t dimension, std::int64_t max_message_bytes) {
@@ -142,9 +145,9 @@ Status CheckReplyFits(const DocList& docs, std::int64_t dimension, std::int64_t 
   const auto vector_bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(dimension, 0)) * 4;
   std::uint64_t least = 0;
   for (const Doc& doc : docs) {
-    const Value* text = doc.Find("text");
-    least +=
-        vector_bytes + (text != nullptr && text->AsText() != nullptr ? text->AsText()->size() : 0);
+    if (HasText(doc)) {
+      least += vector_bytes + doc.Find("text")->AsText()->size();
+    }
   }
   const auto cap = static_cast<std::uint64_t>(max_message_bytes);
   if (least <= cap) {

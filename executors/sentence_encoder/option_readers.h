@@ -56,16 +56,23 @@ std::optional<bool> ReadBoolParameter(const Parameters& parameters, std::string_
 // Throws std::invalid_argument naming the parameter.
 Truncation ReadTruncation(const Parameters& parameters, bool auto_truncate);
 
-// InvalidArgument naming the first document whose "text" field is missing
-// or is not text (a number, a list: what a JSON client sends by mistake),
-// rather than encoding it as an empty text; "" is text. The executors'
-// validators check each request with it before requests are merged, so
-// that one bad request fails alone.
+// InvalidArgument naming the first document whose "text" field is not text
+// (a number, a list: what a JSON client sends by mistake), rather than
+// encoding it as an empty text; "" is text. A document without the field is
+// not refused: the encoders leave it as it came (HasText), as Jina's do, so
+// that documents with ids only (a Flow's /delete) pass through them. The
+// executors' validators check each request with it before requests are
+// merged, so that one bad request fails alone.
 Status CheckTexts(const DocList& docs);
+
+// Whether `doc` has a "text" field that is text: the documents an encoder
+// encodes (the others it leaves as they came).
+bool HasText(const Doc& doc);
 
 // InvalidArgument when the reply to `docs` could only be over
 // `max_message_bytes` (0: no cap): each document comes back with its text
-// and `dimension` float32 values, and those alone pass it. Checked before
+// and `dimension` float32 values (documents with text, HasText), and those
+// alone pass it. Checked before
 // anything is encoded, so that a request of a hundred thousand short texts
 // is refused at once, not after minutes of work whose reply would be
 // refused anyway. Documents without text count as "" (CheckTexts first).

@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 #include <gantry/torch_cuda.h>
 
+#include <algorithm>
 #include <any>
 #include <cstdint>
 #include <optional>
@@ -135,7 +136,10 @@ Status SentenceEncoder::PrepareEncode(DocList& docs, const Parameters& parameter
 }
 
 void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
-  if (docs.empty()) {
+  // Documents without text come back as they came, as Jina's encoders leave
+  // them; among others they run as "" (a row of two tokens), so that every
+  // document keeps its index in errors and passes.
+  if (std::none_of(docs.begin(), docs.end(), sentence_encoder::HasText)) {
     return;
   }
   const std::string prompt = Prompt(parameters);
@@ -172,7 +176,9 @@ void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
   // callers that bill or report usage (the gateway's OpenAI API asks).
   if (sentence_encoder::ReadBoolParameter(parameters, "return_token_counts").value_or(false)) {
     for (std::size_t i = 0; i < docs.size(); ++i) {
-      docs[i].mutable_tags()["num_tokens"] = Value(static_cast<std::int64_t>(ids[i].size()));
+      if (sentence_encoder::HasText(docs[i])) {
+        docs[i].mutable_tags()["num_tokens"] = Value(static_cast<std::int64_t>(ids[i].size()));
+      }
     }
   }
   // TEI's `normalize`: whether vectors come back unit length, whatever the
@@ -184,6 +190,9 @@ void SentenceEncoder::Encode(DocList& docs, const Parameters& parameters) {
   const std::int64_t dim = embedder_->dimension();
   const float* data = embeddings.data_ptr<float>();
   for (std::size_t i = 0; i < docs.size(); ++i) {
+    if (!sentence_encoder::HasText(docs[i])) {
+      continue;
+    }
     docs[i].set_embedding(Tensor::FromValues<float>(
         {dim}, std::span<const float>(data + static_cast<std::int64_t>(i) * dim,
                                       static_cast<std::size_t>(dim))));

@@ -426,15 +426,33 @@ class Truncation(unittest.TestCase):
             status, reply = self.encode(self.default.http_port, ["a"], **parameters)
             self.assertEqual(status, 400, reply)
             self.assertIn(want, reply["detail"])
-        # A document whose text is missing or not text is the client's
-        # mistake, named, not the embedding of an empty text.
+        # A document whose text is not text is the client's mistake, named,
+        # not the embedding of an empty text.
         for doc, want in [({"text": 5}, "document 1 (id d1) has a field 'text' that is not text"),
-                          ({"text": ["a"]}, "document 1 (id d1) has a field 'text'"),
-                          ({"tags": {"a": 1}}, "document 1 (id d1) has no text")]:
+                          ({"text": ["a"]}, "document 1 (id d1) has a field 'text'")]:
             body = {"data": [{"id": "d0", "text": "a"}, dict(doc, id="d1")]}
             status, reply = http_post(self.default.http_port, "/encode", body)
             self.assertEqual(status, 400, reply)
             self.assertIn(want, reply["detail"])
+        # One without text comes back as it came, as from Jina's encoders: a
+        # Flow's id-only documents (/delete) pass through. Its neighbours are
+        # encoded as they would be alone.
+        _, alone = self.encode(self.default.http_port, ["a", "b c"])
+        body = {"data": [{"id": "d0", "text": "a"}, {"id": "d1", "tags": {"k": 1}},
+                         {"id": "d2", "text": "b c"}],
+                "parameters": {"return_token_counts": True}}
+        status, reply = http_post(self.default.http_port, "/encode", body)
+        self.assertEqual(status, 200, reply)
+        self.assertEqual([d["id"] for d in reply["data"]], ["d0", "d1", "d2"])
+        self.assertIsNone(reply["data"][1].get("embedding"))
+        self.assertEqual(reply["data"][1]["tags"], {"k": 1})
+        for got, want in zip([reply["data"][0], reply["data"][2]], alone["data"]):
+            np.testing.assert_allclose(got["embedding"], want["embedding"], atol=1e-5)
+            self.assertIn("num_tokens", got["tags"])
+        status, reply = http_post(self.default.http_port, "/encode",
+                                  {"data": [{"id": "d1"}, {"id": "d2"}]})
+        self.assertEqual(status, 200, reply)
+        self.assertEqual([d.get("embedding") for d in reply["data"]], [None, None])
         status, reply = self.encode(self.default.http_port, [""])
         self.assertEqual(status, 200, reply)
         status, reply = self.encode(self.default.http_port, ["a"])

@@ -228,6 +228,20 @@ class RerankParity(unittest.TestCase):
                                                     "parameters": {"query": "q"}})
         self.assertEqual(status, 400, error)
         self.assertIn("document 1 (id x) has a field 'text' that is not text", error["detail"])
+        # A document without text comes back as it came, unscored, as from
+        # Jina's rerankers: a Flow's id-only documents pass through.
+        status, reply = post(self.port, "/rerank",
+                             {"data": [{"id": "a", "text": "a dog"}, {"id": "b"}],
+                              "parameters": {"query": "q"}})
+        self.assertEqual(status, 200, reply)
+        self.assertIn("relevance_score", reply["data"][0]["tags"])
+        self.assertEqual(reply["data"][1]["id"], "b")
+        self.assertNotIn("relevance_score", reply["data"][1].get("tags") or {})
+        self.assertIsNone(reply["data"][1].get("embedding"))
+        status, reply = post(self.port, "/rerank",
+                             {"data": [{"id": "b"}], "parameters": {"query": "q"}})
+        self.assertEqual(status, 200, reply)
+        self.assertEqual(reply["data"][0]["id"], "b")
         self.assert_still_serving()
 
 
