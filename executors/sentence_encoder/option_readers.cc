@@ -145,8 +145,9 @@ Status CheckReplyFits(const DocList& docs, std::int64_t dimension, std::int64_t 
   const auto vector_bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(dimension, 0)) * 4;
   std::uint64_t least = 0;
   for (const Doc& doc : docs) {
-    if (HasText(doc)) {
-      least += vector_bytes + doc.Find("text")->AsText()->size();
+    const Value* text = doc.Find("text");
+    if (text != nullptr && text->AsText() != nullptr) {
+      least += vector_bytes + text->AsText()->size();
     }
   }
   const auto cap = static_cast<std::uint64_t>(max_message_bytes);

@@ -549,10 +549,6 @@ void WordPieceTokenizer::WordPiece(std::string_view word, const std::size_t* cha
                      .start = char_starts[first],
                      .end = std::max(char_starts[first], char_ends[last - 1])};
   };
-  if (chars > options_.max_input_chars_per_word) {
-    tokens.push_back(span(unk_id_, 0, chars));
-    return;
-  }
   const std::size_t first_piece = tokens.size();
   std::string piece;
   std::size_t start = 0;

@@ -170,7 +170,9 @@ class WordPieceTokenizer {
   bool EncodeSegment(std::string_view text, std::size_t offset, std::vector<TokenSpan>& tokens,
                      const TokenFlush& flush) const;
   // `word`'s pieces; char i of the word came from bytes
-  // [char_starts[i], char_ends[i]) of the text.
+  // [char_starts[i], char_ends[i]) of the text. A word of more than
+  // max_input_chars_per_word chars never gets here: EncodeSegment makes it
+  // one [UNK] without holding it.
   void WordPiece(std::string_view word, const std::size_t* char_starts,
                  const std::size_t* char_ends, std::vector<TokenSpan>& tokens) const;
 

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <initializer_list>
+#include <optional>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -59,29 +60,30 @@ void ReleaseFreeHeapMemory() {
 
 namespace {
 
-// Whether the user set malloc's tunables: theirs stand.
-bool EnvironmentTunesMalloc() {
+// Why glibc's settings are not ours to make: the user set malloc's tunables
+// (theirs stand), or another malloc serves the process (tcmalloc exports a
+// mallopt that does nothing, and glibc's heap is next to unused); nullopt
+// when they are.
+std::optional<HeapTuning> NotOursToTune() {
   for (const char* variable :
        {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX", "GLIBC_TUNABLES"}) {
     if (std::getenv(variable) != nullptr) {
-      return true;
+      return HeapTuning::kLeftToEnvironment;
     }
   }
-  return false;
+  if (CurrentMalloc() != MallocKind::kGlibc) {
+    return HeapTuning::kUnsupported;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
 
 HeapTuning KeepModelBuffersInHeap() {
-  if (EnvironmentTunesMalloc()) {
-    return HeapTuning::kLeftToEnvironment;
+  if (const std::optional<HeapTuning> not_ours = NotOursToTune()) {
+    return *not_ours;
   }
 #if defined(__GLIBC__)
-  // Another malloc (tcmalloc exports a mallopt that does nothing) keeps
-  // glibc's heap next to unused: its settings would say nothing.
-  if (CurrentMalloc() != MallocKind::kGlibc) {
-    return HeapTuning::kUnsupported;
-  }
   // Setting either threshold also stops glibc from moving them afterwards.
   if (::mallopt(M_MMAP_THRESHOLD, static_cast<int>(kModelMmapThresholdBytes)) == 1 &&
       ::mallopt(M_TRIM_THRESHOLD, static_cast<int>(kModelTrimThresholdBytes)) == 1 &&
@@ -93,13 +95,10 @@ HeapTuning KeepModelBuffersInHeap() {
 }
 
 HeapTuning ReturnMessageBuffersWhenFreed() {
-  if (EnvironmentTunesMalloc()) {
-    return HeapTuning::kLeftToEnvironment;
+  if (const std::optional<HeapTuning> not_ours = NotOursToTune()) {
+    return *not_ours;
   }
 #if defined(__GLIBC__)
-  if (CurrentMalloc() != MallocKind::kGlibc) {
-    return HeapTuning::kUnsupported;
-  }
   // Setting it also stops glibc from raising it.
   if (::mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMessageMmapThresholdBytes)) == 1) {
     return HeapTuning::kApplied;

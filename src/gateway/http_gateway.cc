@@ -747,9 +747,7 @@ class HttpGateway::Impl {
       request.mutable_header()->set_request_id(request_id);
     }
     endpoint = request.header().exec_endpoint();
-    std::string serialized = request.SerializeAsString();
-    request = jina::DataRequestProto();  // freed now, not held beside its bytes
-    forward_(std::move(serialized), deadline,
+    forward_(TakeSerialized(request), deadline,
              [send, single, endpoint](const HttpForwardResult& result) {
                send(DataReply(result, single, endpoint));
              });
@@ -814,9 +812,7 @@ class HttpGateway::Impl {
                    std::to_string(max_message_bytes_) + "-byte message cap"));
       return;
     }
-    std::string serialized = data_request.SerializeAsString();
-    data_request = jina::DataRequestProto();  // freed now, not held beside its bytes
-    forward_(std::move(serialized), deadline,
+    forward_(TakeSerialized(data_request), deadline,
              [send, embeddings_request, cap = max_message_bytes_](const HttpForwardResult& result) {
                send(OpenAiReply(result, *embeddings_request, cap));
              });
@@ -845,9 +841,7 @@ class HttpGateway::Impl {
                                       std::to_string(max_message_bytes_) + "-byte message cap"});
       return;
     }
-    std::string serialized = data_request.SerializeAsString();
-    data_request = jina::DataRequestProto();  // freed now, not held beside its bytes
-    forward_(std::move(serialized), deadline,
+    forward_(TakeSerialized(data_request), deadline,
              [send, request, cap = max_message_bytes_](const HttpForwardResult& result) {
                send(TeiReply(result, *request, cap));
              });
@@ -1056,9 +1050,7 @@ class HttpGateway::Impl {
     }
     std::string().swap(http_request.body);
     auto infer_request = std::make_shared<inference::ModelInferRequest>(std::move(*request));
-    std::string serialized = data_request->SerializeAsString();
-    *data_request = jina::DataRequestProto();  // freed now, not held beside its bytes
-    forward_(std::move(serialized), deadline,
+    forward_(TakeSerialized(*data_request), deadline,
              [send, infer_request, signature = signature_,
               cap = max_message_bytes_](const HttpForwardResult& result) {
                send(KServeInferReply(result, *infer_request, signature.get(), cap));
@@ -1167,6 +1159,12 @@ class HttpGateway::Impl {
   StatusOr<SwaggerUi> swagger_ui_ = SwaggerUi::Load();
   std::unique_ptr<HttpServer> server_;
 };
+
+std::string TakeSerialized(jina::DataRequestProto& request) {
+  std::string bytes = request.SerializeAsString();
+  jina::DataRequestProto().Swap(&request);  // the temporary takes the memory with it
+  return bytes;
+}
 
 HttpGateway::HttpGateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 

@@ -55,6 +55,10 @@
 
 #include "core/limits.h"
 
+namespace jina {
+class DataRequestProto;
+}  // namespace jina
+
 namespace gantry::internal {
 
 // What the gRPC side answered for one forwarded request.
@@ -73,6 +77,10 @@ using HttpForwardDone = std::function<void(HttpForwardResult result)>;
 // any thread, with the answer. `deadline` is time_point::max() for none.
 using HttpForwardFn = std::function<void(
     std::string request, std::chrono::system_clock::time_point deadline, HttpForwardDone done)>;
+
+// `request`'s bytes, to forward; `request` is emptied and its memory freed
+// first, so that a message of tens of MB is not held beside its bytes.
+std::string TakeSerialized(jina::DataRequestProto& request);
 
 struct HttpGatewayOptions {
   std::string host = "127.0.0.1";

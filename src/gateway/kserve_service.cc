@@ -133,9 +133,7 @@ grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
     trace = ParseTraceparent(std::string_view(it->second.data(), it->second.size()));
   }
   const TraceContextScope trace_scope(trace);
-  std::string serialized = data_request->SerializeAsString();
-  *data_request = jina::DataRequestProto();  // freed now, not held beside its bytes
-  HttpForwardResult result = forward_(std::move(serialized), context->deadline());
+  HttpForwardResult result = forward_(TakeSerialized(*data_request), context->deadline());
   if (result.grpc_code != 0) {
     return {static_cast<grpc::StatusCode>(result.grpc_code), result.grpc_message};
   }
