@@ -772,21 +772,24 @@ void Gateway::Impl::ForwardBytes(std::string request, Clock::time_point deadline
   grpc::Slice slice(
       bytes->data(), bytes->size(), [](void* owned) { delete static_cast<std::string*>(owned); },
       bytes);
-  Forward(grpc::ByteBuffer(&slice, 1), deadline,
-          [done = std::move(done)](const ForwardResult& result) {
-            HttpForwardResult out;
-            out.grpc_code = static_cast<int>(result.status.error_code());
-            out.grpc_message = result.status.error_message();
-            out.is_error = result.is_error;
-            std::vector<grpc::Slice> slices;
-            if (result.status.ok() && result.reply.Dump(&slices).ok()) {
-              out.reply.reserve(result.reply.Length());
-              for (const grpc::Slice& s : slices) {
-                out.reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
-              }
-            }
-            done(std::move(out));
-          });
+  Forward(grpc::ByteBuffer(&slice, 1), deadline, [done = std::move(done)](ForwardResult result) {
+    HttpForwardResult out;
+    out.grpc_code = static_cast<int>(result.status.error_code());
+    out.grpc_message = result.status.error_message();
+    out.is_error = result.is_error;
+    {
+      std::vector<grpc::Slice> slices;
+      if (result.status.ok() && result.reply.Dump(&slices).ok()) {
+        out.reply.reserve(result.reply.Length());
+        for (const grpc::Slice& s : slices) {
+          out.reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
+        }
+      }
+    }
+    // The reply is held once, as `out.reply`, while it is answered.
+    result.reply.Clear();
+    done(std::move(out));
+  });
 }
 
 HttpForwardResult Gateway::Impl::ForwardAndWait(std::string request, Clock::time_point deadline) {

@@ -747,19 +747,18 @@ class HttpGateway::Impl {
       request.mutable_header()->set_request_id(request_id);
     }
     endpoint = request.header().exec_endpoint();
-    forward_(TakeSerialized(request), deadline,
-             [send, single, endpoint](const HttpForwardResult& result) {
-               send(DataReply(result, single, endpoint));
-             });
+    forward_(TakeSerialized(request), deadline, [send, single, endpoint](HttpForwardResult result) {
+      send(DataReply(std::move(result), single, endpoint));
+    });
   }
 
-  static HttpResponse DataReply(const HttpForwardResult& result, bool single,
+  static HttpResponse DataReply(HttpForwardResult result, bool single,
                                 const std::string& endpoint) {
     if (result.grpc_code != 0) {
       return DetailResponse(HttpStatusOfGrpc(result.grpc_code), result.grpc_message);
     }
     jina::DataRequestProto reply;
-    if (!reply.ParseFromString(result.reply)) {
+    if (!ParseReply(result, &reply)) {
       return DetailResponse(500, "gateway: the replica's reply to " + endpoint + " does not parse");
     }
     if (result.is_error || reply.header().status().code() == jina::StatusProto::ERROR) {
@@ -767,14 +766,14 @@ class HttpGateway::Impl {
                           json{{"detail", reply.header().status().description()},
                                {"header", MessageToJson(reply.header())}});
     }
-    StatusOr<docarray::DocListProto> list = ReplyDocProtos(reply);
+    StatusOr<docarray::DocListProto> list = ReplyDocProtos(&reply);
     if (!list.ok()) {
       return DetailResponse(
           500, "gateway: the replica's reply to " + endpoint + ": " + list.status().message());
     }
     json out_docs = json::array();
-    for (const auto& doc : list->docs()) {
-      out_docs.push_back(DocProtoToJson(doc));
+    for (auto& doc : *list->mutable_docs()) {
+      out_docs.push_back(DocProtoToJson(std::move(doc)));
     }
     json out{{"header", MessageToJson(reply.header())},
              {"parameters", StructToJson(reply.parameters())}};
@@ -813,8 +812,8 @@ class HttpGateway::Impl {
       return;
     }
     forward_(TakeSerialized(data_request), deadline,
-             [send, embeddings_request, cap = max_message_bytes_](const HttpForwardResult& result) {
-               send(OpenAiReply(result, *embeddings_request, cap));
+             [send, embeddings_request, cap = max_message_bytes_](HttpForwardResult result) {
+               send(OpenAiReply(std::move(result), *embeddings_request, cap));
              });
   }
 
@@ -842,8 +841,8 @@ class HttpGateway::Impl {
       return;
     }
     forward_(TakeSerialized(data_request), deadline,
-             [send, request, cap = max_message_bytes_](const HttpForwardResult& result) {
-               send(TeiReply(result, *request, cap));
+             [send, request, cap = max_message_bytes_](HttpForwardResult result) {
+               send(TeiReply(std::move(result), *request, cap));
              });
   }
 
@@ -871,28 +870,28 @@ class HttpGateway::Impl {
     return MakeTeiTokenizeDataRequest(request, request_id);
   }
   static std::variant<json, TeiError> MakeTeiResponse(const TeiEmbedRequest& request,
-                                                      const jina::DataRequestProto& reply,
+                                                      jina::DataRequestProto reply,
                                                       std::uint64_t cap) {
-    return MakeTeiEmbedResponse(request, reply, cap);
+    return MakeTeiEmbedResponse(request, std::move(reply), cap);
   }
   static std::variant<json, TeiError> MakeTeiResponse(const TeiSimilarityRequest& request,
-                                                      const jina::DataRequestProto& reply,
+                                                      jina::DataRequestProto reply,
                                                       std::uint64_t cap) {
-    return MakeTeiSimilarityResponse(request, reply, cap);
+    return MakeTeiSimilarityResponse(request, std::move(reply), cap);
   }
   static std::variant<json, TeiError> MakeTeiResponse(const TeiRerankRequest& request,
-                                                      const jina::DataRequestProto& reply,
+                                                      jina::DataRequestProto reply,
                                                       std::uint64_t cap) {
-    return MakeTeiRerankResponse(request, reply, cap);
+    return MakeTeiRerankResponse(request, std::move(reply), cap);
   }
   static std::variant<json, TeiError> MakeTeiResponse(const TeiTokenizeRequest& request,
-                                                      const jina::DataRequestProto& reply,
+                                                      jina::DataRequestProto reply,
                                                       std::uint64_t cap) {
-    return MakeTeiTokenizeResponse(request, reply, cap);
+    return MakeTeiTokenizeResponse(request, std::move(reply), cap);
   }
 
   template <typename Request>
-  static HttpResponse TeiReply(const HttpForwardResult& result, const Request& request,
+  static HttpResponse TeiReply(HttpForwardResult result, const Request& request,
                                std::uint64_t cap) {
     auto error_response = [](const TeiError& error) {
       return JsonResponse(error.http_status, error.ToJson());
@@ -901,7 +900,7 @@ class HttpGateway::Impl {
       return error_response(TeiError::FromGrpc(result.grpc_code, result.grpc_message));
     }
     jina::DataRequestProto reply;
-    if (!reply.ParseFromString(result.reply)) {
+    if (!ParseReply(result, &reply)) {
       return error_response(TeiError{.http_status = 424,
                                      .message = "gateway: the replica's reply does not parse",
                                      .type = "Backend"});
@@ -918,15 +917,15 @@ class HttpGateway::Impl {
                                      .message = status.description(),
                                      .type = http_status == 424 ? "Backend" : "Validation"});
     }
-    auto response = MakeTeiResponse(request, reply, cap);
+    auto response = MakeTeiResponse(request, std::move(reply), cap);
     if (const auto* error = std::get_if<TeiError>(&response)) {
       return error_response(*error);
     }
     return JsonResponse(200, std::get<json>(response));
   }
 
-  static HttpResponse OpenAiReply(const HttpForwardResult& result,
-                                  const OpenAiEmbeddingsRequest& request, std::uint64_t cap) {
+  static HttpResponse OpenAiReply(HttpForwardResult result, const OpenAiEmbeddingsRequest& request,
+                                  std::uint64_t cap) {
     auto error_response = [](const OpenAiError& error) {
       return JsonResponse(error.http_status, error.ToJson());
     };
@@ -936,7 +935,7 @@ class HttpGateway::Impl {
           OpenAiError::WithStatus(HttpStatusOfGrpc(result.grpc_code), result.grpc_message));
     }
     jina::DataRequestProto reply;
-    if (!reply.ParseFromString(result.reply)) {
+    if (!ParseReply(result, &reply)) {
       return error_response(
           OpenAiError::WithStatus(500, "gateway: the replica's reply does not parse"));
     }
@@ -945,7 +944,7 @@ class HttpGateway::Impl {
           OpenAiError::WithStatus(HttpStatusOfExecutorError(reply.header().status()),
                                   "executor error: " + reply.header().status().description()));
     }
-    auto response = MakeOpenAiEmbeddingsResponse(request, reply, cap);
+    auto response = MakeOpenAiEmbeddingsResponse(request, std::move(reply), cap);
     if (const auto* error = std::get_if<OpenAiError>(&response)) {
       return error_response(*error);
     }
@@ -1052,19 +1051,19 @@ class HttpGateway::Impl {
     auto infer_request = std::make_shared<inference::ModelInferRequest>(std::move(*request));
     forward_(TakeSerialized(*data_request), deadline,
              [send, infer_request, signature = signature_,
-              cap = max_message_bytes_](const HttpForwardResult& result) {
-               send(KServeInferReply(result, *infer_request, signature.get(), cap));
+              cap = max_message_bytes_](HttpForwardResult result) {
+               send(KServeInferReply(std::move(result), *infer_request, signature.get(), cap));
              });
   }
 
-  static HttpResponse KServeInferReply(const HttpForwardResult& result,
+  static HttpResponse KServeInferReply(HttpForwardResult result,
                                        const inference::ModelInferRequest& request,
                                        const TensorSignature* signature, std::uint64_t cap) {
     if (result.grpc_code != 0) {
       return KServeError(HttpStatusOfGrpc(result.grpc_code), result.grpc_message);
     }
     jina::DataRequestProto reply;
-    if (!reply.ParseFromString(result.reply)) {
+    if (!ParseReply(result, &reply)) {
       return KServeError(500, "gateway: the replica's reply does not parse");
     }
     if (result.is_error || reply.header().status().code() == jina::StatusProto::ERROR) {
@@ -1072,7 +1071,7 @@ class HttpGateway::Impl {
                          "executor error: " + reply.header().status().description());
     }
     StatusOr<inference::ModelInferResponse> response =
-        DataReplyToKServe(request, reply, cap, signature);
+        DataReplyToKServe(request, std::move(reply), cap, signature);
     StatusOr<KServeHttpReply> rendered = response.ok()
                                              ? RenderKServeHttpInfer(request, *response)
                                              : StatusOr<KServeHttpReply>(response.status());
@@ -1113,12 +1112,12 @@ class HttpGateway::Impl {
                          .version = GANTRY_VERSION};
     forward_(MakeTeiInfoDataRequest(RandomRequestId()).SerializeAsString(), *deadline,
              [send, router = std::move(router), cap = max_message_bytes_](
-                 const HttpForwardResult& result) { send(TeiReply(result, router, cap)); });
+                 HttpForwardResult result) { send(TeiReply(std::move(result), router, cap)); });
   }
   static std::variant<json, TeiError> MakeTeiResponse(const TeiRouterInfo& router,
-                                                      const jina::DataRequestProto& reply,
+                                                      jina::DataRequestProto reply,
                                                       std::uint64_t cap) {
-    return MakeTeiInfoResponse(router, reply, cap);
+    return MakeTeiInfoResponse(router, std::move(reply), cap);
   }
 
   void DryRun(std::optional<std::chrono::system_clock::time_point> deadline, const Send& send) {
@@ -1164,6 +1163,12 @@ std::string TakeSerialized(jina::DataRequestProto& request) {
   std::string bytes = request.SerializeAsString();
   jina::DataRequestProto().Swap(&request);  // the temporary takes the memory with it
   return bytes;
+}
+
+bool ParseReply(HttpForwardResult& result, jina::DataRequestProto* reply) {
+  const bool parsed = reply->ParseFromString(result.reply);
+  std::string().swap(result.reply);
+  return parsed;
 }
 
 HttpGateway::HttpGateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

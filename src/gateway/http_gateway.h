@@ -82,6 +82,10 @@ using HttpForwardFn = std::function<void(
 // first, so that a message of tens of MB is not held beside its bytes.
 std::string TakeSerialized(jina::DataRequestProto& request);
 
+// Parses `result.reply` into `reply` and frees the bytes, so that a reply of
+// tens of MB is not held beside its message; false when they do not parse.
+bool ParseReply(HttpForwardResult& result, jina::DataRequestProto* reply);
+
 struct HttpGatewayOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: any free port

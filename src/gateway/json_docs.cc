@@ -360,20 +360,22 @@ Status JsonToNode(const json& value, const std::string& subject, int depth,
   }
 }
 
-json NodeToJson(const docarray::NodeProto& node);
+// These take the texts out of the protos they read rather than copy them: a
+// reply's text can be tens of MB.
+json NodeToJson(docarray::NodeProto* node);
 
-json DictToJson(const google::protobuf::Map<std::string, docarray::NodeProto>& data) {
+json DictToJson(google::protobuf::Map<std::string, docarray::NodeProto>* data) {
   json out = json::object();
-  for (const auto& [key, node] : data) {
-    out[key] = NodeToJson(node);
+  for (auto& [key, node] : *data) {
+    out[key] = NodeToJson(&node);
   }
   return out;
 }
 
-json ListToJson(const docarray::ListOfAnyProto& list) {
+json ListToJson(docarray::ListOfAnyProto* list) {
   json out = json::array();
-  for (const auto& node : list.data()) {
-    out.push_back(NodeToJson(node));
+  for (auto& node : *list->mutable_data()) {
+    out.push_back(NodeToJson(&node));
   }
   return out;
 }
@@ -401,37 +403,37 @@ std::string Base64(const std::string& bytes) {
   return out;
 }
 
-json NodeToJson(const docarray::NodeProto& node) {
-  switch (node.content_case()) {
+json NodeToJson(docarray::NodeProto* node) {
+  switch (node->content_case()) {
     case docarray::NodeProto::kText:
-      return node.text();
+      return std::move(*node->mutable_text());
     case docarray::NodeProto::kInteger:
-      return node.integer();
+      return node->integer();
     case docarray::NodeProto::kFloat:
-      return node.float_();
+      return node->float_();
     case docarray::NodeProto::kBoolean:
-      return node.boolean();
+      return node->boolean();
     case docarray::NodeProto::kBlob:
-      return Base64(node.blob());  // as pydantic writes bytes
+      return Base64(node->blob());  // as pydantic writes bytes
     case docarray::NodeProto::kNdarray:
-      return NdArrayToJson(node.ndarray());
+      return NdArrayToJson(node->ndarray());
     case docarray::NodeProto::kDoc:
-      return DocProtoToJson(node.doc());
+      return DictToJson(node->mutable_doc()->mutable_data());
     case docarray::NodeProto::kDocArray: {
       json out = json::array();
-      for (const auto& doc : node.doc_array().docs()) {
-        out.push_back(DocProtoToJson(doc));
+      for (auto& doc : *node->mutable_doc_array()->mutable_docs()) {
+        out.push_back(DictToJson(doc.mutable_data()));
       }
       return out;
     }
     case docarray::NodeProto::kList:
-      return ListToJson(node.list());
+      return ListToJson(node->mutable_list());
     case docarray::NodeProto::kSet:
-      return ListToJson(node.set());
+      return ListToJson(node->mutable_set());
     case docarray::NodeProto::kTuple:
-      return ListToJson(node.tuple());
+      return ListToJson(node->mutable_tuple());
     case docarray::NodeProto::kDict:
-      return DictToJson(node.dict().data());
+      return DictToJson(node->mutable_dict()->mutable_data());
     case docarray::NodeProto::CONTENT_NOT_SET:
       break;
   }
@@ -494,7 +496,7 @@ Status JsonToDocProto(const json& doc, const std::string& subject, std::uint64_t
   return DocToProto(doc, subject, max_bytes, 0, out);
 }
 
-json DocProtoToJson(const docarray::DocProto& doc) { return DictToJson(doc.data()); }
+json DocProtoToJson(docarray::DocProto doc) { return DictToJson(doc.mutable_data()); }
 
 Status JsonToStruct(const json& object, const std::string& subject, google::protobuf::Struct* out) {
   if (object.is_null()) {

@@ -33,7 +33,8 @@ namespace gantry::internal {
 // `max_bytes` and nesting past kMaxNestingDepth are InvalidArgument.
 Status JsonToDocProto(const nlohmann::json& doc, const std::string& subject,
                       std::uint64_t max_bytes, docarray::DocProto* out);
-nlohmann::json DocProtoToJson(const docarray::DocProto& doc);
+// Takes `doc` (moved in, its texts are moved out rather than copied).
+nlohmann::json DocProtoToJson(docarray::DocProto doc);
 
 // google.protobuf.Struct <-> JSON object (numbers are doubles in a Struct).
 // Nesting past kMaxNestingDepth is InvalidArgument naming `subject`.

@@ -430,10 +430,10 @@ StatusOr<jina::DataRequestProto> KServeToDataRequest(const inference::ModelInfer
 }
 
 StatusOr<inference::ModelInferResponse> DataReplyToKServe(
-    const inference::ModelInferRequest& request, const jina::DataRequestProto& reply,
+    const inference::ModelInferRequest& request, jina::DataRequestProto reply,
     std::uint64_t max_bytes, const TensorSignature* signature) {
   const DecodeLimits limits{.max_tensor_bytes = max_bytes};
-  StatusOr<DocList> docs = ReplyDocs(reply, limits);
+  StatusOr<DocList> docs = ReplyDocs(&reply, limits);
   if (!docs.ok()) {
     return InternalError("the executor's reply does not decode: " +
                          std::string(docs.status().message()));

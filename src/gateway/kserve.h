@@ -67,7 +67,7 @@ StatusOr<jina::DataRequestProto> KServeToDataRequest(const inference::ModelInfer
 // declares is read from that output's field, and a request that names no
 // outputs gets every declared one (as Triton answers).
 StatusOr<inference::ModelInferResponse> DataReplyToKServe(
-    const inference::ModelInferRequest& request, const jina::DataRequestProto& reply,
+    const inference::ModelInferRequest& request, jina::DataRequestProto reply,
     std::uint64_t max_bytes, const TensorSignature* signature = nullptr);
 
 // The KServe datatype ("FP32") of a numpy dtype string ("<f4"), or "" when

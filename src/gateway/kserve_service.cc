@@ -138,7 +138,7 @@ grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
     return {static_cast<grpc::StatusCode>(result.grpc_code), result.grpc_message};
   }
   jina::DataRequestProto reply;
-  if (!reply.ParseFromString(result.reply)) {
+  if (!ParseReply(result, &reply)) {
     return {grpc::StatusCode::INTERNAL, "gateway: the replica's reply does not parse"};
   }
   if (result.is_error || reply.header().status().code() == jina::StatusProto::ERROR) {
@@ -150,8 +150,8 @@ grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
                       : grpc::StatusCode::INTERNAL,
             "executor error: " + reply.header().status().description()};
   }
-  StatusOr<inference::ModelInferResponse> out =
-      DataReplyToKServe(*request, reply, max_message_bytes_, signature_ ? &*signature_ : nullptr);
+  StatusOr<inference::ModelInferResponse> out = DataReplyToKServe(
+      *request, std::move(reply), max_message_bytes_, signature_ ? &*signature_ : nullptr);
   if (!out.ok()) {
     return ToGrpc(out.status().WithPrefix("model '" + request->model_name() + "'"));
   }

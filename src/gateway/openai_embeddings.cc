@@ -178,12 +178,12 @@ jina::DataRequestProto MakeOpenAiDataRequest(OpenAiEmbeddingsRequest& request,
 }
 
 std::variant<json, OpenAiError> MakeOpenAiEmbeddingsResponse(const OpenAiEmbeddingsRequest& request,
-                                                             const jina::DataRequestProto& reply,
+                                                             jina::DataRequestProto reply,
                                                              std::uint64_t max_tensor_bytes) {
   const DecodeLimits limits{.max_tensor_bytes = max_tensor_bytes};
   StatusOr<DocList> docs = !reply.data().has_docs() && reply.data().docs_bytes().empty()
                                ? InvalidArgumentError("the reply carries no documents")
-                               : ReplyDocs(reply, limits);
+                               : ReplyDocs(&reply, limits);
   if (!docs.ok()) {
     return ServerError("the executor's reply does not decode: " +
                        std::string(docs.status().message()));

@@ -98,7 +98,7 @@ jina::DataRequestProto MakeOpenAiDataRequest(OpenAiEmbeddingsRequest& request,
 // breaks this is a 500 naming the document; `dimensions` beyond the
 // embedding's size is a 400.
 std::variant<nlohmann::json, OpenAiError> MakeOpenAiEmbeddingsResponse(
-    const OpenAiEmbeddingsRequest& request, const jina::DataRequestProto& reply,
+    const OpenAiEmbeddingsRequest& request, jina::DataRequestProto reply,
     std::uint64_t max_tensor_bytes);
 
 // GET /v1/models: {"object": "list", "data": [{"id", "object": "model",

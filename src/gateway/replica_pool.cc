@@ -106,10 +106,13 @@ class GrpcReplicaLink final : public ReplicaLink {
                           const auto& trailers = context->GetServerTrailingMetadata();
                           auto it = trailers.find("is-error");
                           result.is_error = it != trailers.end() && it->second == "true";
-                          result.reply = call->reply;
+                          result.reply.Swap(&call->reply);
                         } else {
                           result.peer = context->peer();
                         }
+                        // This try's hold on the request's bytes ends here,
+                        // not when gRPC drops this callback after `done`.
+                        call->request.Clear();
                       }
                       result.status = std::move(status);
                       done(std::move(result));
@@ -872,6 +875,8 @@ void ReplicaPool::OnAttemptDone(std::shared_ptr<Call> call, ForwardResult result
   if (status.ok()) {
     replica.served.fetch_add(1);
     result.status = grpc::Status::OK;
+    // No try follows: the request's bytes go before the reply is handled.
+    call->request_.Clear();
     call->done_(std::move(result));
     return;
   }

@@ -2,24 +2,27 @@
 
 namespace gantry::internal {
 
-StatusOr<docarray::DocListProto> ReplyDocProtos(const jina::DataRequestProto& reply) {
-  if (reply.data().has_docs()) {
-    return reply.data().docs();
-  }
+StatusOr<docarray::DocListProto> ReplyDocProtos(jina::DataRequestProto* reply) {
   docarray::DocListProto list;
-  if (!reply.data().docs_bytes().empty() && !list.ParseFromString(reply.data().docs_bytes())) {
+  if (reply->data().has_docs()) {
+    list.Swap(reply->mutable_data()->mutable_docs());
+    return list;
+  }
+  if (!reply->data().docs_bytes().empty() && !list.ParseFromString(reply->data().docs_bytes())) {
     return InvalidArgumentError("docs_bytes is not a serialized DocListProto");
   }
+  reply->mutable_data()->clear_docs_bytes();
   return list;
 }
 
-StatusOr<DocList> ReplyDocs(const jina::DataRequestProto& reply, const DecodeLimits& limits) {
-  if (reply.data().has_docs()) {
-    docarray::DocListProto copy = reply.data().docs();
-    return TakeDocListFromProto(&copy, limits);
+StatusOr<DocList> ReplyDocs(jina::DataRequestProto* reply, const DecodeLimits& limits) {
+  if (reply->data().has_docs()) {
+    return TakeDocListFromProto(reply->mutable_data()->mutable_docs(), limits);
   }
-  if (!reply.data().docs_bytes().empty()) {
-    return DocListFromBytes(reply.data().docs_bytes(), limits);
+  if (!reply->data().docs_bytes().empty()) {
+    StatusOr<DocList> docs = DocListFromBytes(reply->data().docs_bytes(), limits);
+    reply->mutable_data()->clear_docs_bytes();
+    return docs;
   }
   return DocList();
 }

@@ -18,12 +18,15 @@
 
 namespace gantry::internal {
 
+// Both take the documents out of `reply` (a reply's texts can be tens of MB,
+// and a copy would hold them twice); its header and parameters stay.
+
 // As protos, for front ends that write them out as they are (HTTP JSON).
 // `docs_bytes` that do not parse are InvalidArgument.
-StatusOr<docarray::DocListProto> ReplyDocProtos(const jina::DataRequestProto& reply);
+StatusOr<docarray::DocListProto> ReplyDocProtos(jina::DataRequestProto* reply);
 
 // Decoded as Documents within `limits` (core/doc_proto.h's errors).
-StatusOr<DocList> ReplyDocs(const jina::DataRequestProto& reply, const DecodeLimits& limits);
+StatusOr<DocList> ReplyDocs(jina::DataRequestProto* reply, const DecodeLimits& limits);
 
 // The gRPC code (StatusCode's number) of an error reply that a worker's
 // dynamic batching queue gave without running the handler:

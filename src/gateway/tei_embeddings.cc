@@ -198,14 +198,14 @@ jina::DataRequestProto MakeTeiDataRequest(TeiEmbedRequest& request, const std::s
 }
 
 std::variant<json, TeiError> MakeTeiEmbedResponse(const TeiEmbedRequest& request,
-                                                  const jina::DataRequestProto& reply,
+                                                  jina::DataRequestProto reply,
                                                   std::uint64_t max_tensor_bytes) {
   // The documents are read as OpenAI's route reads them (one float vector
   // per input, named when not); only the shape of the answer differs.
   OpenAiEmbeddingsRequest as_openai;
   as_openai.model = request.model;
   as_openai.inputs = request.inputs;
-  auto decoded = MakeOpenAiEmbeddingsResponse(as_openai, reply, max_tensor_bytes);
+  auto decoded = MakeOpenAiEmbeddingsResponse(as_openai, std::move(reply), max_tensor_bytes);
   if (const auto* error = std::get_if<OpenAiError>(&decoded)) {
     return TeiError{.http_status = 424, .message = error->message, .type = "Backend"};
   }
@@ -278,9 +278,9 @@ std::variant<TeiSimilarityRequest, TeiError> ParseTeiSimilarityRequest(
 }
 
 std::variant<json, TeiError> MakeTeiSimilarityResponse(const TeiSimilarityRequest& request,
-                                                       const jina::DataRequestProto& reply,
+                                                       jina::DataRequestProto reply,
                                                        std::uint64_t max_tensor_bytes) {
-  auto embedded = MakeTeiEmbedResponse(request.embed, reply, max_tensor_bytes);
+  auto embedded = MakeTeiEmbedResponse(request.embed, std::move(reply), max_tensor_bytes);
   if (const auto* error = std::get_if<TeiError>(&embedded)) {
     return *error;
   }
@@ -379,10 +379,10 @@ TeiError Backend(std::string message) {
 }
 
 // The reply's documents, one per text sent, or the 424 saying why not.
-std::variant<DocList, TeiError> ReplyDocsFor(const jina::DataRequestProto& reply, std::size_t texts,
+std::variant<DocList, TeiError> ReplyDocsFor(jina::DataRequestProto* reply, std::size_t texts,
                                              std::uint64_t max_tensor_bytes) {
   const DecodeLimits limits{.max_tensor_bytes = max_tensor_bytes};
-  StatusOr<DocList> docs = !reply.data().has_docs() && reply.data().docs_bytes().empty()
+  StatusOr<DocList> docs = !reply->data().has_docs() && reply->data().docs_bytes().empty()
                                ? InvalidArgumentError("the reply carries no documents")
                                : ReplyDocs(reply, limits);
   if (!docs.ok()) {
@@ -398,9 +398,9 @@ std::variant<DocList, TeiError> ReplyDocsFor(const jina::DataRequestProto& reply
 }  // namespace
 
 std::variant<json, TeiError> MakeTeiRerankResponse(const TeiRerankRequest& request,
-                                                   const jina::DataRequestProto& reply,
+                                                   jina::DataRequestProto reply,
                                                    std::uint64_t max_tensor_bytes) {
-  auto decoded = ReplyDocsFor(reply, request.texts.size(), max_tensor_bytes);
+  auto decoded = ReplyDocsFor(&reply, request.texts.size(), max_tensor_bytes);
   if (auto* error = std::get_if<TeiError>(&decoded)) {
     return std::move(*error);
   }
@@ -471,9 +471,9 @@ jina::DataRequestProto MakeTeiTokenizeDataRequest(const TeiTokenizeRequest& requ
 }
 
 std::variant<json, TeiError> MakeTeiTokenizeResponse(const TeiTokenizeRequest& request,
-                                                     const jina::DataRequestProto& reply,
+                                                     jina::DataRequestProto reply,
                                                      std::uint64_t max_tensor_bytes) {
-  auto decoded = ReplyDocsFor(reply, request.inputs.size(), max_tensor_bytes);
+  auto decoded = ReplyDocsFor(&reply, request.inputs.size(), max_tensor_bytes);
   if (auto* error = std::get_if<TeiError>(&decoded)) {
     return std::move(*error);
   }
@@ -594,9 +594,9 @@ json TagToJson(const Value& value) {
 }  // namespace
 
 std::variant<json, TeiError> MakeTeiInfoResponse(const TeiRouterInfo& router,
-                                                 const jina::DataRequestProto& reply,
+                                                 jina::DataRequestProto reply,
                                                  std::uint64_t max_tensor_bytes) {
-  auto decoded = ReplyDocsFor(reply, 1, max_tensor_bytes);
+  auto decoded = ReplyDocsFor(&reply, 1, max_tensor_bytes);
   if (auto* error = std::get_if<TeiError>(&decoded)) {
     return Backend("model '" + router.model_id +
                    "': the executor's /info endpoint gave no "

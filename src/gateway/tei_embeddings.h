@@ -92,7 +92,7 @@ jina::DataRequestProto MakeTeiDataRequest(TeiEmbedRequest& request, const std::s
 // Validation when it was std::length_error); a reply without one float
 // vector per input is 424 naming the document.
 std::variant<nlohmann::json, TeiError> MakeTeiEmbedResponse(const TeiEmbedRequest& request,
-                                                            const jina::DataRequestProto& reply,
+                                                            jina::DataRequestProto reply,
                                                             std::uint64_t max_tensor_bytes);
 
 // POST /similarity: {"inputs": {"source_sentence", "sentences"},
@@ -113,7 +113,7 @@ std::variant<TeiSimilarityRequest, TeiError> ParseTeiSimilarityRequest(
 // TEI's [float, ...]: the cosine similarity of each sentence's embedding to
 // the source's, in order (0 where a vector is all zeros). Errors as /embed's.
 std::variant<nlohmann::json, TeiError> MakeTeiSimilarityResponse(
-    const TeiSimilarityRequest& request, const jina::DataRequestProto& reply,
+    const TeiSimilarityRequest& request, jina::DataRequestProto reply,
     std::uint64_t max_tensor_bytes);
 
 struct TeiRerankRequest {
@@ -141,7 +141,7 @@ jina::DataRequestProto MakeTeiRerankDataRequest(const TeiRerankRequest& request,
 // (ties keep input order). A reply without one document per text, or a
 // document without a numeric `relevance_score` tag, is 424 naming it.
 std::variant<nlohmann::json, TeiError> MakeTeiRerankResponse(const TeiRerankRequest& request,
-                                                             const jina::DataRequestProto& reply,
+                                                             jina::DataRequestProto reply,
                                                              std::uint64_t max_tensor_bytes);
 
 struct TeiTokenizeRequest {
@@ -166,7 +166,7 @@ jina::DataRequestProto MakeTeiTokenizeDataRequest(const TeiTokenizeRequest& requ
 // without one document per input, or a tag that is not such a list, is 424
 // naming the document.
 std::variant<nlohmann::json, TeiError> MakeTeiTokenizeResponse(const TeiTokenizeRequest& request,
-                                                               const jina::DataRequestProto& reply,
+                                                               jina::DataRequestProto reply,
                                                                std::uint64_t max_tensor_bytes);
 
 // The model GET /info describes: `model=NAME` in the query, else the one
@@ -192,7 +192,7 @@ struct TeiRouterInfo {
 // TEI's Info from the router's fields and the executor's `tei_info` tag
 // (424 naming what is missing when the executor has no /info endpoint).
 std::variant<nlohmann::json, TeiError> MakeTeiInfoResponse(const TeiRouterInfo& router,
-                                                           const jina::DataRequestProto& reply,
+                                                           jina::DataRequestProto reply,
                                                            std::uint64_t max_tensor_bytes);
 
 }  // namespace gantry::internal
