@@ -534,8 +534,21 @@ void LoadTokenizer(TorchModel::Impl& impl, const std::string& path) {
 
 // batch_size made-up documents (dynamic sizes 2, zeros; text "warm up").
 DocList WarmUpDocuments(const TorchModel::Impl& impl) {
+  // As many as a request's pass could hold: batch_size, fewer where their
+  // inputs would pass kMaxPassBytes (PlanPasses cuts passes there too).
+  std::int64_t doc_bytes = 0;
+  for (const TensorSpec& spec :
+       impl.is_text() ? std::vector<TensorSpec>{} : impl.signature.inputs) {
+    std::int64_t bytes = static_cast<std::int64_t>(c10::elementSize(impl.ModelTypeOf(spec)));
+    for (std::int64_t d : spec.shape) {
+      bytes *= d < 0 ? 2 : d;
+    }
+    doc_bytes += bytes;
+  }
+  const std::int64_t count = std::max<std::int64_t>(
+      2, std::min(impl.batch_size, kMaxPassBytes / std::max<std::int64_t>(doc_bytes, 1)));
   DocList sample;
-  for (std::int64_t i = 0; i < std::max<std::int64_t>(2, impl.batch_size); ++i) {
+  for (std::int64_t i = 0; i < count; ++i) {
     Doc& doc = sample.emplace_back(std::string("warm up"));
     for (const TensorSpec& spec :
          impl.is_text() ? std::vector<TensorSpec>{} : impl.signature.inputs) {
@@ -565,6 +578,37 @@ std::int64_t LargestBatchIn(const std::string& message) {
     return 0;
   }
   return std::atoll(message.c_str() + at + marker.size());
+}
+
+// A tensor may not land on a document's own fields (its text, its id), and
+// one document's fixed sizes must fit one message: such a declaration could
+// never be served, and its warm-up documents alone could exhaust memory.
+void CheckDeclaredTensors(const TorchModel::Impl& impl, std::int64_t max_message_bytes) {
+  for (const bool inputs : {true, false}) {
+    const std::vector<TensorSpec>& specs = inputs ? impl.signature.inputs : impl.signature.outputs;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const TensorSpec& spec = specs[i];
+      const std::string key =
+          std::string(inputs ? "inputs[" : "outputs[") + std::to_string(i) + "]";
+      if (spec.field == "text" || spec.field == "id") {
+        throw impl.WithError(key + (spec.field == spec.name ? ".name" : ".field"),
+                             "\"" + spec.field +
+                                 "\" is a document's own field, not a tensor's; name it "
+                                 "otherwise, or set `field`");
+      }
+      double bytes = static_cast<double>(c10::elementSize(impl.ModelTypeOf(spec)));
+      for (std::int64_t dim : spec.shape) {
+        bytes *= static_cast<double>(std::max<std::int64_t>(dim, 1));
+      }
+      if (bytes > static_cast<double>(max_message_bytes)) {
+        throw impl.WithError(key + ".shape", spec.ShapeString() + " of " + spec.dtype + " is " +
+                                                 std::to_string(static_cast<std::uint64_t>(bytes)) +
+                                                 " bytes a document, over the " +
+                                                 std::to_string(max_message_bytes) +
+                                                 "-byte message cap (max_message_bytes)");
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -679,6 +723,8 @@ TorchModel::TorchModel(const ExecutorContext& context) : impl_(std::make_unique<
                          "required key is missing: the model's outputs, each {name, dtype, "
                          "shape (without the batch dimension), field}");
   }
+
+  CheckDeclaredTensors(impl, context.max_message_bytes);
 
   StatusOr<std::unique_ptr<torch_model::LoadedModel>> loaded =
       torch_model::LoadModel(impl.model_path, impl.device, impl.dtype);

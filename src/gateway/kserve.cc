@@ -1,9 +1,12 @@
 #include "gateway/kserve.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -111,11 +114,23 @@ StatusOr<std::vector<std::string>> SplitBytesElements(std::string_view raw, std:
   return elements;
 }
 
+// INT8/16 travel in int_contents (int32) and UINT8/16 in uint_contents: a
+// value out of the datatype's range is refused, not wrapped.
 template <typename To, typename From>
-std::string PackAs(const google::protobuf::RepeatedField<From>& values) {
+StatusOr<std::string> PackAs(const google::protobuf::RepeatedField<From>& values,
+                             const std::string& where) {
   std::string bytes(static_cast<std::size_t>(values.size()) * sizeof(To), '\0');
   for (int i = 0; i < values.size(); ++i) {
-    const To value = static_cast<To>(values.Get(i));
+    const From given = values.Get(i);
+    if constexpr (std::is_integral_v<To> && !std::is_same_v<From, bool>) {
+      if (!std::in_range<To>(given)) {
+        return InvalidArgumentError(where + ": element " + std::to_string(i) + " (" +
+                                    std::to_string(given) + ") is out of the datatype's range " +
+                                    std::to_string(std::numeric_limits<To>::min()) + " to " +
+                                    std::to_string(std::numeric_limits<To>::max()));
+      }
+    }
+    const To value = static_cast<To>(given);
     std::memcpy(bytes.data() + static_cast<std::size_t>(i) * sizeof(To), &value, sizeof(To));
   }
   return bytes;
@@ -126,37 +141,37 @@ StatusOr<std::string> TypedToRaw(const std::string& datatype,
                                  const inference::InferTensorContents& contents,
                                  const std::string& where) {
   if (datatype == "FP32") {
-    return PackAs<float>(contents.fp32_contents());
+    return PackAs<float>(contents.fp32_contents(), where);
   }
   if (datatype == "FP64") {
-    return PackAs<double>(contents.fp64_contents());
+    return PackAs<double>(contents.fp64_contents(), where);
   }
   if (datatype == "INT64") {
-    return PackAs<std::int64_t>(contents.int64_contents());
+    return PackAs<std::int64_t>(contents.int64_contents(), where);
   }
   if (datatype == "INT32") {
-    return PackAs<std::int32_t>(contents.int_contents());
+    return PackAs<std::int32_t>(contents.int_contents(), where);
   }
   if (datatype == "INT16") {
-    return PackAs<std::int16_t>(contents.int_contents());
+    return PackAs<std::int16_t>(contents.int_contents(), where);
   }
   if (datatype == "INT8") {
-    return PackAs<std::int8_t>(contents.int_contents());
+    return PackAs<std::int8_t>(contents.int_contents(), where);
   }
   if (datatype == "UINT64") {
-    return PackAs<std::uint64_t>(contents.uint64_contents());
+    return PackAs<std::uint64_t>(contents.uint64_contents(), where);
   }
   if (datatype == "UINT32") {
-    return PackAs<std::uint32_t>(contents.uint_contents());
+    return PackAs<std::uint32_t>(contents.uint_contents(), where);
   }
   if (datatype == "UINT16") {
-    return PackAs<std::uint16_t>(contents.uint_contents());
+    return PackAs<std::uint16_t>(contents.uint_contents(), where);
   }
   if (datatype == "UINT8") {
-    return PackAs<std::uint8_t>(contents.uint_contents());
+    return PackAs<std::uint8_t>(contents.uint_contents(), where);
   }
   if (datatype == "BOOL") {
-    return PackAs<std::uint8_t>(contents.bool_contents());
+    return PackAs<std::uint8_t>(contents.bool_contents(), where);
   }
   return InvalidArgumentError(where + ": datatype " + datatype +
                               " cannot be sent as typed contents; send raw_input_contents");
@@ -201,6 +216,15 @@ std::string KServeDatatypeOfSpec(const TensorSpec& spec) {
     }
   }
   return "FP32";
+}
+
+// "'a', 'b'": the declared tensors' names, for errors.
+std::string SpecNames(const std::vector<TensorSpec>& specs) {
+  std::string names;
+  for (const TensorSpec& spec : specs) {
+    names += (names.empty() ? "'" : ", '") + spec.name + "'";
+  }
+  return names;
 }
 
 // The declared tensor named `name`, or nullptr.
@@ -327,6 +351,12 @@ StatusOr<jina::DataRequestProto> KServeToDataRequest(const inference::ModelInfer
       return InvalidArgumentError("input " + std::to_string(i) +
                                   ": a name of 1 to 256 UTF-8 bytes is required");
     }
+    for (int j = 0; j < i; ++j) {
+      if (request.inputs(j).name() == input.name()) {
+        return InvalidArgumentError(where + ": the name is given to inputs " + std::to_string(j) +
+                                    " and " + std::to_string(i));
+      }
+    }
     if (input.shape_size() < 1 || input.shape_size() > kMaxKServeRank) {
       return InvalidArgumentError(where + ": shape " + ShapeToString(shape) + " needs 1 to " +
                                   std::to_string(kMaxKServeRank) +
@@ -409,6 +439,10 @@ StatusOr<jina::DataRequestProto> KServeToDataRequest(const inference::ModelInfer
     }
     const TensorSpec* spec =
         signature != nullptr ? FindSpec(signature->inputs, input.name()) : nullptr;
+    if (spec == nullptr && signature != nullptr && !signature->inputs.empty()) {
+      return InvalidArgumentError(where + ": the model has no such input; it takes " +
+                                  SpecNames(signature->inputs));
+    }
     const std::string& field = spec != nullptr ? spec->field : input.name();
     const std::size_t row_bytes = rows == 0 ? 0 : data.size() / static_cast<std::size_t>(rows);
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -440,6 +474,15 @@ StatusOr<inference::ModelInferResponse> DataReplyToKServe(
   }
   std::vector<std::string> names;
   for (const auto& output : request.outputs()) {
+    if (std::find(names.begin(), names.end(), output.name()) != names.end()) {
+      return InvalidArgumentError("output '" + output.name() + "' is requested twice");
+    }
+    if (signature != nullptr && !signature->outputs.empty() &&
+        FindSpec(signature->outputs, output.name()) == nullptr) {
+      return InvalidArgumentError("output '" + output.name() +
+                                  "': the model has no such output; it gives " +
+                                  SpecNames(signature->outputs));
+    }
     names.push_back(output.name());
   }
   if (names.empty() && signature != nullptr) {
@@ -491,6 +534,12 @@ StatusOr<inference::ModelInferResponse> DataReplyToKServe(
       output->set_datatype(KServeDatatypeOf(first->dtype()));
       for (std::int64_t dim : first->shape()) {
         output->add_shape(dim);
+      }
+    } else if (spec != nullptr) {
+      // No documents: the declared output, its dynamic sizes empty.
+      output->set_datatype(KServeDatatypeOfSpec(*spec));
+      for (std::int64_t dim : spec->shape) {
+        output->add_shape(std::max<std::int64_t>(dim, 0));
       }
     } else {
       output->set_datatype("FP32");

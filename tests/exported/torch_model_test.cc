@@ -464,7 +464,19 @@ TEST_F(ExportedModelTest, BadModelFilesFailTheStartWithTheirCause) {
            {"      model: models/mlp.pt2\n      dtype: bfloat16\n" + std::string(kMlpWith),
             "with.dtype: a .pt2 package runs in the dtype it was compiled in"},
            {"      model: models/mlp.pt\n      dtype: int8\n" + std::string(kMlpWith),
-            "with.dtype: int8 is SentenceEncoder's"}}) {
+            "with.dtype: int8 is SentenceEncoder's"},
+           // A tensor on a document's text, and one document over the message
+           // cap: refused before the model loads (the warm-up alone would
+           // need gigabytes).
+           {"      model: models/mlp.pt\n"
+            "      inputs: [{name: text, dtype: float32, shape: [16]}]\n"
+            "      outputs: [{name: logits, dtype: float32, shape: [4], field: embedding}]\n",
+            "with.inputs[0].name: \"text\" is a document's own field"},
+           {"      model: models/mlp.pt\n"
+            "      inputs: [{name: x, dtype: float32, shape: [65536, 65536, 16], field: tensor}]\n"
+            "      outputs: [{name: logits, dtype: float32, shape: [4], field: embedding}]\n",
+            "with.inputs[0].shape: [65536, 65536, 16] of float32 is 274877906944 bytes a "
+            "document, over the 67108864-byte message cap"}}) {
     auto contradicted = Load(with, 1);
     ASSERT_TRUE(contradicted.ok()) << contradicted.status();
     Deployment dep(*contradicted);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/doc_proto.h"
@@ -137,6 +138,120 @@ TEST(TensorSignatureTest, KServeTensorsMapToTheDeclaredFields) {
   EXPECT_EQ(response->outputs(0).name(), "logits");
   EXPECT_THAT(response->outputs(0).shape(), ::testing::ElementsAre(2, 4));
   EXPECT_EQ(response->raw_output_contents(0).size(), std::size_t{2} * 4 * sizeof(float));
+}
+
+inference::ModelInferRequest ImageRequest(std::int64_t rows) {
+  inference::ModelInferRequest request;
+  request.set_model_name("cnn");
+  auto* input = request.add_inputs();
+  input->set_name("image");
+  input->set_datatype("FP32");
+  for (std::int64_t d : {rows, std::int64_t{3}, std::int64_t{2}, std::int64_t{2}}) {
+    input->add_shape(d);
+  }
+  request.add_raw_input_contents(std::string(static_cast<std::size_t>(rows) * 12 * 4, '\0'));
+  return request;
+}
+
+std::string RequestError(const inference::ModelInferRequest& request,
+                         const TensorSignature* signature) {
+  StatusOr<jina::DataRequestProto> data =
+      internal::KServeToDataRequest(request, "/infer", "id", 1 << 20, signature);
+  EXPECT_FALSE(data.ok());
+  EXPECT_EQ(data.status().code(), StatusCode::kInvalidArgument);
+  return std::string(data.status().message());
+}
+
+TEST(TensorSignatureTest, KServeRefusesTensorsTheModelDoesNotDeclare) {
+  const TensorSignature signature = CnnSignature();
+  inference::ModelInferRequest extra = ImageRequest(1);
+  auto* z = extra.add_inputs();
+  z->set_name("z");
+  z->set_datatype("FP32");
+  z->add_shape(1);
+  z->add_shape(1);
+  extra.add_raw_input_contents(std::string(4, '\0'));
+  EXPECT_THAT(RequestError(extra, &signature),
+              HasSubstr("input 'z': the model has no such input; it takes 'image'"));
+  // Without a declaration any tensor name is a document field, as before.
+  EXPECT_TRUE(internal::KServeToDataRequest(extra, "/infer", "id", 1 << 20, nullptr).ok());
+
+  inference::ModelInferRequest twice = ImageRequest(1);
+  *twice.add_inputs() = twice.inputs(0);
+  twice.add_raw_input_contents(twice.raw_input_contents(0));
+  EXPECT_THAT(RequestError(twice, &signature),
+              HasSubstr("input 'image': the name is given to inputs 0 and 1"));
+
+  // Outputs: only declared ones, each once; an input's name is not one.
+  jina::DataRequestProto reply;
+  DocList docs;
+  docs.emplace_back().set_embedding(Tensor::FromValues<float>({4}, {1, 2, 3, 4}));
+  internal::DocListToProto(docs, reply.mutable_data()->mutable_docs());
+  for (const std::vector<std::string>& outputs :
+       {std::vector<std::string>{"image"}, std::vector<std::string>{"logits", "logits"}}) {
+    inference::ModelInferRequest request = ImageRequest(1);
+    for (const std::string& name : outputs) {
+      request.add_outputs()->set_name(name);
+    }
+    StatusOr<inference::ModelInferResponse> response =
+        internal::DataReplyToKServe(request, reply, 1 << 20, &signature);
+    ASSERT_FALSE(response.ok());
+    EXPECT_EQ(response.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(response.status().message(),
+                HasSubstr(outputs.size() == 1
+                              ? "output 'image': the model has no such output; it gives 'logits'"
+                              : "output 'logits' is requested twice"));
+  }
+}
+
+TEST(TensorSignatureTest, KServeAnswersAnEmptyBatchWithTheDeclaredDatatypeAndShape) {
+  StatusOr<TensorSignature> signature = ParseTensorSignature(
+      WithOf("  inputs: [{name: x, dtype: int64, shape: [-1]}]\n"
+             "  outputs: [{name: y, dtype: int64, shape: [-1, 4]}]\n"));
+  ASSERT_TRUE(signature.ok()) << signature.status();
+  inference::ModelInferRequest request;
+  request.set_model_name("m");
+  jina::DataRequestProto reply;
+  reply.mutable_data()->mutable_docs();
+  StatusOr<inference::ModelInferResponse> response =
+      internal::DataReplyToKServe(request, reply, 1 << 20, &*signature);
+  ASSERT_TRUE(response.ok()) << response.status();
+  ASSERT_EQ(response->outputs_size(), 1);
+  EXPECT_EQ(response->outputs(0).datatype(), "INT64");
+  EXPECT_THAT(response->outputs(0).shape(), ::testing::ElementsAre(0, 0, 4));
+}
+
+TEST(TensorSignatureTest, KServeRefusesTypedIntegersOutOfTheirDatatypesRange) {
+  for (const auto& [datatype, value, ok] : std::vector<std::tuple<std::string, std::int64_t, bool>>{
+           {"INT8", 127, true},
+           {"INT8", 128, false},
+           {"INT8", -129, false},
+           {"INT16", -32768, true},
+           {"INT16", 40000, false},
+           {"UINT8", 255, true},
+           {"UINT8", 256, false},
+           {"UINT16", 65536, false}}) {
+    SCOPED_TRACE(datatype + " " + std::to_string(value));
+    inference::ModelInferRequest request;
+    request.set_model_name("m");
+    auto* input = request.add_inputs();
+    input->set_name("x");
+    input->set_datatype(datatype);
+    input->add_shape(1);
+    input->add_shape(1);
+    if (datatype[0] == 'U') {
+      input->mutable_contents()->add_uint_contents(static_cast<std::uint32_t>(value));
+    } else {
+      input->mutable_contents()->add_int_contents(static_cast<std::int32_t>(value));
+    }
+    StatusOr<jina::DataRequestProto> data =
+        internal::KServeToDataRequest(request, "/infer", "id", 1 << 20, nullptr);
+    EXPECT_EQ(data.ok(), ok) << data.status();
+    if (!ok) {
+      EXPECT_THAT(data.status().message(), HasSubstr("input 'x': element 0"));
+      EXPECT_THAT(data.status().message(), HasSubstr("out of the datatype's range"));
+    }
+  }
 }
 
 }  // namespace
