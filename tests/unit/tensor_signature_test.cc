@@ -205,9 +205,9 @@ TEST(TensorSignatureTest, KServeRefusesTensorsTheModelDoesNotDeclare) {
 }
 
 TEST(TensorSignatureTest, KServeAnswersAnEmptyBatchWithTheDeclaredDatatypeAndShape) {
-  StatusOr<TensorSignature> signature = ParseTensorSignature(
-      WithOf("  inputs: [{name: x, dtype: int64, shape: [-1]}]\n"
-             "  outputs: [{name: y, dtype: int64, shape: [-1, 4]}]\n"));
+  StatusOr<TensorSignature> signature =
+      ParseTensorSignature(WithOf("  inputs: [{name: x, dtype: int64, shape: [-1]}]\n"
+                                  "  outputs: [{name: y, dtype: int64, shape: [-1, 4]}]\n"));
   ASSERT_TRUE(signature.ok()) << signature.status();
   inference::ModelInferRequest request;
   request.set_model_name("m");
@@ -222,15 +222,15 @@ TEST(TensorSignatureTest, KServeAnswersAnEmptyBatchWithTheDeclaredDatatypeAndSha
 }
 
 TEST(TensorSignatureTest, KServeRefusesTypedIntegersOutOfTheirDatatypesRange) {
-  for (const auto& [datatype, value, ok] : std::vector<std::tuple<std::string, std::int64_t, bool>>{
-           {"INT8", 127, true},
-           {"INT8", 128, false},
-           {"INT8", -129, false},
-           {"INT16", -32768, true},
-           {"INT16", 40000, false},
-           {"UINT8", 255, true},
-           {"UINT8", 256, false},
-           {"UINT16", 65536, false}}) {
+  for (const auto& [datatype, value, ok] :
+       std::vector<std::tuple<std::string, std::int64_t, bool>>{{"INT8", 127, true},
+                                                                {"INT8", 128, false},
+                                                                {"INT8", -129, false},
+                                                                {"INT16", -32768, true},
+                                                                {"INT16", 40000, false},
+                                                                {"UINT8", 255, true},
+                                                                {"UINT8", 256, false},
+                                                                {"UINT16", 65536, false}}) {
     SCOPED_TRACE(datatype + " " + std::to_string(value));
     inference::ModelInferRequest request;
     request.set_model_name("m");
