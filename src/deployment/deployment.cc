@@ -1065,9 +1065,14 @@ void Deployment::Impl::Stop() {
       replica.process->Signal(SIGTERM);
     }
   }
+  // One grace for all of them, not one each: a stop must fit an
+  // orchestrator's grace period however many replicas are stuck.
+  const auto kill_at = std::chrono::steady_clock::now() + kWorkerStopGrace;
   for (Replica& replica : replicas_) {
     if (replica.process) {
-      replica.process->Terminate(std::chrono::milliseconds(8000));
+      replica.process->Terminate(std::max(std::chrono::milliseconds(0),
+                                          std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              kill_at - std::chrono::steady_clock::now())));
       if (replica.process->exit_status() && *replica.process->exit_status() != 0) {
         spdlog::debug("{} {}", replica.name,
                       ChildProcess::DescribeWaitStatus(*replica.process->exit_status()));

@@ -140,5 +140,40 @@ TEST(DrainTest, RequestsPastTimeoutDrainAreCancelled) {
   EXPECT_LT(took, Ms(15000));
 }
 
+// Replicas stuck in a handler are SIGKILLed one grace after the SIGTERM,
+// all of them together: a stop that waited the grace for each in turn took
+// 24 s for three and would outlast an orchestrator's grace period.
+TEST(DrainTest, StuckReplicasShareOneGraceBeforeTheyAreKilled) {
+  testing::TempDir dir;
+  const std::string log = dir.File("calls.log");
+  Deployment dep({.uses = "ChaosExec",
+                  .uses_with = {{"log", log}},
+                  .name = "stuck",
+                  .replicas = 3,
+                  .timeout_drain = Ms(300)});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  constexpr int kStuck = 3;
+  std::vector<StatusOr<DocList>> results(kStuck, InternalError("not run"));
+  std::vector<std::thread> posters;
+  for (int t = 0; t < kStuck; ++t) {
+    posters.emplace_back([&, t] {
+      results[t] = Client(dep.address()).Post("/work", {Doc("long")}, Slow(Ms(60000)));
+    });
+  }
+  // One call at a time per replica: three calls logged, three replicas busy.
+  ASSERT_TRUE(WaitUntil([&] { return CountLines(log) >= kStuck; }, Ms(20000)));
+  const auto start = SteadyClock::now();
+  dep.Stop();
+  const Ms took = Since(start);
+  testing::JoinWithin(posters, Ms(20000), "the posts cut short");
+  for (const StatusOr<DocList>& result : results) {
+    EXPECT_FALSE(result.ok());
+  }
+  std::printf("[ measured ] Stop with three replicas stuck in 60 s calls: %lld ms\n",
+              static_cast<long long>(took.count()));
+  // timeout_drain and one 8 s grace, not three.
+  EXPECT_LT(took, Ms(15000));
+}
+
 }  // namespace
 }  // namespace gantry
