@@ -46,10 +46,17 @@ std::string DescribeCheckFailure(const grpc::Status& status) {
 }
 
 // The ends of a request that no replica answered, as its client hears them.
-grpc::Status CancelledByClient(const std::string& deployment) {
+// A call its client stopped: its deadline passed (gRPC cancels the server's
+// call then too), or it cancelled it. Metrics tell the two apart.
+grpc::Status CancelledByClient(Clock::time_point client_deadline, const std::string& deployment) {
+  if (client_deadline != Clock::time_point::max() && Clock::now() >= client_deadline) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        "deployment '" + deployment + "': the request's deadline passed");
+  }
   return grpc::Status(grpc::StatusCode::CANCELLED,
                       "deployment '" + deployment + "': the request was cancelled by its client");
 }
+
 grpc::Status StoppedWhileWaiting(const std::string& deployment) {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                       "deployment '" + deployment +
@@ -331,16 +338,21 @@ bool ReplicaPool::Available() const {
 }
 
 std::string ReplicaPool::WhyUnavailable() const {
-  std::string message = "no replica is available (all " + std::to_string(replicas_.size()) +
-                        " are out of rotation after failing; they rejoin when their health check "
-                        "passes)";
+  std::string given_up;
+  std::size_t given_up_count = 0;
   for (const auto& replica : replicas_) {
     std::lock_guard lock(replica->mutex);
     if (!replica->given_up.empty()) {
-      message += "; replica " + replica->name + " was given up: " + replica->given_up;
+      ++given_up_count;
+      given_up += "; replica " + replica->name + " was given up: " + replica->given_up;
     }
   }
-  return message;
+  return "no replica is available (all " + std::to_string(replicas_.size()) +
+         " are out of rotation after failing; " +
+         (given_up_count == replicas_.size()
+              ? std::string("every one was given up, and none is restarted)")
+              : std::string("they rejoin when their health check passes)")) +
+         given_up;
 }
 
 std::string ReplicaPool::NoReplicaMessage() const {
@@ -642,7 +654,7 @@ void ReplicaPool::Attempt(std::shared_ptr<Call> call) {
   // Built only on the error paths.
   auto where = [this] { return "deployment '" + options_.deployment_name + "': "; };
   if (call->cancelled()) {
-    Fail(call, CancelledByClient(options_.deployment_name));
+    Fail(call, CancelledByClient(call->client_deadline_, options_.deployment_name));
     return;
   }
   Clock::time_point now = Clock::now();
@@ -671,7 +683,7 @@ void ReplicaPool::Attempt(std::shared_ptr<Call> call) {
   }
   grpc::ClientContext* context = call->NewContext();
   if (context == nullptr) {
-    Fail(call, CancelledByClient(options_.deployment_name));
+    Fail(call, CancelledByClient(call->client_deadline_, options_.deployment_name));
     return;
   }
   if (!call->traceparent_.empty()) {
@@ -785,16 +797,25 @@ bool ReplicaPool::Hold(const std::shared_ptr<Call>& call) {
     return false;
   }
   const Clock::time_point now = Clock::now();
-  if (!call->hold_until_) {
+  // hold_until_ stays set only once the call was held: its failure then
+  // says that none came back in time.
+  const bool first = !call->hold_until_;
+  if (first) {
     call->hold_until_ = std::min(now + options_.hold_while_restarting, call->client_deadline_);
   }
-  if (now >= *call->hold_until_ || !AnyReplicaComingBack(now)) {
+  auto not_held = [&] {
+    if (first) {
+      call->hold_until_.reset();
+    }
     return false;
+  };
+  if (now >= *call->hold_until_ || !AnyReplicaComingBack(now)) {
+    return not_held();
   }
   {
     std::lock_guard lock(waiting_mutex_);
     if (!holding_) {
-      return false;
+      return not_held();
     }
     held_.push_back(call);
   }
@@ -830,7 +851,7 @@ void ReplicaPool::ServeWaiting() {
   const std::string where = "deployment '" + options_.deployment_name + "': ";
   for (const std::shared_ptr<Call>& call : out_of_time) {
     Fail(call, call->cancelled()
-                   ? CancelledByClient(options_.deployment_name)
+                   ? CancelledByClient(call->client_deadline_, options_.deployment_name)
                    : grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                                   where + "the request's deadline passed while it waited to be "
                                           "tried again after its replica dropped it"));
@@ -881,7 +902,7 @@ void ReplicaPool::OnAttemptDone(std::shared_ptr<Call> call, ForwardResult result
     return;
   }
   if (call->cancelled()) {
-    Finish(call->done_, CancelledByClient(options_.deployment_name));
+    Finish(call->done_, CancelledByClient(call->client_deadline_, options_.deployment_name));
     return;
   }
   const bool past_deadline = Clock::now() >= call->client_deadline_;

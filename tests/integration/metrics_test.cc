@@ -3,6 +3,7 @@
 // and on each replica, read back as numbers. tests/interop/
 // test_metrics_prometheus.py scrapes the same endpoints with a real
 // Prometheus server.
+#include <gantry/client.h>
 #include <gantry/config.h>
 #include <gantry/deployment.h>
 #include <gantry/flow.h>
@@ -103,6 +104,28 @@ TEST(MetricsTest, FailuresAreCountedByCodeAndReason) {
       << gateway;
   EXPECT_EQ(SumOverReplicas(dep, "gantry_request_failure_total", "reason=\"handler\""), 3);
   EXPECT_EQ(SumOverReplicas(dep, "gantry_request_success_total", "endpoint=\"/encode\""), 0);
+}
+
+// A gRPC client's deadline that passes while its request runs is counted as
+// DEADLINE_EXCEEDED, as the client hears it, not as a cancel.
+TEST(MetricsTest, AClientsDeadlineIsCountedAsDeadlineExceeded) {
+  testing::TempDir dir;
+  Deployment dep(
+      {.uses = "ChaosExec", .uses_with = {{"log", dir.File("calls.log")}}, .monitoring = true});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  const PostOptions slow{.parameters = Parameters(Value::Dict{{"sleep_ms", Value(2000.0)}}),
+                         .timeout = std::chrono::milliseconds(300)};
+  for (int i = 0; i < 2; ++i) {
+    StatusOr<DocList> result = Client(dep.address()).Post("/work", {Doc("slow")}, slow);
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(result.status().code(), StatusCode::kDeadlineExceeded) << result.status();
+  }
+  const std::string gateway = Scrape(dep.monitoring_port());
+  EXPECT_EQ(Sum(gateway, "gantry_gateway_request_failure_total", "code=\"DEADLINE_EXCEEDED\""), 2)
+      << gateway;
+  const double cancelled =
+      Sum(gateway, "gantry_gateway_request_failure_total", "code=\"CANCELLED\"");
+  EXPECT_TRUE(std::isnan(cancelled) || cancelled == 0) << gateway;
 }
 
 TEST(MetricsTest, ClientChosenEndpointsCannotGrowTheGatewaysLabels) {

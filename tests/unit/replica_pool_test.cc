@@ -633,6 +633,26 @@ TEST_F(ReplicaPoolTest, ARequestDoesNotWaitForAReplicaNotComingBackSoon) {
   EXPECT_EQ(result->status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(result->status.error_message().find("no replica is available"), std::string::npos)
       << result->status.error_message();
+  // It was not held, so it does not say it waited.
+  EXPECT_EQ(result->status.error_message().find("none came back"), std::string::npos)
+      << result->status.error_message();
+}
+
+TEST_F(ReplicaPoolTest, WhenEveryReplicaWasGivenUpTheErrorDoesNotPromiseTheyRejoin) {
+  ReplicaPool& pool = MakeHoldingPool(2, std::chrono::seconds(5));
+  pool.ReplicaGivenUp(0, "crashed 5 times in a row");
+  pool.ReplicaGivenUp(1, "exited with code 7 at start 5 times");
+  Outcome outcome;
+  pool.Forward(grpc::ByteBuffer(), Clock::time_point::max(), outcome.Done());
+  std::optional<ForwardResult> result = outcome.Wait(std::chrono::milliseconds(0));
+  ASSERT_TRUE(result.has_value()) << "nothing is coming back to wait for";
+  const std::string& message = result->status.error_message();
+  EXPECT_NE(message.find("every one was given up, and none is restarted"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("rejoin"), std::string::npos) << message;
+  EXPECT_EQ(message.find("none came back"), std::string::npos) << message;
+  EXPECT_NE(message.find("replica enc/rep-1 was given up: exited with code 7"), std::string::npos)
+      << message;
 }
 
 TEST_F(ReplicaPoolTest, AHeldRequestFailsWhenTheHoldRunsOutNamingIt) {
