@@ -673,7 +673,8 @@ int main(int argc, char** argv) try {
   std::string host = gantry::internal::DefaultListenHost();
   executor->add_option("--host", host,
                        "address to listen on (default $GANTRY_HOST, else 127.0.0.1)");
-  executor->add_option("--port", executor_flags.port, "port to listen on (0 = any free)");
+  executor->add_option("--port", executor_flags.port, "port to listen on (0 = any free)")
+      ->check(RangeOf(gantry::internal::kPortRule));
   executor->add_option("--port-file", listen.port_file,
                        "write the port here when ready (default $GANTRY_PORT_FILE)");
   executor->add_option("--device", executor_flags.device,

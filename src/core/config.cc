@@ -21,6 +21,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -616,19 +617,23 @@ class Parser {
   StatusOr<std::vector<Entry>> Entries(const YAML::Node& map, std::string_view path,
                                        std::span<const std::string_view> allowed) const {
     std::vector<Entry> entries;
+    // Key to its entry: a mapping of many keys is read in linear time.
+    std::unordered_map<std::string, std::size_t> seen;
     for (auto it = map.begin(); it != map.end(); ++it) {
       YAML::Node key = it->first;
       if (!key.IsScalar()) {
         return Error(key.Mark(), path, "expected a string key, got " + Describe(key));
       }
+      if (entries.size() == kMaxValuesPerFile) {
+        return Error(key.Mark(), path,
+                     "more than " + std::to_string(kMaxValuesPerFile) + " keys in one mapping");
+      }
       std::string name = key.Scalar();
       std::string key_path = Join(path, name);
-      for (const Entry& seen : entries) {
-        if (seen.key == name) {
-          return Error(key.Mark(), key_path,
-                       "duplicate key (first at line " +
-                           std::to_string(seen.key_node.Mark().line + 1) + ")");
-        }
+      if (const auto [at, fresh] = seen.emplace(name, entries.size()); !fresh) {
+        return Error(key.Mark(), key_path,
+                     "duplicate key (first at line " +
+                         std::to_string(entries[at->second].key_node.Mark().line + 1) + ")");
       }
       if (!allowed.empty()) {
         bool known = false;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <iterator>
+#include <utility>
 
 #include "core/gpu_inventory.h"
 #include "core/logging.h"
@@ -263,6 +265,21 @@ Status ValidateDeploymentOptions(const DeploymentOptions& options) {
                        options.traces_exporter_port)}) {
     if (!s.ok()) {
       return InvalidArgumentError(prefix + s.message());
+    }
+  }
+  // Fixed ports must differ: the second server could not listen (or, before
+  // gRPC's SO_REUSEPORT was turned off, would share the first's clients).
+  const std::pair<const char*, int> ports[] = {
+      {"port", options.port},
+      {"http_port", options.http_port},
+      {"port_monitoring", options.monitoring ? options.port_monitoring : 0}};
+  for (std::size_t i = 0; i < std::size(ports); ++i) {
+    for (std::size_t j = i + 1; j < std::size(ports); ++j) {
+      if (ports[i].second > 0 && ports[i].second == ports[j].second) {
+        return InvalidArgumentError(prefix + ports[i].first + " and " + ports[j].first +
+                                    " are both " + std::to_string(ports[i].second) +
+                                    "; each server needs a port of its own");
+      }
     }
   }
   if (options.min_ready > options.replicas) {

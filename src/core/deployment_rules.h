@@ -8,7 +8,7 @@
 // Words may differ by caller, as they did before this module existed: the
 // YAML loader reports "<file>:<line>:<col>: <key.path>: expected an integer
 // >= 1, got 0" (IntRule::expected), options built in C++ read "deployment
-// '<name>': replicas must be >= 1, got 0" (CheckIntOption). Both come from
+// '<name>': replicas 0 is outside 1..1024" (CheckIntOption). Both come from
 // the same bounds.
 //
 // Thread safety: pure functions and constants, safe from any thread.
@@ -43,8 +43,9 @@ struct IntRule {
 
 inline constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
 
-// `replicas`.
-inline constexpr IntRule kReplicasRule{1, kIntMax, "an integer >= 1", false};
+// `replicas`: each is a process on this machine (or a pod, exported), and a
+// typo of a few digits must not fork thousands of them.
+inline constexpr IntRule kReplicasRule{1, 1024, "an integer from 1 to 1024", true};
 // `port`, and `http_port` as written in YAML (-1, no HTTP, is only a default).
 inline constexpr IntRule kPortRule{0, 65535, "an integer from 0 to 65535", true};
 // `traces_exporter_port`: where the OTLP collector listens.

@@ -268,6 +268,18 @@ StatusOr<Topology> LoadTopology(const std::string& path) {
     t.steps.push_back(
         Step{.name = std::move(name), .key_path = "with", .deployment = std::move(deployment)});
   }
+  // A manifest needs fixed ports: HTTP on "any free port" becomes 8000 (or
+  // the next one the gRPC port leaves), as gRPC's becomes kDefaultGatewayPort.
+  if (t.gateway.http_port == 0) {
+    t.gateway.http_port = kDefaultExportedHttpPort;
+    while (t.gateway.http_port == t.gateway_port) {
+      ++t.gateway.http_port;
+    }
+  }
+  if (t.gateway.http_port == t.gateway_port) {
+    return Refuse(t, "with.http_port",
+                  std::to_string(t.gateway_port) + " is also the gateway's gRPC port");
+  }
   std::set<std::string> taken = {std::string(kGatewayName)};
   std::set<int> ports = {t.gateway_port, t.gateway.http_port};
   int next_port = kFirstExecutorPort;

@@ -20,6 +20,8 @@
 namespace gantry::exporting {
 
 inline constexpr int kDefaultGatewayPort = 8080;
+// The gateway's HTTP port where the YAML says 0 (any free port).
+inline constexpr int kDefaultExportedHttpPort = 8000;
 inline constexpr int kFirstExecutorPort = 8081;
 // Where a container serves /metrics when `monitoring` is on and the YAML
 // names no port: Prometheus needs a fixed one to scrape.

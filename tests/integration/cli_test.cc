@@ -255,6 +255,12 @@ TEST(CliTest, ExecutorAsksItsClientsToReconnectAfterMaxConnectionAge) {
   auto [code, out] = RunCli({"executor", "--uses", "NoOpExec", "--max-connection-age", "90000"});
   EXPECT_NE(code, 0);
   EXPECT_THAT(out, HasSubstr("--max-connection-age"));
+  // A port out of range is refused, not wrapped (70000 listened on 4464).
+  for (const char* port : {"70000", "-5"}) {
+    auto [port_code, port_out] = RunCli({"executor", "--uses", "NoOpExec", "--port", port});
+    EXPECT_NE(port_code, 0) << port;
+    EXPECT_THAT(port_out, HasSubstr("--port")) << port;
+  }
 }
 
 // A cgroup of its own with a CPU quota of one core (v2 `cpu.max`, or v1's

@@ -69,6 +69,18 @@ TEST(DeploymentTest, SeedExecutorTwoReplicasThousandDocs) {
   EXPECT_EQ(total, 32u);
 }
 
+// gRPC's default SO_REUSEPORT would let a second gateway start on the same
+// port and split clients between the two, answering from either executor.
+TEST(DeploymentTest, AGrpcPortInUseFailsTheStartInsteadOfSharingIt) {
+  Deployment first({.uses = "EchoExec"});
+  ASSERT_TRUE(first.ok()) << first.status();
+  Deployment second({.uses = "EchoExec", .port = first.port()});
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(second.status().message(), ::testing::HasSubstr(std::to_string(first.port())));
+  EXPECT_THAT(second.status().message(), ::testing::HasSubstr("port in use"));
+  EXPECT_TRUE(first.Post("/", DocList{Doc("still served")}).ok());
+}
+
 TEST(DeploymentTest, StopReapsEveryReplica) {
   std::vector<pid_t> pids;
   {

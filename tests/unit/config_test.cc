@@ -769,18 +769,33 @@ TEST(DeploymentConfigTest, ParsesServedModelsAndRejectsBadOnes) {
               HasSubstr("model name 'a b' must be 1 to 256 characters without whitespace"));
 }
 
+// Keys are checked for duplicates through a map (a mapping of 200,000 keys
+// took over 30 s with a scan per key), and one mapping holds at most
+// 100,000 of them.
+TEST(DeploymentConfigTest, AMappingOfTooManyKeysIsRefusedNamingIt) {
+  std::string env;
+  for (int i = 0; i <= 100000; ++i) {
+    env += "    K" + std::to_string(i) + ": v\n";
+  }
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  env:\n" + env),
+            "dep.yml:100005:5: with.env: more than 100000 keys in one mapping");
+  EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  env:\n    A: x\n    B: y\n"
+                            "    A: z\n"),
+            "dep.yml:7:5: with.env.A: duplicate key (first at line 5)");
+}
+
 TEST(DeploymentConfigTest, RejectsBadReplicasAndPort) {
   const std::string head = "jtype: Deployment\nwith:\n  uses: MyExec\n";
   EXPECT_EQ(DeploymentError("jtype: Deployment\nwith:\n  uses: MyExec\n  replicas: two\n"),
-            "dep.yml:4:13: with.replicas: expected an integer >= 1, got \"two\"");
+            "dep.yml:4:13: with.replicas: expected an integer from 1 to 1024, got \"two\"");
   EXPECT_EQ(DeploymentError(head + "  replicas: 0\n"),
-            "dep.yml:4:13: with.replicas: expected an integer >= 1, got 0");
+            "dep.yml:4:13: with.replicas: expected an integer from 1 to 1024, got 0");
   EXPECT_EQ(DeploymentError(head + "  replicas: 1.5\n"),
-            "dep.yml:4:13: with.replicas: expected an integer >= 1, got 1.5");
+            "dep.yml:4:13: with.replicas: expected an integer from 1 to 1024, got 1.5");
   EXPECT_EQ(DeploymentError(head + "  replicas: \"2\"\n"),
-            "dep.yml:4:13: with.replicas: expected an integer >= 1, got \"2\"");
+            "dep.yml:4:13: with.replicas: expected an integer from 1 to 1024, got \"2\"");
   EXPECT_EQ(DeploymentError(head + "  replicas:\n"),
-            "dep.yml:4:3: with.replicas: expected an integer >= 1, got null");
+            "dep.yml:4:3: with.replicas: expected an integer from 1 to 1024, got null");
   EXPECT_EQ(DeploymentError(head + "  port: 70000\n"),
             "dep.yml:4:9: with.port: expected an integer from 0 to 65535, got 70000");
   EXPECT_EQ(DeploymentError(head + "  port: -1\n"),

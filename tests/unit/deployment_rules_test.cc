@@ -26,7 +26,7 @@ TEST(DeploymentRulesTest, IntRulesAcceptTheirBoundsAndRefuseOneBeyond) {
     std::int64_t max;
   };
   const std::vector<Case> cases = {
-      {kReplicasRule, 1, std::numeric_limits<int>::max()},
+      {kReplicasRule, 1, 1024},
       {kPortRule, 0, 65535},
       {kMaxMessageBytesRule, 1, kInt32Max},
       {kTimeoutReadyRule, -1, std::numeric_limits<std::int64_t>::max()},
@@ -46,7 +46,7 @@ TEST(DeploymentRulesTest, IntRulesAcceptTheirBoundsAndRefuseOneBeyond) {
 }
 
 TEST(DeploymentRulesTest, YamlWordsSayWhatIsExpected) {
-  EXPECT_EQ(ExpectedGot(kReplicasRule, "0"), "expected an integer >= 1, got 0");
+  EXPECT_EQ(ExpectedGot(kReplicasRule, "0"), "expected an integer from 1 to 1024, got 0");
   EXPECT_EQ(ExpectedGot(kPortRule, "70000"), "expected an integer from 0 to 65535, got 70000");
   EXPECT_EQ(ExpectedGot(kMaxMessageBytesRule, "\"big\""),
             "expected a size in bytes from 1 to 2147483647 (gRPC's limit), got \"big\"");
@@ -59,9 +59,9 @@ TEST(DeploymentRulesTest, OptionWordsNameTheMinimumOrTheRange) {
   EXPECT_TRUE(CheckIntOption(kReplicasRule, "replicas", 1).ok());
   Status replicas = CheckIntOption(kReplicasRule, "replicas", 0);
   EXPECT_EQ(replicas.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(replicas.message(), "replicas must be >= 1, got 0");
-  EXPECT_EQ(CheckIntOption(kReplicasRule, "replicas", -5).message(),
-            "replicas must be >= 1, got -5");
+  EXPECT_EQ(replicas.message(), "replicas 0 is outside 1..1024");
+  EXPECT_EQ(CheckIntOption(kReplicasRule, "replicas", 1000000000).message(),
+            "replicas 1000000000 is outside 1..1024");
 
   EXPECT_TRUE(CheckIntOption(kPortRule, "port", 0).ok());
   EXPECT_TRUE(CheckIntOption(kPortRule, "port", 65535).ok());
@@ -236,7 +236,20 @@ TEST(DeploymentRulesTest, ValidateDeploymentOptionsNamesTheDeployment) {
   o = Valid();
   o.replicas = 0;
   EXPECT_EQ(ValidateDeploymentOptions(o).message(),
-            "deployment 'dep': replicas must be >= 1, got 0");
+            "deployment 'dep': replicas 0 is outside 1..1024");
+  o = Valid();
+  o.port = 9000;
+  o.http_port = 9000;
+  EXPECT_EQ(ValidateDeploymentOptions(o).message(),
+            "deployment 'dep': port and http_port are both 9000; each server needs a port of "
+            "its own");
+  o.http_port = 9001;
+  o.port_monitoring = 9001;
+  EXPECT_TRUE(ValidateDeploymentOptions(o).ok()) << "no metrics server without monitoring";
+  o.monitoring = true;
+  EXPECT_EQ(ValidateDeploymentOptions(o).message(),
+            "deployment 'dep': http_port and port_monitoring are both 9001; each server needs a "
+            "port of its own");
   o = Valid();
   o.port = 65536;
   EXPECT_EQ(ValidateDeploymentOptions(o).message(),

@@ -653,6 +653,35 @@ TEST(ExportTest, ForeignFilesAreNotClobbered) {
   EXPECT_EQ(ReadFile(dir.File("compose.yml")), "services: {}\n");
 }
 
+// HTTP on any free port (0) gets a fixed one, as gRPC's does: a Service or a
+// compose mapping of port 0 is not valid.
+TEST(ExportKubernetesTest, AnHttpPortOfZeroBecomesAFixedPort) {
+  TempDir dir;
+  WriteFile(dir.File("dep.yml"),
+            "jtype: Deployment\nwith: {name: encoder, uses: NoOpExec, http_port: 0}\n");
+  auto written = ExportKubernetes(dir.File("dep.yml"), dir.File("k8s"));
+  ASSERT_TRUE(written.ok()) << written.status();
+  const YAML::Node c = Container(Objects(dir.File("k8s/gateway.yml")).at("Deployment/gateway"));
+  std::vector<int> ports;
+  for (const YAML::Node& port : c["ports"]) {
+    ports.push_back(port["containerPort"].as<int>());
+  }
+  EXPECT_THAT(ports, ::testing::UnorderedElementsAre(8080, 8000));
+  EXPECT_EQ(ValueAfter(Strings(c["args"]), "--http-port"), "8000");
+  for (const YAML::Node& port :
+       Objects(dir.File("k8s/gateway.yml")).at("Service/gateway")["spec"]["ports"]) {
+    EXPECT_GT(port["port"].as<int>(), 0);
+  }
+  // A gRPC port of 8000 leaves HTTP the next one.
+  WriteFile(dir.File("f.yml"),
+            "jtype: Flow\nwith: {port: 8000, http_port: 0}\nexecutors:\n  - {name: a, uses: "
+            "NoOpExec}\n");
+  auto compose = ExportDockerCompose(dir.File("f.yml"), dir.File("c.yml"));
+  ASSERT_TRUE(compose.ok()) << compose.status();
+  EXPECT_THAT(ReadFile(dir.File("c.yml")), HasSubstr("8001:8001"));
+  EXPECT_THAT(ReadFile(dir.File("c.yml")), ::testing::Not(HasSubstr("\"0:0\"")));
+}
+
 TEST(ExportTest, BadInputNamesFileLineAndKey) {
   TempDir dir;
   WriteFile(dir.File("bad.yml"), "jtype: Flow\nexecutors:\n  - {name: a, uses: X, replicas: 0}\n");
@@ -671,6 +700,13 @@ TEST(ExportTest, BadInputNamesFileLineAndKey) {
   auto name = ExportKubernetes(dir.File("name.yml"), dir.File("out"));
   ASSERT_FALSE(name.ok());
   EXPECT_THAT(name.status().message(), HasSubstr("with.name: '9lives' cannot name a Kubernetes"));
+
+  WriteFile(dir.File("same.yml"),
+            "jtype: Deployment\nwith: {uses: X, name: enc, port: 9000, http_port: 9000}\n");
+  auto same = ExportKubernetes(dir.File("same.yml"), dir.File("out"));
+  ASSERT_FALSE(same.ok());
+  EXPECT_THAT(same.status().message(),
+              HasSubstr("same.yml: with.http_port: 9000 is also the gateway's gRPC port"));
 
   WriteFile(dir.File("other.yml"), "jtype: NoOpExec\n");
   auto other = ExportKubernetes(dir.File("other.yml"), dir.File("out"));

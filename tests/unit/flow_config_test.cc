@@ -107,7 +107,7 @@ TEST(FlowConfigTest, OtherMistakesNameTheirKey) {
   EXPECT_THAT(ErrorOf(ParseFlowConfig("jtype: Flow\nexecutors:\n  - {name: a, replicas: 0, uses: "
                                       "NoOp}\n",
                                       "f.yml")),
-              HasSubstr("executors[0].replicas: expected an integer >= 1, got 0"));
+              HasSubstr("executors[0].replicas: expected an integer from 1 to 1024, got 0"));
   EXPECT_THAT(ErrorOf(ParseFlowConfig("jtype: Flow\nexecutors:\n  - {name: a}\n", "f.yml")),
               HasSubstr("executors[0].uses: required key is missing"));
   EXPECT_THAT(ErrorOf(ParseFlowConfig("jtype: Flow\nexecutors: []\n", "f.yml")),
