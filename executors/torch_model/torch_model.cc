@@ -12,10 +12,12 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
@@ -98,6 +100,11 @@ std::string Describe(const std::exception& e) {
   return message;
 }
 
+// Which request a document came in (TorchModel::Prepare numbers them).
+struct RequestTag {
+  std::uint64_t request = 0;
+};
+
 }  // namespace
 
 struct TorchModel::Impl {
@@ -130,8 +137,15 @@ struct TorchModel::Impl {
     return c10::isFloatingType(declared) && !is_package ? compute_type : declared;
   }
 
+  // Numbers each request's documents (Prepare), so that a call that dynamic
+  // batching merged from several requests can tell them apart.
+  mutable std::atomic<std::uint64_t> next_request{0};
+
   Status CheckDoc(const Doc& doc, std::size_t index) const;
-  std::vector<std::vector<std::size_t>> PlanPasses(DocList& docs) const;
+  std::vector<std::vector<std::size_t>> PlanPasses(const DocList& docs,
+                                                   std::vector<std::size_t> order) const;
+  std::vector<std::vector<std::size_t>> PlanRequestPasses(
+      const DocList& docs, const std::vector<std::size_t>& request_of) const;
   void RunTensorPass(DocList& docs, const std::vector<std::size_t>& pass);
   void RunTextPass(DocList& docs, const std::vector<std::size_t>& pass,
                    const std::vector<std::vector<std::int64_t>>& ids);
@@ -192,13 +206,14 @@ Status TorchModel::Impl::CheckDoc(const Doc& doc, std::size_t index) const {
 // Passes of at most batch_size documents: sorted by size so that padding
 // adds little, split where an unpadded input's sizes change or the padded
 // inputs would pass kMaxPassBytes.
-std::vector<std::vector<std::size_t>> TorchModel::Impl::PlanPasses(DocList& docs) const {
+std::vector<std::vector<std::size_t>> TorchModel::Impl::PlanPasses(
+    const DocList& docs, std::vector<std::size_t> order) const {
   const std::vector<TensorSpec>& inputs = signature.inputs;
   auto dims_of = [&](std::size_t doc, std::size_t input) -> const std::vector<std::int64_t>& {
     return docs[doc].tensor(inputs[input].field)->shape();
   };
   std::vector<std::int64_t> size(docs.size(), 0);
-  for (std::size_t i = 0; i < docs.size(); ++i) {
+  for (std::size_t i : order) {
     for (const TensorSpec& input : inputs) {
       size[i] += docs[i].tensor(input.field)->numel();
     }
@@ -214,8 +229,6 @@ std::vector<std::vector<std::size_t>> TorchModel::Impl::PlanPasses(DocList& docs
     }
     return key;
   };
-  std::vector<std::size_t> order(docs.size());
-  std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     const auto ka = unpadded_key(a);
     const auto kb = unpadded_key(b);
@@ -260,6 +273,72 @@ std::vector<std::vector<std::size_t>> TorchModel::Impl::PlanPasses(DocList& docs
   }
   if (!pass.empty()) {
     passes.push_back(std::move(pass));
+  }
+  return passes;
+}
+
+// The passes of a call that may hold several requests (`request_of`: each
+// document's request, numbered from 0 in order). Each request is planned as
+// if it came alone, so that what it gets back (its outputs' padded sizes
+// above all) never depends on who shared its call; then passes whose
+// documents all have the same sizes, which pad nothing, are merged across
+// requests up to batch_size and kMaxPassBytes.
+std::vector<std::vector<std::size_t>> TorchModel::Impl::PlanRequestPasses(
+    const DocList& docs, const std::vector<std::size_t>& request_of) const {
+  const std::vector<TensorSpec>& inputs = signature.inputs;
+  std::vector<std::vector<std::size_t>> by_request;
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    const std::size_t r = request_of.empty() ? 0 : request_of[i];
+    if (r >= by_request.size()) {
+      by_request.resize(r + 1);
+    }
+    by_request[r].push_back(i);
+  }
+  if (by_request.size() <= 1) {
+    return PlanPasses(docs, by_request.empty() ? std::vector<std::size_t>{} : by_request[0]);
+  }
+  // Every input's sizes, one after another: equal keys pad nothing.
+  auto sizes_of = [&](std::size_t doc) {
+    std::vector<std::int64_t> key;
+    for (const TensorSpec& input : inputs) {
+      const auto& d = docs[doc].tensor(input.field)->shape();
+      key.push_back(static_cast<std::int64_t>(d.size()));
+      key.insert(key.end(), d.begin(), d.end());
+    }
+    return key;
+  };
+  std::vector<std::vector<std::size_t>> passes;
+  std::map<std::vector<std::int64_t>, std::vector<std::size_t>> merging;
+  for (const std::vector<std::size_t>& request : by_request) {
+    for (std::vector<std::size_t>& pass : PlanPasses(docs, request)) {
+      const std::vector<std::int64_t> key = sizes_of(pass.front());
+      bool uniform = true;
+      for (std::size_t doc : pass) {
+        uniform = uniform && sizes_of(doc) == key;
+      }
+      if (!uniform) {
+        passes.push_back(std::move(pass));
+        continue;
+      }
+      std::int64_t doc_bytes = 0;
+      for (const TensorSpec& input : inputs) {
+        doc_bytes += docs[pass.front()].tensor(input.field)->numel() *
+                     static_cast<std::int64_t>(c10::elementSize(ModelTypeOf(input)));
+      }
+      std::vector<std::size_t>& merged = merging[key];
+      for (std::size_t doc : pass) {
+        const auto count = static_cast<std::int64_t>(merged.size());
+        if (count > 0 && (count >= batch_size || (count + 1) * doc_bytes > kMaxPassBytes)) {
+          passes.push_back(std::exchange(merged, {}));
+        }
+        merged.push_back(doc);
+      }
+    }
+  }
+  for (auto& [key, merged] : merging) {
+    if (!merged.empty()) {
+      passes.push_back(std::move(merged));
+    }
   }
   return passes;
 }
@@ -441,7 +520,15 @@ void TorchModel::Impl::Infer(DocList& docs, const Parameters& parameters) {
         throw std::invalid_argument(s.message());
       }
     }
-    for (const std::vector<std::size_t>& pass : PlanPasses(docs)) {
+    // Which request each document came in: Prepare tagged each request's.
+    std::vector<std::size_t> request_of;
+    if (const std::vector<RequestTag> tags = TakePrepared<RequestTag>(docs); !tags.empty()) {
+      request_of.assign(docs.size(), 0);
+      for (std::size_t i = 1; i < docs.size(); ++i) {
+        request_of[i] = request_of[i - 1] + (tags[i].request != tags[i - 1].request ? 1 : 0);
+      }
+    }
+    for (const std::vector<std::size_t>& pass : PlanRequestPasses(docs, request_of)) {
       RunTensorPass(docs, pass);
     }
     return;
@@ -782,6 +869,10 @@ Status TorchModel::CheckRequest(const DocList& docs, const Parameters& /*paramet
 
 Status TorchModel::Prepare(DocList& docs, const Parameters& /*parameters*/) const {
   if (!impl_->is_text()) {
+    const RequestTag tag{impl_->next_request.fetch_add(1, std::memory_order_relaxed)};
+    for (Doc& doc : docs) {
+      doc.set_prepared(tag);
+    }
     return OkStatus();
   }
   std::vector<std::vector<std::int64_t>> ids;

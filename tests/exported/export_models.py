@@ -27,7 +27,8 @@ For each model NAME it writes into DIR:
                              order of the model's arguments.
 "ragged" sums its input over a dynamic axis (seq [-1, 8] -> total [8]), so
 that zero padding leaves its answers exact: the padding tests compute the
-expected sums themselves (no expected file). And for "broken": truncated.pt2, corrupt.pt2, cuda_claimed.pt2, throws.pt,
+expected sums themselves (no expected file). "doubler.pt" (TorchScript only)
+doubles seq [-1], so that its output keeps the length it was padded to. And for "broken": truncated.pt2, corrupt.pt2, cuda_claimed.pt2, throws.pt,
 throws.expected.safetensors and broken.json (see export_broken).
 
 Dynamic shapes: Dim("batch", min=1, max=1024) and Dim("seq", min=1, max=512)
@@ -212,6 +213,11 @@ class Ragged(torch.nn.Module):
         return seq.sum(dim=1)
 
 
+class Doubler(torch.nn.Module):
+    def forward(self, seq):
+        return seq * 2
+
+
 def export_ragged(out_dir, device):
     """seq [B, S, 8] -> total [B, 8], B and S dynamic."""
     model = Ragged().eval()
@@ -219,6 +225,9 @@ def export_ragged(out_dir, device):
     timings = {}
     t0 = time.monotonic()
     torch.jit.script(model).save(os.path.join(out_dir, "ragged.pt"))
+    # Its output keeps the padded length: what a request gets back shows
+    # whether another request's documents padded its own.
+    torch.jit.script(Doubler().eval()).save(os.path.join(out_dir, "doubler.pt"))
     timings["torchscript_s"] = time.monotonic() - t0
     batch = torch.export.Dim("batch", min=1, max=kMaxBatch)
     seq = torch.export.Dim("seq", min=1, max=kMaxSeq)

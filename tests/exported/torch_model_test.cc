@@ -426,6 +426,50 @@ TEST_F(ExportedModelTest, DynamicInputsArePaddedOrGroupedAndAnswersStayExact) {
   }
 }
 
+// Dynamic batching merges requests into one call, and the documents of one
+// request are padded to each other's sizes (the output keeps the padded
+// length, as documented); another request's documents never pad them, so
+// what a request gets back does not depend on who shared its call.
+TEST_F(ExportedModelTest, ARequestIsNeverPaddedToTheSizesOfAnotherInItsBatch) {
+  auto options = Load(
+      "      model: models/doubler.pt\n"
+      "      inputs: [{name: seq, dtype: float32, shape: [-1], field: tensor}]\n"
+      "      outputs: [{name: twice, dtype: float32, shape: [-1], field: embedding}]\n",
+      1, "{preferred_batch_size: 64, timeout: 300}");
+  ASSERT_TRUE(options.ok()) << options.status();
+  Deployment dep(*options);
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  auto doc_of = [](std::vector<float> values) {
+    Doc doc;
+    const auto n = static_cast<std::int64_t>(values.size());
+    doc.set_tensor("tensor", Tensor::FromValues<float>({n}, std::move(values)));
+    return doc;
+  };
+  // Short and long requests at once, so that they share calls.
+  std::vector<std::future<StatusOr<DocList>>> posts;
+  for (int i = 0; i < 8; ++i) {
+    const bool shorter = i % 2 == 0;
+    posts.push_back(std::async(std::launch::async, [&, shorter] {
+      return dep.Post("/infer", DocList{doc_of(shorter ? std::vector<float>{1, 2}
+                                                       : std::vector<float>{1, 2, 3, 4})});
+    }));
+  }
+  for (int i = 0; i < 8; ++i) {
+    StatusOr<DocList> got = posts[static_cast<std::size_t>(i)].get();
+    ASSERT_TRUE(got.ok()) << got.status();
+    const std::vector<float> want =
+        i % 2 == 0 ? std::vector<float>{2, 4} : std::vector<float>{2, 4, 6, 8};
+    ASSERT_NE((*got)[0].embedding(), nullptr);
+    const std::span<const float> values = (*got)[0].embedding()->Values<float>();
+    EXPECT_EQ(std::vector<float>(values.begin(), values.end()), want) << "request " << i;
+  }
+  // Within one request, documents are padded to each other's sizes.
+  StatusOr<DocList> both = dep.Post("/infer", DocList{doc_of({1, 2}), doc_of({1, 2, 3, 4})});
+  ASSERT_TRUE(both.ok()) << both.status();
+  const std::span<const float> padded = (*both)[0].embedding()->Values<float>();
+  EXPECT_EQ(std::vector<float>(padded.begin(), padded.end()), (std::vector<float>{2, 4, 0, 0}));
+}
+
 struct BadModel {
   const char* file;
   const char* message;
