@@ -902,6 +902,13 @@ void TorchModel::Infer(DocList& docs, const Parameters& parameters) {
   } catch (const std::exception& e) {
     // The model's own error (torch's without its C++ backtrace), named.
     const std::string message = Describe(e);
+    if (message.find("input_handles[") != std::string::npos &&
+        message.find("dim value is too") != std::string::npos) {
+      // A package's bound on a dynamic size (torch.export's Dim max): the
+      // input is outside what the model takes, which is the client's to fix.
+      throw std::invalid_argument(impl_->where + ": an input is outside the sizes " +
+                                  impl_->model_path + " was exported for: " + message);
+    }
     throw std::runtime_error(message.starts_with(impl_->where) ? message
                                                                : impl_->where + ": " + message);
   }

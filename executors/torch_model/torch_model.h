@@ -65,6 +65,9 @@ class TorchModel final : public Executor {
   // Every endpoint (Jina's /default): /encode, /infer, ...
   GANTRY_REQUESTS(Infer);
   GANTRY_VALIDATE(Infer, CheckRequest);
+  // It only adds outputs to its documents: one request the model throws on
+  // fails alone.
+  GANTRY_BATCH_FAILURES_RETRIED_ALONE(Infer);
   GANTRY_DYNAMIC_BATCHING_ON_GPU(Infer, {.preferred_batch_size = 256, .timeout_ms = 0});
   void Infer(DocList& docs, const Parameters& parameters);
   Status CheckRequest(const DocList& docs, const Parameters& parameters) const;

@@ -198,6 +198,9 @@ struct Route {
   // Set by GANTRY_PREPARE: does one request's share of the handler's work
   // on its own thread before it is queued; empty when the handler has none.
   std::function<Status(const Executor&, DocList&, const Parameters&)> prepare{};
+  // Set by GANTRY_BATCH_FAILURES_RETRIED_ALONE: a batched call that failed
+  // runs each of its requests again alone.
+  bool retry_failures_alone = false;
 };
 
 template <typename T>
@@ -310,6 +313,13 @@ class RouteCollector {
     for (Route& route : *routes_) {
       if (route.method_name == method_name) {
         route.gpu_batching = batching;
+      }
+    }
+  }
+  void SetRetryFailuresAlone(std::string_view method_name) {
+    for (Route& route : *routes_) {
+      if (route.method_name == method_name) {
+        route.retry_failures_alone = true;
       }
     }
   }
@@ -483,6 +493,23 @@ bool IsExecutorRegistered(std::string_view name);
   inline static const ::gantry::internal::BatchingHook<GantrySelf>                                 \
       gantry_gpu_batching_hook_##method {                                                          \
     &GantrySelf::GantryGpuBatching_##method                                                        \
+  }
+
+// Beside a handler's GANTRY_REQUESTS line, for a handler that changes
+// nothing but its documents, and leaves them fit to be handled again when it
+// throws: when a call that dynamic batching merged from several requests
+// fails, each request runs again alone, so that one request the handler
+// cannot take (an input that makes the model throw) fails alone and never
+// the requests batched with it. Without it every request of the call gets
+// the error, as in Jina.
+#define GANTRY_BATCH_FAILURES_RETRIED_ALONE(method)                                               \
+  static void GantryRetryAlone_##method(::gantry::internal::RouteCollector<GantrySelf>& routes) { \
+    static_cast<void>(&GantrySelf::method); /* names a member handler */                          \
+    routes.SetRetryFailuresAlone(#method);                                                        \
+  }                                                                                               \
+  inline static const ::gantry::internal::BatchingHook<GantrySelf>                                \
+      gantry_retry_alone_hook_##method {                                                          \
+    &GantrySelf::GantryRetryAlone_##method                                                        \
   }
 
 // Beside a handler's GANTRY_REQUESTS line: `validator`, a const member

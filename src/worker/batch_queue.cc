@@ -103,7 +103,8 @@ bool BatchQueueSet::EvictOneIdleLocked() {
 HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching& config,
                                    const std::function<BatchInvoke()>& make_invoke,
                                    const std::string& where, DocList& docs, int priority,
-                                   int queue_timeout_ms, const BatchTokens* tokens) {
+                                   int queue_timeout_ms, const BatchTokens* tokens,
+                                   bool retry_alone) {
   if (docs.empty()) {
     return {};
   }
@@ -135,6 +136,7 @@ HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching
       alone.config = config;
       alone.invoke = make_invoke();
       alone.where = where;
+      alone.retry_alone = retry_alone;
       std::deque<Pending*> batch{&pending};
       Flush(alone, batch, pending.tokens != nullptr ? tokens->budget : 0);
       return std::move(pending.outcome);
@@ -143,6 +145,7 @@ HandlerOutcome BatchQueueSet::Push(const std::string& key, const DynamicBatching
     queue->config = config;
     queue->invoke = make_invoke();
     queue->where = where;
+    queue->retry_alone = retry_alone;
     queue->priority = priority;
     it = queues_.emplace(key, std::move(queue)).first;
     if (!flusher_.joinable()) {
@@ -350,6 +353,45 @@ void BatchQueueSet::Run() {
   }
 }
 
+// all[begin, end) through the handler, and back into `all` when it returned
+// as many documents as it got (`*returned`).
+HandlerOutcome BatchQueueSet::RunCall(Queue& queue, std::vector<Doc>& all, std::size_t begin,
+                                      std::size_t end, bool* returned) {
+  DocList call(std::vector<Doc>(std::make_move_iterator(all.begin() + begin),
+                                std::make_move_iterator(all.begin() + end)));
+  HandlerOutcome outcome = queue.invoke(call);
+  {
+    std::lock_guard lock(mutex_);
+    ++calls_;
+  }
+  if (outcome.status.ok() && call.size() != end - begin) {
+    outcome.status = InternalError(
+        "dynamic batching requires the handler to return as many documents as it got: got " +
+        std::to_string(end - begin) + ", returned " + std::to_string(call.size()));
+  }
+  if (call.size() == end - begin) {
+    std::move(call.docs().begin(), call.docs().end(), all.begin() + begin);
+  }
+  if (returned != nullptr) {
+    *returned = call.size() == end - begin;
+  }
+  return outcome;
+}
+
+// The requests owning documents [begin, end) take `outcome`: its error, or
+// the time their handler started.
+void BatchQueueSet::Settle(std::deque<Pending*>& batch, const std::vector<std::size_t>& owner,
+                           std::size_t begin, std::size_t end, const HandlerOutcome& outcome) {
+  for (std::size_t k = begin; k < end; ++k) {
+    HandlerOutcome& mine = batch[owner[k]]->outcome;
+    if (!outcome.status.ok() && mine.status.ok()) {
+      mine = outcome;
+    } else if (mine.started == std::chrono::steady_clock::time_point{}) {
+      mine.started = outcome.started;
+    }
+  }
+}
+
 // Runs outside the lock: new requests queue up meanwhile and start the next
 // batch's timer.
 void BatchQueueSet::Flush(Queue& queue, std::deque<Pending*>& batch, std::int64_t token_budget) {
@@ -378,29 +420,23 @@ void BatchQueueSet::Flush(Queue& queue, std::deque<Pending*>& batch, std::int64_
       }
       longest = wider;
     }
-    DocList call(std::vector<Doc>(std::make_move_iterator(all.begin() + begin),
-                                  std::make_move_iterator(all.begin() + end)));
-    HandlerOutcome outcome = queue.invoke(call);
-    {
-      std::lock_guard lock(mutex_);
-      ++calls_;
-    }
-    if (outcome.status.ok() && call.size() != end - begin) {
-      outcome.status = InternalError(
-          "dynamic batching requires the handler to return as many documents as it got: got " +
-          std::to_string(end - begin) + ", returned " + std::to_string(call.size()));
-    }
-    if (call.size() == end - begin) {
-      std::move(call.docs().begin(), call.docs().end(), all.begin() + begin);
-    }
-    for (std::size_t k = begin; k < end; ++k) {
-      HandlerOutcome& mine = batch[owner[k]]->outcome;
-      if (!outcome.status.ok() && mine.status.ok()) {
-        mine = outcome;
-      } else if (mine.started == std::chrono::steady_clock::time_point{}) {
-        mine.started = outcome.started;
+    const bool several = owner[begin] != owner[end - 1];  // a request's documents are adjacent
+    bool returned = false;
+    HandlerOutcome outcome = RunCall(queue, all, begin, end, &returned);
+    if (!outcome.status.ok() && several && returned && queue.retry_alone) {
+      // One request the handler could not take fails alone: each runs again
+      // on its own (the handler left the documents fit for it).
+      for (std::size_t from = begin; from < end;) {
+        std::size_t to = from + 1;
+        while (to < end && owner[to] == owner[from]) {
+          ++to;
+        }
+        Settle(batch, owner, from, to, RunCall(queue, all, from, to));
+        from = to;
       }
+      continue;
     }
+    Settle(batch, owner, begin, end, outcome);
   }
   // Each request gets its own documents back, in their order.
   for (Pending* pending : batch) {
@@ -411,15 +447,18 @@ void BatchQueueSet::Flush(Queue& queue, std::deque<Pending*>& batch, std::int64_
   }
 }
 
-BatchQueue::BatchQueue(DynamicBatching config, BatchInvoke invoke, std::string where)
+BatchQueue::BatchQueue(DynamicBatching config, BatchInvoke invoke, std::string where,
+                       bool retry_alone)
     : config_(config),
       invoke_(std::move(invoke)),
       where_(std::move(where)),
+      retry_alone_(retry_alone),
       set_(BatchQueueLimits{.max_queues = 1, .idle_timeout = std::chrono::hours(24)}) {}
 
 HandlerOutcome BatchQueue::Push(DocList& docs) {
   return set_.Push(
-      where_, config_, [this] { return invoke_; }, where_, docs);
+      where_, config_, [this] { return invoke_; }, where_, docs, /*priority=*/0,
+      /*queue_timeout_ms=*/-1, /*tokens=*/nullptr, retry_alone_);
 }
 
 }  // namespace gantry::internal

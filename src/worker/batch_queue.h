@@ -111,10 +111,13 @@ class BatchQueueSet {
   // timeout_action rejects the request or moves it to the back of the queue.
   // `tokens`, when it has a budget, holds one count per document of `docs`
   // and must outlive the call; the queue's budget is the latest request's.
+  // `retry_alone` (the new queue's): a call of several requests that failed
+  // runs each of them again alone, each getting its own outcome; the handler
+  // must leave documents it failed on fit to be handled again.
   HandlerOutcome Push(const std::string& key, const DynamicBatching& config,
                       const std::function<BatchInvoke()>& make_invoke, const std::string& where,
                       DocList& docs, int priority = 0, int queue_timeout_ms = -1,
-                      const BatchTokens* tokens = nullptr);
+                      const BatchTokens* tokens = nullptr, bool retry_alone = false);
 
   // Runs everything queued through the handler, then refuses new pushes
   // and joins the flusher. Idempotent.
@@ -146,6 +149,7 @@ class BatchQueueSet {
     DynamicBatching config;
     BatchInvoke invoke;
     std::string where;
+    bool retry_alone = false;
     std::deque<Pending*> pending;
     std::size_t queued_docs = 0;
     // Padded tokens one call may hold (0: no budget), and the longest
@@ -177,6 +181,11 @@ class BatchQueueSet {
   // Runs `batch` of `queue` through its handler, outside the lock, in calls
   // of at most `token_budget` padded tokens (0: no budget).
   void Flush(Queue& queue, std::deque<Pending*>& batch, std::int64_t token_budget);
+  // One handler call on all[begin, end); the documents go back into `all`.
+  HandlerOutcome RunCall(Queue& queue, std::vector<Doc>& all, std::size_t begin, std::size_t end,
+                         bool* returned = nullptr);
+  static void Settle(std::deque<Pending*>& batch, const std::vector<std::size_t>& owner,
+                     std::size_t begin, std::size_t end, const HandlerOutcome& outcome);
 
   const BatchQueueLimits limits_;
   mutable std::mutex mutex_;
@@ -192,8 +201,10 @@ class BatchQueueSet {
 // Thread safety: Push and Stop are safe for concurrent use.
 class BatchQueue {
  public:
-  // `where` prefixes error messages ("executor 'X' (x/rep-0) endpoint '/e'").
-  BatchQueue(DynamicBatching config, BatchInvoke invoke, std::string where);
+  // `where` prefixes error messages ("executor 'X' (x/rep-0) endpoint '/e'");
+  // `retry_alone` as BatchQueueSet::Push's.
+  BatchQueue(DynamicBatching config, BatchInvoke invoke, std::string where,
+             bool retry_alone = false);
   BatchQueue(const BatchQueue&) = delete;
   BatchQueue& operator=(const BatchQueue&) = delete;
 
@@ -208,6 +219,7 @@ class BatchQueue {
   const DynamicBatching config_;
   const BatchInvoke invoke_;
   const std::string where_;
+  const bool retry_alone_;
   BatchQueueSet set_;
 };
 

@@ -376,7 +376,8 @@ HandlerOutcome RequestHandler::PushBatched(const std::string& endpoint,
       return Invoke(*route, batch, parameters, measured);
     });
   };
-  return queues_.Push(key, batching, make_invoke, where, docs, priority, queue_timeout_ms, tokens);
+  return queues_.Push(key, batching, make_invoke, where, docs, priority, queue_timeout_ms, tokens,
+                      route->retry_failures_alone);
 }
 
 bool RequestHandler::SetReplyDocs(jina::DataRequestProto* request, const DocList& docs,

@@ -422,6 +422,17 @@ TEST_F(ExportedModelTest, DynamicInputsArePaddedOrGroupedAndAnswersStayExact) {
               << file << " pad " << pad << " document " << i;
         }
       }
+      if (std::string(file) == "ragged.pt2") {
+        // Past the package's bound on the dynamic size (Dim max 512): the
+        // client's input, refused as such.
+        DocList longer;
+        longer.emplace_back().set_tensor(
+            "tensor", Tensor::FromValues<float>({600, 8}, std::vector<float>(600 * 8, 1.0F)));
+        StatusOr<DocList> refused = dep.Post("/infer", longer);
+        ASSERT_FALSE(refused.ok());
+        EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status();
+        EXPECT_THAT(refused.status().message(), HasSubstr("an input is outside the sizes"));
+      }
     }
   }
 }
@@ -547,7 +558,7 @@ TEST_F(ExportedModelTest, AModelThatThrowsFailsTheRequestNotTheReplica) {
       "      model: models/throws.pt\n"
       "      inputs: [{name: x, dtype: float32, shape: [16], field: tensor}]\n"
       "      outputs: [{name: y, dtype: float32, shape: [16], field: embedding}]\n",
-      1);
+      1, "{preferred_batch_size: 8, timeout: 300}");
   ASSERT_TRUE(options.ok()) << options.status();
   Deployment dep(*options);
   ASSERT_TRUE(dep.ok()) << dep.status();
@@ -564,6 +575,25 @@ TEST_F(ExportedModelTest, AModelThatThrowsFailsTheRequestNotTheReplica) {
   StatusOr<DocList> served = dep.Post("/infer", good, {.timeout = std::chrono::seconds(30)});
   ASSERT_TRUE(served.ok()) << served.status();
   EXPECT_FLOAT_EQ((*served)[0].embedding()->Values<float>()[0], 3.0F);
+
+  // Sent at once, batched into calls together: the bad request fails alone,
+  // and the requests that shared its call are served.
+  std::vector<std::future<StatusOr<DocList>>> posts;
+  for (int i = 0; i < 6; ++i) {
+    posts.push_back(std::async(std::launch::async, [&, i] {
+      return dep.Post("/infer", i == 2 ? bad : good, {.timeout = std::chrono::seconds(30)});
+    }));
+  }
+  for (int i = 0; i < 6; ++i) {
+    StatusOr<DocList> got = posts[static_cast<std::size_t>(i)].get();
+    if (i == 2) {
+      ASSERT_FALSE(got.ok());
+      EXPECT_THAT(got.status().message(), HasSubstr("negative input"));
+      continue;
+    }
+    ASSERT_TRUE(got.ok()) << "request " << i << ": " << got.status();
+    EXPECT_FLOAT_EQ((*got)[0].embedding()->Values<float>()[0], 3.0F);
+  }
 }
 
 }  // namespace

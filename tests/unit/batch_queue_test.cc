@@ -175,6 +175,51 @@ TEST(BatchQueueTest, AnErrorReachesEveryRequestOfTheFailingCall) {
   EXPECT_FALSE(results.outcomes[1].status.ok());
 }
 
+// Declared retried alone: the failing call's requests run again one by one,
+// so only the request the handler cannot take fails.
+TEST(BatchQueueTest, RetriedAloneOnlyTheRequestTheHandlerCannotTakeFails) {
+  std::mutex mutex;
+  std::vector<std::size_t> sizes;
+  BatchQueue queue(
+      {.preferred_batch_size = 4, .timeout_ms = 2000},
+      [&](DocList& docs) {
+        {
+          std::lock_guard lock(mutex);
+          sizes.push_back(docs.size());
+        }
+        for (Doc& doc : docs) {
+          doc.set_text(std::string(doc.text()) + "!");  // outputs a failed call leaves behind
+        }
+        for (const Doc& doc : docs) {
+          if (doc.text().starts_with("1/0")) {
+            return HandlerOutcome{.status = UnknownError("cannot encode 1/0"),
+                                  .exception_name = "std::runtime_error",
+                                  .started = {},
+                                  .refused = ""};
+          }
+        }
+        return HandlerOutcome{};
+      },
+      "test", /*retry_alone=*/true);
+  Results results = PushConcurrently(queue, 4, 2);
+  for (std::size_t r = 0; r < results.outcomes.size(); ++r) {
+    SCOPED_TRACE("request " + std::to_string(r));
+    if (r == 1) {
+      EXPECT_THAT(results.outcomes[r].status.message(), HasSubstr("cannot encode 1/0"));
+      EXPECT_EQ(results.outcomes[r].exception_name, "std::runtime_error");
+      continue;
+    }
+    ASSERT_TRUE(results.outcomes[r].status.ok()) << results.outcomes[r].status;
+    ASSERT_EQ(results.docs[r].size(), 2u);
+    // Its documents as handled by the last call that took them.
+    EXPECT_TRUE(results.docs[r][1].text().starts_with(std::to_string(r) + "/1!"))
+        << results.docs[r][1].text();
+  }
+  std::lock_guard lock(mutex);
+  ASSERT_FALSE(sizes.empty());
+  EXPECT_GT(sizes.size(), 1u) << "the failing call was not retried";
+}
+
 TEST(BatchQueueTest, TheHandlerMustKeepTheNumberOfDocuments) {
   BatchQueue queue(
       {.preferred_batch_size = 1, .timeout_ms = 0},
