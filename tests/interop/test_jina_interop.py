@@ -14,6 +14,7 @@ from --port-file, and are always terminated and reaped.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -335,6 +336,30 @@ class JinaGatewayInFrontOfGantryWorker(unittest.TestCase):
         self.assertEqual(reply.header.status.code, jina_pb2.StatusProto.ERROR)
         reply, trailers = single_data_call(self.worker.port, "/encode", ["a"])
         self.assertNotIn("is-error", trailers)
+
+    def test_a_worker_with_an_idle_client_connected_stops_at_once(self):
+        # gRPC's own shutdown waits for each connection to close, and an idle
+        # Python channel does not read its socket: the worker stopped only at
+        # the end of its 5 s grace. It drains its own calls and stops.
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+        worker = GantryProcess(
+            ["executor", "--host", "127.0.0.1", "--uses", "InteropExec", "--lib", PLUGIN,
+             "--port", "0"], self.tmp.name, "idle-worker")
+        channel = grpc.insecure_channel(f"127.0.0.1:{worker.port}")
+        try:
+            health = health_pb2_grpc.HealthStub(channel)
+            self.assertEqual(health.Check(health_pb2.HealthCheckRequest(), timeout=10).status,
+                             health_pb2.HealthCheckResponse.SERVING)
+            start = time.monotonic()
+            worker.proc.send_signal(signal.SIGTERM)
+            worker.proc.wait(timeout=30)
+            took = time.monotonic() - start
+            print(f"[ measured ] SIGTERM to exit with an idle client connected: {took:.2f} s")
+            self.assertEqual(worker.proc.returncode, 0)
+            self.assertLess(took, 2.5)
+        finally:
+            channel.close()
+            worker.stop()
 
     def test_endpoint_discovery(self):
         from google.protobuf import json_format
