@@ -46,6 +46,16 @@ StatusOr<grpc::ByteBuffer> Merge(const std::vector<grpc::ByteBuffer>& parts) {
   return ToByteBuffer(requests.front().SerializeAsString());
 }
 
+// An executor error reply saying the step has no handler for the endpoint
+// (nor a default one): Jina skips such a step, passing the request on as it
+// came, so that a Flow's endpoints need not exist on every step.
+bool EndpointNotServed(const grpc::ByteBuffer& reply) {
+  jina::DataRequestProto proto;
+  return proto.ParseFromString(ToString(reply)) &&
+         proto.header().status().code() == jina::StatusProto::ERROR &&
+         proto.header().status().exception().name() == "EndpointNotFound";
+}
+
 }  // namespace
 
 struct FlowRouter::Graph {
@@ -165,6 +175,10 @@ void OnStepDone(const std::shared_ptr<Graph>& graph, const std::shared_ptr<Call>
     const auto& trailers = run.context->GetServerTrailingMetadata();
     auto it = trailers.find("is-error");
     is_error = it != trailers.end() && it->second == "true";
+    if (is_error && EndpointNotServed(run.reply)) {
+      is_error = false;
+      run.reply = run.request;  // the step is skipped
+    }
   }
   std::vector<std::size_t> ready;
   std::vector<grpc::ByteBuffer> ends;

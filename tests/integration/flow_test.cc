@@ -1,6 +1,7 @@
 // Flows end to end: each step a Deployment of real worker processes (this
 // binary re-executed), the Flow's gateway routing between them over
 // 127.0.0.1, documents posted by a Client.
+#include <gantry/deployment.h>
 #include <gantry/flow.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -171,6 +172,29 @@ TEST(FlowTest, AStepThatThrowsReachesTheClientNamingTheStep) {
   auto good = flow.Post("/", MakeDocs(3));
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_EQ((*good)[0].text(), "doc 0|prepare|picky|finish");
+}
+
+// As in Jina, a step with no handler for the endpoint (and no default one)
+// is skipped: the request goes on as it came, so that a Flow's endpoints
+// need not exist on every step.
+TEST(FlowTest, AStepWithoutTheEndpointIsSkipped) {
+  FlowOptions options;
+  // NoDefaultExec serves /index and /search only.
+  options.executors = {Step("index", "NoDefaultExec", {}),
+                       Step("tag", "TagExec", {{"tag", "tag"}})};
+  Flow flow(std::move(options));
+  ASSERT_TRUE(flow.ok()) << flow.status();
+  for (const char* endpoint : {"/other", "/index"}) {
+    auto result = flow.Post(endpoint, MakeDocs(2));
+    ASSERT_TRUE(result.ok()) << endpoint << ": " << result.status();
+    EXPECT_EQ((*result)[1].text(), "doc 1|tag") << endpoint;
+  }
+  // On its own, the Deployment still says the endpoint is not served.
+  Deployment alone({.uses = "NoDefaultExec"});
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  auto refused = alone.Post("/other", MakeDocs(1));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("no handler for this endpoint"));
 }
 
 TEST(FlowTest, HttpJsonPostsTravelThroughTheSteps) {
