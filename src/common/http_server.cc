@@ -2,6 +2,7 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -322,7 +324,34 @@ class HttpRespond::Target {
   }
   void Send(HttpResponse response) {
     if (!sent_.exchange(true)) {
+      {
+        std::lock_guard lock(mutex_);
+        cancel_ = nullptr;  // nothing left to cancel; what it holds can go
+      }
       session_->Send(std::move(response));
+    }
+  }
+  void OnClientGone(std::function<void()> cancel) {
+    std::unique_lock lock(mutex_);
+    if (gone_) {
+      lock.unlock();
+      if (cancel) {
+        cancel();
+      }
+      return;
+    }
+    cancel_ = std::move(cancel);
+  }
+  // The session saw the client close its connection.
+  void ClientGone() {
+    std::function<void()> cancel;
+    {
+      std::lock_guard lock(mutex_);
+      gone_ = true;
+      cancel = std::exchange(cancel_, nullptr);
+    }
+    if (cancel && !sent_.load()) {
+      cancel();
     }
   }
 
@@ -330,9 +359,16 @@ class HttpRespond::Target {
   std::shared_ptr<HttpServer::Core> core_;
   std::shared_ptr<SessionBase> session_;
   std::atomic<bool> sent_{false};
+  std::mutex mutex_;
+  std::function<void()> cancel_;  // guarded by mutex_
+  bool gone_ = false;             // guarded by mutex_
 };
 
 void HttpRespond::operator()(HttpResponse response) const { target_->Send(std::move(response)); }
+
+void HttpRespond::OnClientGone(std::function<void()> cancel) const {
+  target_->OnClientGone(std::move(cancel));
+}
 
 namespace {
 
@@ -600,6 +636,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     core_->BeginAnswer();
     auto target_state =
         std::make_shared<HttpRespond::Target>(core_->self, this->shared_from_this());
+    answering_target_ = target_state;
     try {
       core_->Handle(std::move(request), HttpRespond(std::move(target_state)));
     } catch (const std::exception& e) {
@@ -608,6 +645,33 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     }
     // The handler has made what it forwards of the body; the body is gone.
     ReleaseBody();
+    WatchForClientGone();
+  }
+
+  // While a handler holds the request, the connection is not read (the next
+  // request waits its turn), so a client that closes it is not seen by a
+  // read: its socket is polled for the peer's FIN (POLLRDHUP, which a
+  // pipelined request's unread bytes do not hide) every kGoneCheckPeriod.
+  void WatchForClientGone() {
+    if (!answering_) {
+      return;
+    }
+    gone_timer_.expires_after(kGoneCheckPeriod);
+    gone_timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
+      if (ec || !self->answering_) {
+        return;
+      }
+      pollfd watched{
+          .fd = self->Lowest().socket().native_handle(), .events = POLLRDHUP, .revents = 0};
+      if (::poll(&watched, 1, 0) == 1 && (watched.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+        self->keep_alive_ = false;
+        if (auto target = self->answering_target_.lock()) {
+          target->ClientGone();
+        }
+        return;
+      }
+      self->WatchForClientGone();
+    });
   }
 
   void Write(HttpResponse response, bool answer) {
@@ -638,6 +702,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     const bool keep = !ec && response_.keep_alive();
     if (answer_) {
       answering_ = false;
+      answering_target_.reset();
+      gone_timer_.cancel();
       core_->EndAnswer();
     }
     if (ec) {
@@ -696,7 +762,11 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   unsigned version_ = 11;
   bool keep_alive_ = true;
   bool head_ = false;
-  bool answering_ = false;           // a handler holds this connection's request
+  bool answering_ = false;  // a handler holds this connection's request
+  // The answer it owes, told when the client goes away meanwhile.
+  std::weak_ptr<HttpRespond::Target> answering_target_;
+  static constexpr std::chrono::milliseconds kGoneCheckPeriod{200};
+  asio::steady_timer gone_timer_{stream_.get_executor()};
   bool answer_ = false;              // the write in flight is a handler's answer
   bool closing_ = false;             // the server is shutting down
   std::uint64_t body_reserved_ = 0;  // of the Core's body budget

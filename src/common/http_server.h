@@ -58,6 +58,11 @@ class HttpRespond {
   class Target;
   explicit HttpRespond(std::shared_ptr<Target> target) : target_(std::move(target)) {}
   void operator()(HttpResponse response) const;
+  // Runs `cancel` once, on a server thread, if the client closes its
+  // connection before the answer is sent (at once if it already has): the
+  // work done for it can stop. A client that half-closes its connection
+  // after sending the request counts as gone, as it does for uvicorn.
+  void OnClientGone(std::function<void()> cancel) const;
 
  private:
   std::shared_ptr<Target> target_;

@@ -143,7 +143,8 @@ class Gateway::Impl {
   // flight are answered, and waits up to `grace` for them all to be done.
   void Drain(std::chrono::milliseconds grace);
   // A serialized request forwarded for HTTP and KServe; `done` runs once.
-  void ForwardBytes(std::string request, Clock::time_point deadline, HttpForwardDone done);
+  HttpForwardCancel ForwardBytes(std::string request, Clock::time_point deadline,
+                                 HttpForwardDone done);
   HttpForwardResult ForwardAndWait(std::string request, Clock::time_point deadline);
   // Serving health follows whether the upstream can take a request.
   void UpdateHealth();
@@ -741,7 +742,7 @@ Status Gateway::Impl::Init() {
     auto http = HttpGateway::Start(
         std::move(http_options),
         [this](std::string request, Clock::time_point deadline, HttpForwardDone done) {
-          ForwardBytes(std::move(request), deadline, std::move(done));
+          return ForwardBytes(std::move(request), deadline, std::move(done));
         });
     if (!http.ok()) {
       return http.status().WithPrefix("gateway");
@@ -755,8 +756,8 @@ Status Gateway::Impl::Init() {
   return OkStatus();
 }
 
-void Gateway::Impl::ForwardBytes(std::string request, Clock::time_point deadline,
-                                 HttpForwardDone done) {
+HttpForwardCancel Gateway::Impl::ForwardBytes(std::string request, Clock::time_point deadline,
+                                              HttpForwardDone done) {
   // HTTP, OpenAI and KServe requests are refused like Jina calls once the
   // gateway drains; those already forwarded finish (the HTTP server's and
   // the gRPC server's shutdowns wait for their answers).
@@ -765,31 +766,37 @@ void Gateway::Impl::ForwardBytes(std::string request, Clock::time_point deadline
     refused.grpc_code = static_cast<int>(grpc::StatusCode::UNAVAILABLE);
     refused.grpc_message = ShuttingDownMessage();
     done(std::move(refused));
-    return;
+    return {};
   }
   // The slice owns the string: a request of tens of MB is not copied again.
   auto* bytes = new std::string(std::move(request));
   grpc::Slice slice(
       bytes->data(), bytes->size(), [](void* owned) { delete static_cast<std::string*>(owned); },
       bytes);
-  Forward(grpc::ByteBuffer(&slice, 1), deadline, [done = std::move(done)](ForwardResult result) {
-    HttpForwardResult out;
-    out.grpc_code = static_cast<int>(result.status.error_code());
-    out.grpc_message = result.status.error_message();
-    out.is_error = result.is_error;
-    {
-      std::vector<grpc::Slice> slices;
-      if (result.status.ok() && result.reply.Dump(&slices).ok()) {
-        out.reply.reserve(result.reply.Length());
-        for (const grpc::Slice& s : slices) {
-          out.reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  std::shared_ptr<ForwardHandle> handle = Forward(
+      grpc::ByteBuffer(&slice, 1), deadline, [done = std::move(done)](ForwardResult result) {
+        HttpForwardResult out;
+        out.grpc_code = static_cast<int>(result.status.error_code());
+        out.grpc_message = result.status.error_message();
+        out.is_error = result.is_error;
+        {
+          std::vector<grpc::Slice> slices;
+          if (result.status.ok() && result.reply.Dump(&slices).ok()) {
+            out.reply.reserve(result.reply.Length());
+            for (const grpc::Slice& s : slices) {
+              out.reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
+            }
+          }
         }
-      }
+        // The reply is held once, as `out.reply`, while it is answered.
+        result.reply.Clear();
+        done(std::move(out));
+      });
+  return [handle = std::move(handle)] {
+    if (handle) {
+      handle->Cancel();
     }
-    // The reply is held once, as `out.reply`, while it is answered.
-    result.reply.Clear();
-    done(std::move(out));
-  });
+  };
 }
 
 HttpForwardResult Gateway::Impl::ForwardAndWait(std::string request, Clock::time_point deadline) {

@@ -248,7 +248,20 @@ class HttpGateway::Impl {
 
  private:
   // Every answer goes out through here, so CORS headers are never missed.
-  using Send = std::function<void(HttpResponse)>;
+  // It also tells whom to stop when the client goes away before its answer.
+  class Send {
+   public:
+    Send(std::function<void(HttpResponse)> send, HttpRespond respond)
+        : send_(std::move(send)), respond_(std::move(respond)) {}
+    void operator()(HttpResponse response) const { send_(std::move(response)); }
+    // A forwarded request's cancel, run if the client closes its connection
+    // first: it then stops holding a replica and a concurrency slot.
+    void OnClientGone(HttpForwardCancel cancel) const { respond_.OnClientGone(std::move(cancel)); }
+
+   private:
+    std::function<void(HttpResponse)> send_;
+    HttpRespond respond_;
+  };
 
   // Within the gateway's own bound whatever the options say.
   std::size_t MaxClientBatchSize() const {
@@ -270,16 +283,17 @@ class HttpGateway::Impl {
     // The client's X-Request-Id goes back as it came (a proxy's own
     // matching); one the gateway made up stays in the logs and the reply body.
     const bool echo_request_id = request_id == request.Header("X-Request-Id");
-    Send send = [respond, cors = options_.cors, echo_request_id,
-                 request_id](HttpResponse response) {
-      if (cors) {
-        response.headers.emplace_back("Access-Control-Allow-Origin", "*");
-      }
-      if (echo_request_id) {
-        response.headers.emplace_back("X-Request-Id", request_id);
-      }
-      respond(std::move(response));
-    };
+    Send send(
+        [respond, cors = options_.cors, echo_request_id, request_id](HttpResponse response) {
+          if (cors) {
+            response.headers.emplace_back("Access-Control-Allow-Origin", "*");
+          }
+          if (echo_request_id) {
+            response.headers.emplace_back("X-Request-Id", request_id);
+          }
+          respond(std::move(response));
+        },
+        respond);
     const std::string& path = request.path;
     if (request.method == "OPTIONS") {
       Preflight(request, send);
@@ -747,9 +761,10 @@ class HttpGateway::Impl {
       request.mutable_header()->set_request_id(request_id);
     }
     endpoint = request.header().exec_endpoint();
-    forward_(TakeSerialized(request), deadline, [send, single, endpoint](HttpForwardResult result) {
-      send(DataReply(std::move(result), single, endpoint));
-    });
+    send.OnClientGone(forward_(TakeSerialized(request), deadline,
+                               [send, single, endpoint](HttpForwardResult result) {
+                                 send(DataReply(std::move(result), single, endpoint));
+                               }));
   }
 
   static HttpResponse DataReply(HttpForwardResult result, bool single,
@@ -811,10 +826,11 @@ class HttpGateway::Impl {
                    std::to_string(max_message_bytes_) + "-byte message cap"));
       return;
     }
-    forward_(TakeSerialized(data_request), deadline,
-             [send, embeddings_request, cap = max_message_bytes_](HttpForwardResult result) {
-               send(OpenAiReply(std::move(result), *embeddings_request, cap));
-             });
+    send.OnClientGone(
+        forward_(TakeSerialized(data_request), deadline,
+                 [send, embeddings_request, cap = max_message_bytes_](HttpForwardResult result) {
+                   send(OpenAiReply(std::move(result), *embeddings_request, cap));
+                 }));
   }
 
   // TEI's POST /embed, /rerank and /tokenize: a validated body becomes the request a
@@ -840,10 +856,10 @@ class HttpGateway::Impl {
                                       std::to_string(max_message_bytes_) + "-byte message cap"});
       return;
     }
-    forward_(TakeSerialized(data_request), deadline,
-             [send, request, cap = max_message_bytes_](HttpForwardResult result) {
-               send(TeiReply(std::move(result), *request, cap));
-             });
+    send.OnClientGone(forward_(TakeSerialized(data_request), deadline,
+                               [send, request, cap = max_message_bytes_](HttpForwardResult result) {
+                                 send(TeiReply(std::move(result), *request, cap));
+                               }));
   }
 
   // The texts of embedding requests are moved into the request proto (their
@@ -1049,11 +1065,12 @@ class HttpGateway::Impl {
     }
     std::string().swap(http_request.body);
     auto infer_request = std::make_shared<inference::ModelInferRequest>(std::move(*request));
-    forward_(TakeSerialized(*data_request), deadline,
-             [send, infer_request, signature = signature_,
-              cap = max_message_bytes_](HttpForwardResult result) {
-               send(KServeInferReply(std::move(result), *infer_request, signature.get(), cap));
-             });
+    send.OnClientGone(
+        forward_(TakeSerialized(*data_request), deadline,
+                 [send, infer_request, signature = signature_,
+                  cap = max_message_bytes_](HttpForwardResult result) {
+                   send(KServeInferReply(std::move(result), *infer_request, signature.get(), cap));
+                 }));
   }
 
   static HttpResponse KServeInferReply(HttpForwardResult result,
@@ -1110,9 +1127,11 @@ class HttpGateway::Impl {
                                                         : kMaxWorkerCallsInFlight,
                          .max_client_batch_size = static_cast<std::int64_t>(MaxClientBatchSize()),
                          .version = GANTRY_VERSION};
-    forward_(MakeTeiInfoDataRequest(RandomRequestId()).SerializeAsString(), *deadline,
-             [send, router = std::move(router), cap = max_message_bytes_](
-                 HttpForwardResult result) { send(TeiReply(std::move(result), router, cap)); });
+    send.OnClientGone(forward_(
+        MakeTeiInfoDataRequest(RandomRequestId()).SerializeAsString(), *deadline,
+        [send, router = std::move(router), cap = max_message_bytes_](HttpForwardResult result) {
+          send(TeiReply(std::move(result), router, cap));
+        }));
   }
   static std::variant<json, TeiError> MakeTeiResponse(const TeiRouterInfo& router,
                                                       jina::DataRequestProto reply,
@@ -1128,22 +1147,24 @@ class HttpGateway::Impl {
     probe.mutable_header()->set_request_id(RandomRequestId());
     probe.mutable_header()->set_exec_endpoint("_jina_dry_run_");
     probe.mutable_data()->mutable_docs()->add_docs();
-    forward_(probe.SerializeAsString(), *deadline, [send](const HttpForwardResult& result) {
-      jina::StatusProto status;
-      if (result.grpc_code != 0) {
-        status.set_code(jina::StatusProto::ERROR);
-        status.set_description(result.grpc_message);
-      } else if (result.is_error) {
-        jina::DataRequestProto reply;
-        reply.ParseFromString(result.reply);
-        status = reply.header().status();
-      }
-      json out{{"code", static_cast<int>(status.code())}, {"description", status.description()}};
-      if (status.has_exception()) {
-        out["exception"] = MessageToJson(status.exception());
-      }
-      send(JsonResponse(200, out));
-    });
+    send.OnClientGone(
+        forward_(probe.SerializeAsString(), *deadline, [send](const HttpForwardResult& result) {
+          jina::StatusProto status;
+          if (result.grpc_code != 0) {
+            status.set_code(jina::StatusProto::ERROR);
+            status.set_description(result.grpc_message);
+          } else if (result.is_error) {
+            jina::DataRequestProto reply;
+            reply.ParseFromString(result.reply);
+            status = reply.header().status();
+          }
+          json out{{"code", static_cast<int>(status.code())},
+                   {"description", status.description()}};
+          if (status.has_exception()) {
+            out["exception"] = MessageToJson(status.exception());
+          }
+          send(JsonResponse(200, out));
+        }));
   }
 
   HttpGatewayOptions options_;

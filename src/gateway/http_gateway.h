@@ -72,10 +72,13 @@ struct HttpForwardResult {
   bool is_error = false;
 };
 using HttpForwardDone = std::function<void(HttpForwardResult result)>;
+// Stops a forwarded request (its client went away): `done` then runs with
+// CANCELLED, unless it ran already. Callable from any thread; may be empty.
+using HttpForwardCancel = std::function<void()>;
 // Sends a serialized DataRequestProto to a replica, taking the string (it is
 // the request's bytes on the wire, not a copy of them); `done` runs once, on
 // any thread, with the answer. `deadline` is time_point::max() for none.
-using HttpForwardFn = std::function<void(
+using HttpForwardFn = std::function<HttpForwardCancel(
     std::string request, std::chrono::system_clock::time_point deadline, HttpForwardDone done)>;
 
 // `request`'s bytes, to forward; `request` is emptied and its memory freed

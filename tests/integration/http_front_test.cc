@@ -29,6 +29,7 @@
 #include "jina/jina.grpc.pb.h"
 #include "jina/jina.pb.h"
 #include "kserve/grpc_predict_v2.grpc.pb.h"
+#include "testutil/testutil.h"
 
 namespace gantry {
 namespace {
@@ -700,6 +701,38 @@ TEST(HttpGatewayTest, ATimeoutHeaderIsTheRequestsDeadline) {
       HttpPost(dep.http_port(), "/post", slow, "application/json", {{"Gantry-Timeout-Ms", "soon"}});
   EXPECT_EQ(status, 400) << body;
   EXPECT_THAT(body, HasSubstr("Gantry-Timeout-Ms"));
+}
+
+// A client that closes its connection while its request runs stops holding
+// the gateway, as a gRPC client that cancels does: its call is cancelled, and
+// its max_concurrent_requests slot and the replica's count are freed.
+TEST(HttpGatewayTest, AClientThatHangsUpFreesItsRequest) {
+  Deployment dep(
+      {.uses = "ChaosExec", .replicas = 1, .http_port = 0, .max_concurrent_requests = 1});
+  ASSERT_TRUE(dep.ok()) << dep.status();
+  const std::string slow = R"({"execEndpoint": "/work", "data": [{"text": "s"}], "parameters": )"
+                           R"({"sleep_ms": )" +
+                           std::to_string(4000 * kSlowdown) + "}}";
+  {
+    RawSocket socket(dep.http_port());
+    ASSERT_TRUE(socket.connected());
+    ASSERT_TRUE(
+        socket.Send("POST /post HTTP/1.1\r\nHost: gantry\r\nContent-Type: "
+                    "application/json\r\nContent-Length: " +
+                    std::to_string(slow.size()) + "\r\n\r\n" + slow));
+    ASSERT_TRUE(
+        gantry::testing::WaitUntil([&] { return dep.replicas().at(0).in_flight == 1; }, Ms(10000)));
+  }  // the client hangs up
+  EXPECT_TRUE(gantry::testing::WaitUntil([&] { return dep.replicas().at(0).in_flight == 0; },
+                                         Ms(2000 * kSlowdown)))
+      << "the gateway still counts the abandoned request";
+  // Its slot is free: the next request is taken, and waits for the replica
+  // (whose handler still sleeps) until its own deadline; before, it was
+  // refused at once as over max_concurrent_requests.
+  auto [status, body] =
+      HttpPost(dep.http_port(), "/post", R"({"execEndpoint": "/work", "data": [{"text": "f"}]})",
+               "application/json", {{"Gantry-Timeout-Ms", "300"}});
+  EXPECT_EQ(status, 504) << body;
 }
 
 TEST(HttpGatewayTest, TimeoutSendBoundsTheRequestEndToEndOverEveryProtocol) {
