@@ -10,14 +10,13 @@ namespace gantry::internal {
 
 // One call counted against `limit` for as long as the slot lives; a call
 // that is not admitted() should be refused at once (RESOURCE_EXHAUSTED).
-// Thread safety: one slot per call; the shared counter is atomic, and
-// sequentially consistent, so that a stopping server that sets a flag and
-// then reads the count misses no call that counted itself and then read it.
+// Thread safety: one slot per call; the shared counter is atomic.
 class CallSlot {
  public:
   CallSlot(std::atomic<int>& in_flight, int limit)
-      : in_flight_(in_flight), admitted_(in_flight.fetch_add(1) < limit) {}
-  ~CallSlot() { in_flight_.fetch_sub(1); }
+      : in_flight_(in_flight),
+        admitted_(in_flight.fetch_add(1, std::memory_order_relaxed) < limit) {}
+  ~CallSlot() { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
   CallSlot(const CallSlot&) = delete;
   CallSlot& operator=(const CallSlot&) = delete;
 

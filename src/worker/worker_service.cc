@@ -1,5 +1,6 @@
 #include "worker/worker_service.h"
 
+#include <grpc/grpc.h>
 #include <grpcpp/health_check_service_interface.h>
 
 #include <algorithm>
@@ -41,13 +42,6 @@ grpc::Status Busy(const char* method, const RequestHandler& handler) {
                           " calls, the most it takes at once; retry later");
 }
 
-// UNAVAILABLE for a data call that arrives once the worker is stopping, as
-// gRPC answers a call to a server shutting down.
-grpc::Status Stopping(const char* method, const RequestHandler& handler) {
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                      std::string(method) + ": replica " + handler.runtime_name() + " is stopping");
-}
-
 // The caller's W3C trace context (the gateway's span), "" when none.
 std::string_view TraceparentOf(const grpc::ServerContext& context) {
   const auto& metadata = context.client_metadata();
@@ -59,20 +53,16 @@ std::string_view TraceparentOf(const grpc::ServerContext& context) {
 class SingleDataService final : public jina::JinaSingleDataRequestRPC::StreamedUnaryService {
  public:
   SingleDataService(RequestHandler* handler, std::int64_t max_message_bytes,
-                    std::atomic<int>* calls_in_flight, const std::atomic<bool>* stopping)
+                    std::atomic<int>* calls_in_flight)
       : handler_(handler),
         max_message_bytes_(max_message_bytes),
-        calls_in_flight_(calls_in_flight),
-        stopping_(stopping) {}
+        calls_in_flight_(calls_in_flight) {}
   grpc::Status Streamedprocess_single_data(
       grpc::ServerContext* context,
       grpc::ServerUnaryStreamer<jina::DataRequestProto, jina::DataRequestProto>* stream) override {
     CallSlot slot(*calls_in_flight_, kMaxWorkerCallsInFlight);
     if (!slot.admitted()) {
       return Busy("process_single_data", *handler_);
-    }
-    if (stopping_->load()) {
-      return Stopping("process_single_data", *handler_);
     }
     // A request its caller gave up on (cancelled, or past the deadline the
     // gateway passed on) does not run the handler, also after waiting for it.
@@ -117,17 +107,15 @@ class SingleDataService final : public jina::JinaSingleDataRequestRPC::StreamedU
   RequestHandler* handler_;
   std::int64_t max_message_bytes_;
   std::atomic<int>* calls_in_flight_;
-  const std::atomic<bool>* stopping_;
 };
 
 class DataListService final : public jina::JinaDataRequestRPC::StreamedUnaryService {
  public:
   DataListService(RequestHandler* handler, std::int64_t max_message_bytes,
-                  std::atomic<int>* calls_in_flight, const std::atomic<bool>* stopping)
+                  std::atomic<int>* calls_in_flight)
       : handler_(handler),
         max_message_bytes_(max_message_bytes),
-        calls_in_flight_(calls_in_flight),
-        stopping_(stopping) {}
+        calls_in_flight_(calls_in_flight) {}
   // Jina merges the requests of a list into the first one before the call.
   grpc::Status Streamedprocess_data(
       grpc::ServerContext* context,
@@ -136,9 +124,6 @@ class DataListService final : public jina::JinaDataRequestRPC::StreamedUnaryServ
     CallSlot slot(*calls_in_flight_, kMaxWorkerCallsInFlight);
     if (!slot.admitted()) {
       return Busy("process_data", *handler_);
-    }
-    if (stopping_->load()) {
-      return Stopping("process_data", *handler_);
     }
     jina::DataRequestListProto list;
     if (!stream->Read(&list)) {
@@ -170,17 +155,15 @@ class DataListService final : public jina::JinaDataRequestRPC::StreamedUnaryServ
   RequestHandler* handler_;
   std::int64_t max_message_bytes_;
   std::atomic<int>* calls_in_flight_;
-  const std::atomic<bool>* stopping_;
 };
 
 class StreamService final : public jina::JinaRPC::Service {
  public:
   StreamService(RequestHandler* handler, std::int64_t max_message_bytes,
-                std::atomic<int>* calls_in_flight, const std::atomic<bool>* stopping)
+                std::atomic<int>* calls_in_flight)
       : handler_(handler),
         max_message_bytes_(max_message_bytes),
-        calls_in_flight_(calls_in_flight),
-        stopping_(stopping) {}
+        calls_in_flight_(calls_in_flight) {}
   // Requests of one stream are processed in order, as Jina's worker does. A
   // malformed request ends the stream with INVALID_ARGUMENT: a stream has no
   // per-message status. An open stream holds its thread, so it counts as one
@@ -191,9 +174,6 @@ class StreamService final : public jina::JinaRPC::Service {
     CallSlot slot(*calls_in_flight_, kMaxWorkerCallsInFlight);
     if (!slot.admitted()) {
       return Busy("Call", *handler_);
-    }
-    if (stopping_->load()) {
-      return Stopping("Call", *handler_);
     }
     jina::DataRequestProto request;
     while (stream->Read(&request)) {
@@ -213,7 +193,6 @@ class StreamService final : public jina::JinaRPC::Service {
   RequestHandler* handler_;
   std::int64_t max_message_bytes_;
   std::atomic<int>* calls_in_flight_;
-  const std::atomic<bool>* stopping_;
 };
 
 class DiscoveryService final : public jina::JinaDiscoverEndpointsRPC::Service {
@@ -252,16 +231,14 @@ class InfoService final : public jina::JinaInfoRPC::Service {
 
 struct WorkerServer::Services {
   Services(RequestHandler* handler, std::int64_t max_message_bytes)
-      : single(handler, max_message_bytes, &calls_in_flight, &stopping),
-        list(handler, max_message_bytes, &calls_in_flight, &stopping),
-        stream(handler, max_message_bytes, &calls_in_flight, &stopping),
+      : single(handler, max_message_bytes, &calls_in_flight),
+        list(handler, max_message_bytes, &calls_in_flight),
+        stream(handler, max_message_bytes, &calls_in_flight),
         discovery(handler),
         info(handler),
         reflection(WorkerReflectionServices()) {}
   // Data calls held now, across the three data services.
   std::atomic<int> calls_in_flight{0};
-  // Set by Shutdown: data calls from then on are refused.
-  std::atomic<bool> stopping{false};
   SingleDataService single;
   DataListService list;
   StreamService stream;
@@ -311,20 +288,29 @@ void WorkerServer::Shutdown(std::chrono::milliseconds grace) {
     if (auto* health = server_->GetHealthCheckService()) {
       health->Shutdown();
     }
-    // The worker drains its own data calls, then stops the server at once:
-    // gRPC's Shutdown(deadline) also waits for every client connection to
-    // close, and a client that does not read its socket while idle (a Python
-    // channel, a sync stub) never does, so an idle worker took the whole
-    // grace to stop. A call counts itself before it looks at `stopping`, and
-    // this looks at the count after setting it: none is missed.
-    services_->stopping.store(true);
-    const auto deadline = std::chrono::steady_clock::now() + grace;
+    // gRPC's Shutdown sends every client GOAWAY (they take new calls
+    // elsewhere) and waits for the calls in flight, but also for every
+    // connection to close, which a client that does not read its socket
+    // while idle (a Python channel, a sync stub) never does: an idle worker
+    // took the whole grace to stop. Once no data call is left (seen twice in
+    // a row, so that one a server thread is just picking up counts), the
+    // connections are cut.
+    std::atomic<bool> stopped{false};
+    std::thread stopper([this, grace, &stopped] {
+      server_->Shutdown(std::chrono::system_clock::now() + grace);
+      stopped.store(true);
+    });
     auto pause = std::chrono::milliseconds(1);
-    while (services_->calls_in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    int idle_checks = 0;
+    while (!stopped.load()) {
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(20));
+      idle_checks = services_->calls_in_flight.load() == 0 ? idle_checks + 1 : 0;
+      if (idle_checks >= 2 && !stopped.load()) {
+        grpc_server_cancel_all_calls(server_->c_server());
+      }
     }
-    server_->Shutdown(std::chrono::system_clock::now());
+    stopper.join();
   });
 }
 
