@@ -142,16 +142,26 @@ struct TorchModel::Impl {
   mutable std::atomic<std::uint64_t> next_request{0};
 
   Status CheckDoc(const Doc& doc, std::size_t index) const;
+  // `size`: each document's input elements, all inputs together.
   std::vector<std::vector<std::size_t>> PlanPasses(const DocList& docs,
-                                                   std::vector<std::size_t> order) const;
+                                                   std::vector<std::size_t> order,
+                                                   const std::vector<std::int64_t>& size) const;
   std::vector<std::vector<std::size_t>> PlanRequestPasses(
       const DocList& docs, const std::vector<std::size_t>& request_of) const;
-  void RunTensorPass(DocList& docs, const std::vector<std::size_t>& pass);
+  // An output row held until every pass of a call has run (see Infer).
+  struct PendingOutput {
+    std::size_t doc;
+    const std::string* field;
+    Tensor row;
+  };
+  void RunTensorPass(DocList& docs, const std::vector<std::size_t>& pass,
+                     std::vector<PendingOutput>* pending);
   void RunTextPass(DocList& docs, const std::vector<std::size_t>& pass,
                    const std::vector<std::vector<std::int64_t>>& ids);
   std::vector<at::Tensor> Forward(std::vector<at::Tensor> inputs, std::int64_t rows);
+  // Sets each document's row of `output`, or, given `pending`, adds it there.
   void WriteOutput(DocList& docs, const std::vector<std::size_t>& pass, const TensorSpec& spec,
-                   at::Tensor output) const;
+                   at::Tensor output, std::vector<PendingOutput>* pending = nullptr) const;
   void Infer(DocList& docs, const Parameters& parameters);
 };
 
@@ -207,17 +217,12 @@ Status TorchModel::Impl::CheckDoc(const Doc& doc, std::size_t index) const {
 // adds little, split where an unpadded input's sizes change or the padded
 // inputs would pass kMaxPassBytes.
 std::vector<std::vector<std::size_t>> TorchModel::Impl::PlanPasses(
-    const DocList& docs, std::vector<std::size_t> order) const {
+    const DocList& docs, std::vector<std::size_t> order,
+    const std::vector<std::int64_t>& size) const {
   const std::vector<TensorSpec>& inputs = signature.inputs;
   auto dims_of = [&](std::size_t doc, std::size_t input) -> const std::vector<std::int64_t>& {
     return docs[doc].tensor(inputs[input].field)->shape();
   };
-  std::vector<std::int64_t> size(docs.size(), 0);
-  for (std::size_t i : order) {
-    for (const TensorSpec& input : inputs) {
-      size[i] += docs[i].tensor(input.field)->numel();
-    }
-  }
   // The sizes of the inputs that must not be padded: equal within a pass.
   auto unpadded_key = [&](std::size_t doc) {
     std::vector<std::int64_t> key;
@@ -278,24 +283,37 @@ std::vector<std::vector<std::size_t>> TorchModel::Impl::PlanPasses(
 }
 
 // The passes of a call that may hold several requests (`request_of`: each
-// document's request, numbered from 0 in order). Each request is planned as
-// if it came alone, so that what it gets back (its outputs' padded sizes
-// above all) never depends on who shared its call; then passes whose
-// documents all have the same sizes, which pad nothing, are merged across
-// requests up to batch_size and kMaxPassBytes.
+// document's request, numbered from 0 in order). Where an output has a
+// dynamic size, which keeps the padded length, each request is planned as if
+// it came alone, so that what it gets back never depends on who shared its
+// call; then passes whose documents all have the same sizes, which pad
+// nothing, are merged across requests up to batch_size and kMaxPassBytes.
 std::vector<std::vector<std::size_t>> TorchModel::Impl::PlanRequestPasses(
     const DocList& docs, const std::vector<std::size_t>& request_of) const {
   const std::vector<TensorSpec>& inputs = signature.inputs;
+  std::vector<std::int64_t> size(docs.size(), 0);
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    for (const TensorSpec& input : inputs) {
+      size[i] += docs[i].tensor(input.field)->numel();
+    }
+  }
+  // Outputs of fixed sizes (logits, a pooled embedding) cannot show how far
+  // their inputs were padded: all requests share passes then, as the
+  // documents of one request do.
+  bool outputs_show_padding = false;
+  for (const TensorSpec& output : signature.outputs) {
+    outputs_show_padding = outputs_show_padding || output.has_dynamic_dims();
+  }
   std::vector<std::vector<std::size_t>> by_request;
   for (std::size_t i = 0; i < docs.size(); ++i) {
-    const std::size_t r = request_of.empty() ? 0 : request_of[i];
+    const std::size_t r = request_of.empty() || !outputs_show_padding ? 0 : request_of[i];
     if (r >= by_request.size()) {
       by_request.resize(r + 1);
     }
     by_request[r].push_back(i);
   }
   if (by_request.size() <= 1) {
-    return PlanPasses(docs, by_request.empty() ? std::vector<std::size_t>{} : by_request[0]);
+    return PlanPasses(docs, by_request.empty() ? std::vector<std::size_t>{} : by_request[0], size);
   }
   // Every input's sizes, one after another: equal keys pad nothing.
   auto sizes_of = [&](std::size_t doc) {
@@ -310,7 +328,7 @@ std::vector<std::vector<std::size_t>> TorchModel::Impl::PlanRequestPasses(
   std::vector<std::vector<std::size_t>> passes;
   std::map<std::vector<std::int64_t>, std::vector<std::size_t>> merging;
   for (const std::vector<std::size_t>& request : by_request) {
-    for (std::vector<std::size_t>& pass : PlanPasses(docs, request)) {
+    for (std::vector<std::size_t>& pass : PlanPasses(docs, request, size)) {
       const std::vector<std::int64_t> key = sizes_of(pass.front());
       bool uniform = true;
       for (std::size_t doc : pass) {
@@ -382,7 +400,8 @@ std::vector<at::Tensor> TorchModel::Impl::Forward(std::vector<at::Tensor> inputs
 }
 
 void TorchModel::Impl::WriteOutput(DocList& docs, const std::vector<std::size_t>& pass,
-                                   const TensorSpec& spec, at::Tensor output) const {
+                                   const TensorSpec& spec, at::Tensor output,
+                                   std::vector<PendingOutput>* pending) const {
   bool fits = output.dim() == static_cast<std::int64_t>(spec.shape.size()) + 1;
   for (std::size_t d = 0; fits && d < spec.shape.size(); ++d) {
     fits = spec.shape[d] < 0 || output.size(static_cast<std::int64_t>(d) + 1) == spec.shape[d];
@@ -395,11 +414,16 @@ void TorchModel::Impl::WriteOutput(DocList& docs, const std::vector<std::size_t>
   output = output.to(ScalarTypeOfSpec(spec.dtype));
   std::vector<Tensor> rows = RowsFromTorch(output);
   for (std::size_t k = 0; k < pass.size(); ++k) {
-    docs[pass[k]].set_tensor(spec.field, std::move(rows[k]));
+    if (pending != nullptr) {
+      pending->push_back({pass[k], &spec.field, std::move(rows[k])});
+    } else {
+      docs[pass[k]].set_tensor(spec.field, std::move(rows[k]));
+    }
   }
 }
 
-void TorchModel::Impl::RunTensorPass(DocList& docs, const std::vector<std::size_t>& pass) {
+void TorchModel::Impl::RunTensorPass(DocList& docs, const std::vector<std::size_t>& pass,
+                                     std::vector<PendingOutput>* pending) {
   const auto n = static_cast<std::int64_t>(pass.size());
   std::vector<at::Tensor> inputs;
   for (const TensorSpec& spec : signature.inputs) {
@@ -443,7 +467,7 @@ void TorchModel::Impl::RunTensorPass(DocList& docs, const std::vector<std::size_
   }
   std::vector<at::Tensor> outputs = Forward(std::move(inputs), n);
   for (std::size_t j = 0; j < outputs.size(); ++j) {
-    WriteOutput(docs, pass, signature.outputs[j], std::move(outputs[j]));
+    WriteOutput(docs, pass, signature.outputs[j], std::move(outputs[j]), pending);
   }
 }
 
@@ -528,8 +552,15 @@ void TorchModel::Impl::Infer(DocList& docs, const Parameters& parameters) {
         request_of[i] = request_of[i - 1] + (tags[i].request != tags[i - 1].request ? 1 : 0);
       }
     }
+    // Outputs reach the documents only once every pass has run: a call that
+    // throws leaves its documents as they came (an output may share an
+    // input's field), fit to be run again (GANTRY_BATCH_FAILURES_RETRIED_ALONE).
+    std::vector<PendingOutput> pending;
     for (const std::vector<std::size_t>& pass : PlanRequestPasses(docs, request_of)) {
-      RunTensorPass(docs, pass);
+      RunTensorPass(docs, pass, &pending);
+    }
+    for (PendingOutput& output : pending) {
+      docs[output.doc].set_tensor(*output.field, std::move(output.row));
     }
     return;
   }
@@ -665,6 +696,20 @@ std::int64_t LargestBatchIn(const std::string& message) {
     return 0;
   }
   return std::atoll(message.c_str() + at + marker.size());
+}
+
+// Whether a package refused an input for a size outside a dynamic
+// dimension's bound ("input_handles[0]: dim value is too large at 1,
+// expected to be <= 512"). Dimension 0 is the batch, which Gantry chose, not
+// the client.
+bool OutsideExportedSizes(const std::string& message) {
+  const std::string_view marker = "dim value is too ";
+  const std::size_t at = message.find(marker);
+  if (at == std::string::npos || message.find("input_handles[") == std::string::npos) {
+    return false;
+  }
+  const std::size_t dim = message.find(" at ", at + marker.size());
+  return dim != std::string::npos && std::atoll(message.c_str() + dim + 4) > 0;
 }
 
 // A tensor may not land on a document's own fields (its text, its id), and
@@ -902,8 +947,7 @@ void TorchModel::Infer(DocList& docs, const Parameters& parameters) {
   } catch (const std::exception& e) {
     // The model's own error (torch's without its C++ backtrace), named.
     const std::string message = Describe(e);
-    if (message.find("input_handles[") != std::string::npos &&
-        message.find("dim value is too") != std::string::npos) {
+    if (OutsideExportedSizes(message)) {
       // A package's bound on a dynamic size (torch.export's Dim max): the
       // input is outside what the model takes, which is the client's to fix.
       throw std::invalid_argument(impl_->where + ": an input is outside the sizes " +

@@ -431,7 +431,9 @@ void BatchQueueSet::Flush(Queue& queue, std::deque<Pending*>& batch, std::int64_
         while (to < end && owner[to] == owner[from]) {
           ++to;
         }
-        Settle(batch, owner, from, to, RunCall(queue, all, from, to));
+        // A request whose earlier documents failed already is not run again.
+        Settle(batch, owner, from, to,
+               batch[owner[from]]->outcome.status.ok() ? RunCall(queue, all, from, to) : outcome);
         from = to;
       }
       continue;

@@ -577,22 +577,37 @@ TEST_F(ExportedModelTest, AModelThatThrowsFailsTheRequestNotTheReplica) {
   EXPECT_FLOAT_EQ((*served)[0].embedding()->Values<float>()[0], 3.0F);
 
   // Sent at once, batched into calls together: the bad request fails alone,
-  // and the requests that shared its call are served.
-  std::vector<std::future<StatusOr<DocList>>> posts;
-  for (int i = 0; i < 6; ++i) {
-    posts.push_back(std::async(std::launch::async, [&, i] {
-      return dep.Post("/infer", i == 2 ? bad : good, {.timeout = std::chrono::seconds(30)});
-    }));
-  }
-  for (int i = 0; i < 6; ++i) {
-    StatusOr<DocList> got = posts[static_cast<std::size_t>(i)].get();
-    if (i == 2) {
-      ASSERT_FALSE(got.ok());
-      EXPECT_THAT(got.status().message(), HasSubstr("negative input"));
-      continue;
+  // and the requests that shared its call are served, each run once (also
+  // where the output overwrites the input, one document a pass).
+  for (const char* output_field : {"embedding", "tensor"}) {
+    SCOPED_TRACE(output_field);
+    auto batched = Load(
+        "      model: models/throws.pt\n      batch_size: 1\n"
+        "      inputs: [{name: x, dtype: float32, shape: [16], field: tensor}]\n"
+        "      outputs: [{name: y, dtype: float32, shape: [16], field: " +
+            std::string(output_field) + "}]\n",
+        1, "{preferred_batch_size: 8, timeout: 300}");
+    ASSERT_TRUE(batched.ok()) << batched.status();
+    Deployment shared(*batched);
+    ASSERT_TRUE(shared.ok()) << shared.status();
+    std::vector<std::future<StatusOr<DocList>>> posts;
+    for (int i = 0; i < 6; ++i) {
+      posts.push_back(std::async(std::launch::async, [&, i] {
+        return shared.Post("/infer", i == 2 ? bad : good, {.timeout = std::chrono::seconds(30)});
+      }));
     }
-    ASSERT_TRUE(got.ok()) << "request " << i << ": " << got.status();
-    EXPECT_FLOAT_EQ((*got)[0].embedding()->Values<float>()[0], 3.0F);
+    for (int i = 0; i < 6; ++i) {
+      StatusOr<DocList> got = posts[static_cast<std::size_t>(i)].get();
+      if (i == 2) {
+        ASSERT_FALSE(got.ok());
+        EXPECT_THAT(got.status().message(), HasSubstr("negative input"));
+        continue;
+      }
+      ASSERT_TRUE(got.ok()) << "request " << i << ": " << got.status();
+      const Tensor* y = (*got)[0].tensor(output_field);
+      ASSERT_NE(y, nullptr);
+      EXPECT_FLOAT_EQ(y->Values<float>()[0], 3.0F) << "request " << i;
+    }
   }
 }
 
