@@ -237,6 +237,29 @@ const TensorSpec* FindSpec(const std::vector<TensorSpec>& specs, const std::stri
   return nullptr;
 }
 
+// Each requested output once, and (with a declaration) only declared ones.
+Status CheckRequestedOutputs(const inference::ModelInferRequest& request,
+                             const TensorSignature* signature) {
+  if (request.outputs_size() > kMaxKServeInputs) {
+    return InvalidArgumentError("the request names " + std::to_string(request.outputs_size()) +
+                                " outputs; at most " + std::to_string(kMaxKServeInputs));
+  }
+  for (int i = 0; i < request.outputs_size(); ++i) {
+    const std::string& name = request.outputs(i).name();
+    for (int j = 0; j < i; ++j) {
+      if (request.outputs(j).name() == name) {
+        return InvalidArgumentError("output '" + name + "' is requested twice");
+      }
+    }
+    if (signature != nullptr && !signature->outputs.empty() &&
+        FindSpec(signature->outputs, name) == nullptr) {
+      return InvalidArgumentError("output '" + name + "': the model has no such output; it gives " +
+                                  SpecNames(signature->outputs));
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 inference::ModelMetadataResponse KServeModelMetadata(const std::string& name,
@@ -455,6 +478,8 @@ StatusOr<jina::DataRequestProto> KServeToDataRequest(const inference::ModelInfer
       docs[static_cast<std::size_t>(r)].set_tensor(field, std::move(tensor).value());
     }
   }
+  // Outputs are checked before the model runs, not after.
+  GANTRY_RETURN_IF_ERROR(CheckRequestedOutputs(request, signature));
   jina::DataRequestProto proto;
   proto.mutable_header()->set_request_id(request_id);
   proto.mutable_header()->set_exec_endpoint(endpoint);
@@ -472,17 +497,9 @@ StatusOr<inference::ModelInferResponse> DataReplyToKServe(
     return InternalError("the executor's reply does not decode: " +
                          std::string(docs.status().message()));
   }
+  GANTRY_RETURN_IF_ERROR(CheckRequestedOutputs(request, signature));
   std::vector<std::string> names;
   for (const auto& output : request.outputs()) {
-    if (std::find(names.begin(), names.end(), output.name()) != names.end()) {
-      return InvalidArgumentError("output '" + output.name() + "' is requested twice");
-    }
-    if (signature != nullptr && !signature->outputs.empty() &&
-        FindSpec(signature->outputs, output.name()) == nullptr) {
-      return InvalidArgumentError("output '" + output.name() +
-                                  "': the model has no such output; it gives " +
-                                  SpecNames(signature->outputs));
-    }
     names.push_back(output.name());
   }
   if (names.empty() && signature != nullptr) {

@@ -182,7 +182,12 @@ TEST(TensorSignatureTest, KServeRefusesTensorsTheModelDoesNotDeclare) {
   EXPECT_THAT(RequestError(twice, &signature),
               HasSubstr("input 'image': the name is given to inputs 0 and 1"));
 
-  // Outputs: only declared ones, each once; an input's name is not one.
+  // Outputs: only declared ones, each once; an input's name is not one. They
+  // are refused before the request is forwarded, and in the reply.
+  inference::ModelInferRequest asks_input = ImageRequest(1);
+  asks_input.add_outputs()->set_name("image");
+  EXPECT_THAT(RequestError(asks_input, &signature),
+              HasSubstr("output 'image': the model has no such output; it gives 'logits'"));
   jina::DataRequestProto reply;
   DocList docs;
   docs.emplace_back().set_embedding(Tensor::FromValues<float>({4}, {1, 2, 3, 4}));
