@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/cpu_quota.h"
@@ -216,6 +217,33 @@ Status Flow::Impl::Start() {
     if (Status s = internal::ValidateDeploymentOptions(step.deployment); !s.ok()) {
       return InvalidArgumentError(Where() + ": executors[" + std::to_string(i) +
                                   "]: " + s.message());
+    }
+  }
+  // A fixed port is taken once, by the Flow's gateway or one step: a second
+  // server could not listen on it, after every step had loaded its model.
+  {
+    std::vector<std::pair<std::string, int>> ports = {
+        {"port", options_.port},
+        {"http_port", options_.http_port},
+        {"port_monitoring", options_.monitoring ? options_.port_monitoring : 0}};
+    for (std::size_t i = 0; i < options_.executors.size(); ++i) {
+      const DeploymentOptions& step = options_.executors[i].deployment;
+      if (options_.executors[i].external) {
+        continue;
+      }
+      const std::string at = "executors[" + std::to_string(i) + "].";
+      ports.emplace_back(at + "port", step.port);
+      ports.emplace_back(at + "http_port", step.http_port);
+      ports.emplace_back(at + "port_monitoring", step.monitoring ? step.port_monitoring : 0);
+    }
+    for (std::size_t a = 0; a < ports.size(); ++a) {
+      for (std::size_t b = a + 1; b < ports.size(); ++b) {
+        if (ports[a].second > 0 && ports[a].second == ports[b].second) {
+          return InvalidArgumentError(Where() + ": " + ports[a].first + " and " + ports[b].first +
+                                      " are both " + std::to_string(ports[a].second) +
+                                      "; each server needs a port of its own");
+        }
+      }
     }
   }
   ShareCoresBetweenSteps(options_);

@@ -297,6 +297,20 @@ TEST(FlowTest, BadGraphsAreRefusedBeforeAnythingStarts) {
             "flow 'flow': executors[1].name: duplicate step name 'a' (also executors[0])");
   EXPECT_THAT(error_of({Step("a", "TagExec", {}), Step("b", "", {})}),
               HasSubstr("flow 'flow': executors[1]: deployment 'b': `uses` is empty"));
+  // A fixed port taken twice, by two steps or by a step and the Flow.
+  std::vector<FlowStep> same_port = {Step("a", "TagExec", {}), Step("b", "TagExec", {})};
+  same_port[0].deployment.port = 19533;
+  same_port[1].deployment.port = 19533;
+  EXPECT_EQ(error_of(same_port),
+            "flow 'flow': executors[0].port and executors[1].port are both 19533; each server "
+            "needs a port of its own");
+  FlowOptions clashing;
+  clashing.port = 19534;
+  clashing.http_port = 19534;
+  clashing.executors = {Step("a", "TagExec", {})};
+  Flow clash(std::move(clashing));
+  EXPECT_THAT(clash.status().message(),
+              HasSubstr("port and http_port are both 19534; each server needs a port of its own"));
 }
 
 }  // namespace
