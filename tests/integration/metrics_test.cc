@@ -120,7 +120,16 @@ TEST(MetricsTest, AClientsDeadlineIsCountedAsDeadlineExceeded) {
     ASSERT_FALSE(result.ok());
     EXPECT_EQ(result.status().code(), StatusCode::kDeadlineExceeded) << result.status();
   }
-  const std::string gateway = Scrape(dep.monitoring_port());
+  // The gateway counts a call once its replica's try has ended too, which
+  // may be just after the client heard of its deadline.
+  std::string gateway;
+  gantry::testing::WaitUntil(
+      [&] {
+        gateway = Scrape(dep.monitoring_port());
+        return Sum(gateway, "gantry_gateway_request_failure_total",
+                   "code=\"DEADLINE_EXCEEDED\"") >= 2;
+      },
+      std::chrono::seconds(10));
   EXPECT_EQ(Sum(gateway, "gantry_gateway_request_failure_total", "code=\"DEADLINE_EXCEEDED\""), 2)
       << gateway;
   const double cancelled =
