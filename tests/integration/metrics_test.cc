@@ -126,8 +126,8 @@ TEST(MetricsTest, AClientsDeadlineIsCountedAsDeadlineExceeded) {
   gantry::testing::WaitUntil(
       [&] {
         gateway = Scrape(dep.monitoring_port());
-        return Sum(gateway, "gantry_gateway_request_failure_total",
-                   "code=\"DEADLINE_EXCEEDED\"") >= 2;
+        return Sum(gateway, "gantry_gateway_request_failure_total", "code=\"DEADLINE_EXCEEDED\"") >=
+               2;
       },
       std::chrono::seconds(10));
   EXPECT_EQ(Sum(gateway, "gantry_gateway_request_failure_total", "code=\"DEADLINE_EXCEEDED\""), 2)
