@@ -145,6 +145,14 @@ TEST(BatchQueueTest, TimeoutFlushesAPartialBatch) {
   EXPECT_LT(elapsed, std::chrono::seconds(10));       // but not forever
 }
 
+// What a handler that throws on document "1/0" comes to.
+HandlerOutcome CannotEncode() {
+  return {.status = UnknownError("cannot encode 1/0"),
+          .exception_name = "std::runtime_error",
+          .started = {},
+          .refused = ""};
+}
+
 TEST(BatchQueueTest, AnErrorReachesEveryRequestOfTheFailingCall) {
   std::atomic<int> calls{0};
   BatchQueue queue(
@@ -153,10 +161,7 @@ TEST(BatchQueueTest, AnErrorReachesEveryRequestOfTheFailingCall) {
         ++calls;
         for (const Doc& doc : docs) {
           if (doc.text() == "1/0") {
-            return HandlerOutcome{.status = UnknownError("cannot encode 1/0"),
-                                  .exception_name = "std::runtime_error",
-                                  .started = {},
-                                  .refused = ""};
+            return CannotEncode();
           }
         }
         return HandlerOutcome{};
@@ -191,10 +196,7 @@ TEST(BatchQueueTest, RetriedAloneOnlyTheRequestTheHandlerCannotTakeFails) {
         // they came.
         for (const Doc& doc : docs) {
           if (doc.text() == "1/0") {
-            return HandlerOutcome{.status = UnknownError("cannot encode 1/0"),
-                                  .exception_name = "std::runtime_error",
-                                  .started = {},
-                                  .refused = ""};
+            return CannotEncode();
           }
         }
         for (Doc& doc : docs) {
