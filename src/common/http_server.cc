@@ -325,14 +325,23 @@ class HttpRespond::Target {
   void Send(HttpResponse response) {
     if (!sent_.exchange(true)) {
       {
+        // Nothing left to cancel, and what the cancel holds (the forward,
+        // whose callback holds this Target) can go. OnClientGone looks at
+        // sent_ under the same lock, so it stores nothing from now on.
         std::lock_guard lock(mutex_);
-        cancel_ = nullptr;  // nothing left to cancel; what it holds can go
+        cancel_ = nullptr;
       }
       session_->Send(std::move(response));
     }
   }
   void OnClientGone(std::function<void()> cancel) {
     std::unique_lock lock(mutex_);
+    if (sent_.load()) {
+      // Answered already (the forward may finish before it returns its
+      // cancel): nothing to cancel, and keeping it would keep the forward's
+      // callback, which holds this Target, alive for good.
+      return;
+    }
     if (gone_) {
       lock.unlock();
       if (cancel) {
