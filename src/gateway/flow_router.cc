@@ -175,10 +175,6 @@ void OnStepDone(const std::shared_ptr<Graph>& graph, const std::shared_ptr<Call>
     const auto& trailers = run.context->GetServerTrailingMetadata();
     auto it = trailers.find("is-error");
     is_error = it != trailers.end() && it->second == "true";
-    if (is_error && EndpointNotServed(run.reply)) {
-      is_error = false;
-      run.reply = run.request;  // the step is skipped
-    }
   }
   std::vector<std::size_t> ready;
   std::vector<grpc::ByteBuffer> ends;
@@ -188,6 +184,12 @@ void OnStepDone(const std::shared_ptr<Graph>& graph, const std::shared_ptr<Call>
     std::lock_guard lock(call->mutex);
     if (call->finished) {
       return;
+    }
+    // Under the lock Launch wrote run.request under (ThreadSanitizer cannot
+    // see gRPC's own ordering).
+    if (is_error && EndpointNotServed(run.reply)) {
+      is_error = false;
+      run.reply = run.request;  // the step is skipped
     }
     if (!status.ok() || is_error) {
       done = call->TakeDoneLocked();
